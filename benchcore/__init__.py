@@ -1,0 +1,1 @@
+"""Code shared by commbench and iobench: units, result records, errors, reports."""

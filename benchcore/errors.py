@@ -1,0 +1,31 @@
+"""User errors end as one clear line and a non-zero exit, never a traceback."""
+import sys
+
+import click
+
+
+class UserError(Exception):
+    """Something the user can fix: bad input, missing tool, unusable mount."""
+
+
+EXIT_USAGE = 2
+
+
+def run_cli(group):
+    """Entry point wrapper: UserError -> 'error: ...' on stderr, exit 2; Ctrl-C -> exit 130."""
+    try:
+        group.main(standalone_mode=False)
+    except UserError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)

@@ -1,0 +1,84 @@
+"""Result records: one JSON object per line, appended and flushed per record.
+
+Both tools write through RecordWriter and read through read_records, so a file
+can mix commbench and iobench records; readers skip what they do not know.
+"""
+import datetime
+import json
+import os
+import socket
+import subprocess
+import uuid
+from pathlib import Path
+
+
+def new_run_id():
+    """Short unique id, sortable by time: 20261202T130405-1a2b3c."""
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    return f"{stamp}-{uuid.uuid4().hex[:6]}"
+
+
+def timestamp():
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def hostname():
+    return socket.gethostname()
+
+
+def git_revision():
+    """The suite's git revision, or 'unknown' outside a checkout."""
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "-C", str(here), "rev-parse", "--short=12", "HEAD"],
+                             capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 else "unknown"
+
+
+class RecordWriter:
+    """Appends records to a JSONL file; each is flushed and fsynced before the next."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        if self.path.parent and not self.path.parent.exists():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a", encoding="utf-8")
+
+    def write(self, record):
+        self._file.write(json.dumps(record, sort_keys=False, default=str) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self):
+        self._file.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def read_records(path, run_id=None, tool=None):
+    """Records from a JSONL file; a torn last line (crash mid-write) is skipped."""
+    records = []
+    path = Path(path)
+    if not path.exists():
+        return records
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if run_id is not None and rec.get("run_id") != run_id:
+                continue
+            if tool is not None and rec.get("tool") != tool:
+                continue
+            records.append(rec)
+    return records

@@ -1,0 +1,66 @@
+"""Tables (rich), JSON/CSV on stdout, and PNG plots (matplotlib Agg) for both tools."""
+import json
+import sys
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+FORMATS = ("table", "json", "csv")
+
+
+def console(stderr=False):
+    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=200 if not sys.stdout.isatty() else None)
+
+
+def _cell(value, fmt):
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return "n/a"
+    if fmt and isinstance(value, (int, float)):
+        return format(value, fmt)
+    return str(value)
+
+
+def print_table(rows, columns, title=None, out=None):
+    """rows: list of dicts; columns: list of (key, header, format-spec or None)."""
+    table = Table(title=title, show_lines=False)
+    for key, header, fmt in columns:
+        table.add_column(header, justify="left" if fmt is None else "right")
+    for row in rows:
+        table.add_row(*[_cell(row.get(key), fmt) for key, _, fmt in columns])
+    (out or console()).print(table)
+
+
+def emit(records, fmt, table_fn):
+    """Write records to stdout as fmt: 'table' calls table_fn(records); json is JSONL; csv flat."""
+    if fmt == "json":
+        for rec in records:
+            sys.stdout.write(json.dumps(rec, default=str) + "\n")
+    elif fmt == "csv":
+        frame = pd.json_normalize(records) if records else pd.DataFrame()
+        frame.to_csv(sys.stdout, index=False)
+    else:
+        table_fn(records)
+
+
+def line_plot(path, series, xlabel, ylabel, title):
+    """series: {label: [(x, y), ...]}; log-x PNG at path."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    for label, points in series.items():
+        points = sorted(p for p in points if p[1] is not None)
+        if points:
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    if series:
+        ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,48 @@
+"""Binary size strings (8, 1K, 64M, 1G) as nccl-tests and fio spell them."""
+import re
+
+from benchcore.errors import UserError
+
+_SUFFIX = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_SIZE_RE = re.compile(r"^\s*(-?\d+)\s*([KMGT]?)(I?B)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text, what="size"):
+    """'64M' -> 67108864. Raises UserError on anything that is not a positive size."""
+    if isinstance(text, int):
+        value = text
+    else:
+        m = _SIZE_RE.match(str(text))
+        if not m:
+            raise UserError(f"{what} {text!r} is not a size (examples: 8, 1K, 64M, 1G)")
+        value = int(m.group(1)) * _SUFFIX[m.group(2).upper()]
+    if value <= 0:
+        raise UserError(f"{what} must be positive, got {text!r}")
+    return value
+
+
+def format_size(n):
+    """67108864 -> '64M'; sizes that are not a whole unit keep their bytes."""
+    for suffix in ("T", "G", "M", "K"):
+        unit = _SUFFIX[suffix]
+        if n >= unit and n % unit == 0:
+            return f"{n // unit}{suffix}"
+    return str(n)
+
+
+def size_list(text, what="size"):
+    """'512K,1M,2M' -> [524288, 1048576, 2097152]."""
+    return [parse_size(part, what) for part in str(text).split(",") if part.strip()]
+
+
+def size_range(min_bytes, max_bytes, factor):
+    """nccl-tests' -b/-e/-f sweep: min, min*f, ... up to and including max."""
+    if min_bytes > max_bytes:
+        raise UserError(f"--min-bytes {format_size(min_bytes)} is larger than --max-bytes {format_size(max_bytes)}")
+    if factor < 2 and min_bytes != max_bytes:
+        raise UserError(f"--step-factor must be at least 2, got {factor}")
+    sizes, size = [], min_bytes
+    while size <= max_bytes:
+        sizes.append(size)
+        size *= factor
+    return sizes

@@ -1,0 +1,1 @@
+"""commbench: collective-communication benchmarks (torchrun; NCCL on GPUs, Gloo on CPUs)."""

@@ -1,0 +1,160 @@
+"""The collectives registry: one table row per collective, nccl-tests style.
+
+"size" is the byte count nccl-tests prints for each collective (see DESIGN.md):
+the per-rank buffer for all_reduce, broadcast, reduce and sendrecv; the whole
+gathered / scattered array (n x the per-rank piece) for all_gather and
+reduce_scatter; the per-rank send buffer (n chunks) for all_to_all.
+
+Placements: torch.distributed exposes all_reduce, broadcast and reduce in place
+only, and all_to_all / sendrecv out of place only; commbench measures what the
+API offers and never adds a copy to the timed loop to fake the other variant.
+"""
+from dataclasses import dataclass
+from typing import Callable, Tuple
+
+import torch
+import torch.distributed as dist
+
+from benchcore.errors import UserError
+from benchcore.units import format_size
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16,
+          "bfloat16": torch.bfloat16, "int32": torch.int32}
+OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+_PY_OPS = {"sum": sum, "max": max, "min": min}
+# Largest integer every smaller integer of which the dtype holds exactly.
+_EXACT_INT = {torch.float32: 1 << 24, torch.float16: 1 << 11, torch.bfloat16: 1 << 8, torch.int32: 1 << 31}
+ROOT = 0
+PERIOD = 5  # the fill pattern repeats every PERIOD elements
+
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
+def _sendrecv(send, recv, op, async_op):
+    rank, n = dist.get_rank(), dist.get_world_size()
+    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, send, (rank + 1) % n),
+                                    dist.P2POp(dist.irecv, recv, (rank - 1) % n)])
+    if async_op:
+        return _Works(works)
+    for w in works:
+        w.wait()
+    return None
+
+
+class _Works:
+    """Several work handles waited on as one."""
+
+    def __init__(self, works):
+        self.works = works
+
+    def wait(self):
+        for w in self.works:
+            w.wait()
+
+
+@dataclass(frozen=True)
+class Collective:
+    name: str
+    bus_factor: Callable[[int], float]   # world size -> busbw / algbw (nccl-tests PERFORMANCE.md)
+    split: bool                          # size is n per-rank pieces (count must divide by n)
+    send_piece: bool                     # send buffer is one piece (all_gather)
+    recv_piece: bool                     # recv buffer is one piece (reduce_scatter)
+    placements: Tuple[str, ...]          # "out" and/or "in"
+    run: Callable                        # run(send, recv, op, async_op) -> work or None
+    expected: Callable                   # expected(rank, n, count, op, vals) -> regions to check
+
+    def counts(self, count, n):
+        """(send elements, recv elements) for a collective of `count` elements."""
+        piece = count // n if self.split else count
+        return (piece if self.send_piece else count), (piece if self.recv_piece else count)
+
+
+def _reduced(op, n, vals):
+    return [_PY_OPS[op](vals(r)[k] for r in range(n)) for k in range(PERIOD)]
+
+
+# expected(rank, n, count, op, vals) -> list of (recv offset, length, 5 pattern values, pattern start index)
+# vals(r) gives rank r's fill pattern (PERIOD values); input element i of rank r is vals(r)[i % PERIOD].
+def _exp_all_reduce(rank, n, count, op, vals):
+    return [(0, count, _reduced(op, n, vals), 0)]
+
+
+def _exp_reduce(rank, n, count, op, vals):
+    return [(0, count, _reduced(op, n, vals), 0)] if rank == ROOT else []
+
+
+def _exp_broadcast(rank, n, count, op, vals):
+    return [(0, count, vals(ROOT), 0)]
+
+
+def _exp_all_gather(rank, n, count, op, vals):
+    m = count // n
+    return [(q * m, m, vals(q), 0) for q in range(n)]
+
+
+def _exp_reduce_scatter(rank, n, count, op, vals):
+    m = count // n
+    return [(0, m, _reduced(op, n, vals), rank * m)]
+
+
+def _exp_all_to_all(rank, n, count, op, vals):
+    m = count // n
+    return [(q * m, m, vals(q), rank * m) for q in range(n)]
+
+
+def _exp_sendrecv(rank, n, count, op, vals):
+    return [(0, count, vals((rank - 1) % n), 0)]
+
+
+COLLECTIVES = {c.name: c for c in [
+    Collective("all_reduce", lambda n: 2 * (n - 1) / n, False, False, False, ("in",),
+               lambda s, r, op, a: dist.all_reduce(r, op=op, async_op=a), _exp_all_reduce),
+    Collective("all_gather", lambda n: (n - 1) / n, True, True, False, ("out", "in"),
+               lambda s, r, op, a: _all_gather(r, s, async_op=a), _exp_all_gather),
+    Collective("reduce_scatter", lambda n: (n - 1) / n, True, False, True, ("out", "in"),
+               lambda s, r, op, a: _reduce_scatter(r, s, op=op, async_op=a), _exp_reduce_scatter),
+    Collective("broadcast", lambda n: 1.0, False, False, False, ("in",),
+               lambda s, r, op, a: dist.broadcast(r, src=ROOT, async_op=a), _exp_broadcast),
+    Collective("reduce", lambda n: 1.0, False, False, False, ("in",),
+               lambda s, r, op, a: dist.reduce(r, dst=ROOT, op=op, async_op=a), _exp_reduce),
+    Collective("all_to_all", lambda n: (n - 1) / n, True, False, False, ("out",),
+               lambda s, r, op, a: dist.all_to_all_single(r, s, async_op=a), _exp_all_to_all),
+    Collective("sendrecv", lambda n: 1.0, False, False, False, ("out",),
+               _sendrecv, _exp_sendrecv),
+]}
+
+
+def parse_collectives(text):
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        raise UserError("--collective is empty")
+    for name in names:
+        if name not in COLLECTIVES:
+            raise UserError(f"unknown collective {name!r}; known: {', '.join(COLLECTIVES)}")
+    return names
+
+
+def check_size(name, size, dtype_name, world_size):
+    """Raise UserError unless `size` bytes of dtype suit collective `name` on world_size ranks."""
+    elt = torch.empty((), dtype=DTYPES[dtype_name]).element_size()
+    coll = COLLECTIVES[name]
+    unit = elt * (world_size if coll.split else 1)
+    if size % unit:
+        why = f"{world_size} ranks x {elt} B {dtype_name}" if coll.split else f"{elt} B {dtype_name}"
+        raise UserError(f"size {format_size(size)} ({size} B) does not suit {name}: "
+                        f"needs a multiple of {unit} B ({why})")
+
+
+def fill_values(rank, n, dtype):
+    """Rank r's PERIOD-value fill pattern: small integers, so sums over n ranks are exact in dtype."""
+    top = max(1, min(PERIOD, _EXACT_INT[dtype] // max(n, 1)))
+    return [((k + 3 * rank) % top) + 1 for k in range(PERIOD)]
+
+
+def pattern(values, start, length, dtype, device):
+    """Elements start..start+length of the periodic sequence values[i % PERIOD]."""
+    base = torch.tensor(values, dtype=dtype, device=device)
+    tiled = base.repeat(length // PERIOD + 2)
+    offset = start % PERIOD
+    return tiled[offset:offset + length]

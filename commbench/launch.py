@@ -1,0 +1,320 @@
+"""Launch options shared by every measuring command, and the launchers behind them.
+
+Modes (chosen by --launcher auto):
+  slurm    inside an allocation (SLURM_JOB_ID): srun starts one node agent per node,
+           each runs torchrun with a c10d rendezvous on the allocation's first node;
+  torchrun --rdzv-endpoint HOST:PORT --node-rank R, started by hand on every node;
+  local    N torchrun agents on this machine joined by a real c10d rendezvous on 127.0.0.1.
+The node with node rank 0 (agent 0 locally) writes the records.
+"""
+import fcntl
+import json
+import os
+import shlex
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+
+from benchcore.errors import UserError
+from benchcore.records import read_records
+
+LAUNCHERS = ("auto", "local", "torchrun", "slurm")
+BACKENDS = ("auto", "nccl", "gloo")
+RECORD_NODE_ENV = "COMMBENCH_RECORD_NODE"
+IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+
+
+@dataclass
+class LaunchSpec:
+    nodes: int
+    nproc_per_node: int
+    launcher: str
+    rdzv_endpoint: str
+    node_rank: int
+    backend: str
+    timeout: float
+    rdzv_timeout: float
+    dry_run: bool
+    verbose: bool
+    env: dict = field(default_factory=dict)   # extra environment for this launch
+
+    @property
+    def world_size(self):
+        return self.nodes * self.nproc_per_node
+
+
+def launch_options(fn):
+    """Click options every measuring command takes (one implementation for all)."""
+    options = [
+        click.option("--nodes", type=int, default=1, show_default=True, help="Nodes (torchrun agents)."),
+        click.option("--nproc-per-node", type=int, default=None,
+                     help="Ranks per node [default: GPUs on this node, else 1]."),
+        click.option("--launcher", type=click.Choice(LAUNCHERS), default="auto", show_default=True,
+                     help="auto: slurm inside an allocation, torchrun with --rdzv-endpoint, else local emulation."),
+        click.option("--rdzv-endpoint", default=None, metavar="HOST:PORT",
+                     help="Rendezvous on node rank 0 (run the same command on every node)."),
+        click.option("--node-rank", type=int, default=None, help="This node's rank with --rdzv-endpoint."),
+        click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
+                     help="auto: NCCL when CUDA is available, else Gloo."),
+        click.option("--timeout", type=float, default=300, show_default=True,
+                     help="Process-group timeout in s: a dead or stuck peer ends the run within it."),
+        click.option("--rdzv-timeout", type=float, default=120, show_default=True,
+                     help="Seconds to wait for every node to join."),
+        click.option("--dry-run", is_flag=True, help="Print the launch command lines and exit."),
+        click.option("-v", "--verbose", is_flag=True, help="Stream torchrun and worker output."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def spec_from_options(kw):
+    """Pop the launch options out of a command's keyword arguments into a checked LaunchSpec."""
+    spec = LaunchSpec(nodes=kw.pop("nodes"), nproc_per_node=kw.pop("nproc_per_node"),
+                      launcher=kw.pop("launcher"), rdzv_endpoint=kw.pop("rdzv_endpoint"),
+                      node_rank=kw.pop("node_rank"), backend=kw.pop("backend"), timeout=kw.pop("timeout"),
+                      rdzv_timeout=kw.pop("rdzv_timeout"), dry_run=kw.pop("dry_run"), verbose=kw.pop("verbose"))
+    if spec.nodes < 1:
+        raise UserError(f"--nodes must be at least 1, got {spec.nodes}")
+    if spec.nproc_per_node is None:
+        spec.nproc_per_node = gpu_count() or 1
+    if spec.nproc_per_node < 1:
+        raise UserError(f"--nproc-per-node must be at least 1, got {spec.nproc_per_node}")
+    if spec.timeout <= 0 or spec.rdzv_timeout <= 0:
+        raise UserError("--timeout and --rdzv-timeout must be positive")
+    if spec.launcher == "auto":
+        spec.launcher = ("slurm" if os.environ.get("SLURM_JOB_ID") else
+                         "torchrun" if spec.rdzv_endpoint else "local")
+    if spec.launcher == "torchrun":
+        if not spec.rdzv_endpoint or spec.node_rank is None:
+            raise UserError("--launcher torchrun needs --rdzv-endpoint HOST:PORT and --node-rank R")
+        split_endpoint(spec.rdzv_endpoint)
+        if not 0 <= spec.node_rank < spec.nodes:
+            raise UserError(f"--node-rank must be in 0..{spec.nodes - 1}, got {spec.node_rank}")
+    elif spec.node_rank is not None:
+        raise UserError("--node-rank only applies with --rdzv-endpoint (--launcher torchrun)")
+    if spec.launcher == "slurm" and not os.environ.get("SLURM_JOB_ID") and not spec.dry_run:
+        raise UserError("--launcher slurm needs a Slurm allocation (SLURM_JOB_ID is not set)")
+    return spec
+
+
+def split_endpoint(endpoint):
+    host, sep, port = endpoint.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UserError(f"--rdzv-endpoint {endpoint!r} is not HOST:PORT")
+    return host, int(port)
+
+
+def gpu_count():
+    """GPUs NVML sees on this node; 0 without a driver (NVML is the hardware boundary)."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        try:
+            return pynvml.nvmlDeviceGetCount()
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return 0
+
+
+def route_to(host):
+    """(interface name, local address) this machine uses to reach host."""
+    try:
+        addr = socket.gethostbyname(host)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((addr, 9))  # UDP connect sends nothing; it only picks the route
+            local = s.getsockname()[0]
+    except OSError as exc:
+        raise UserError(f"cannot find a route to rendezvous host {host}: {exc}") from None
+    for _, name in socket.if_nameindex():
+        if interface_address(name) == local:
+            return name, local
+    raise UserError(f"no interface holds {local}, the address that routes to {host}")
+
+
+def interface_address(name):
+    """IPv4 address of interface `name`, or None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
+        except OSError:
+            return None
+    return socket.inet_ntoa(packed[20:24])
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun_argv(spec, endpoint, run_id, is_host, local_addr, plan):
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(spec.nodes),
+            "--nproc-per-node", str(spec.nproc_per_node), "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", endpoint, "--rdzv-id", run_id,
+            "--rdzv-conf", f"is_host={int(is_host)},join_timeout={int(spec.rdzv_timeout)}",
+            "--local-addr", local_addr, "--max-restarts", "0",
+            "-m", "commbench.worker", "--plan", json.dumps(plan, separators=(",", ":"))]
+
+
+def node_env(spec, host, record_node):
+    """Environment for one node agent: the socket interface that reaches the rendezvous host."""
+    env = dict(spec.env)
+    ifname, local = route_to(host)
+    for var in IFNAME_VARS:
+        if var not in os.environ and var not in env:
+            env[var] = ifname
+    env[RECORD_NODE_ENV] = "1" if record_node else "0"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env, local
+
+
+def commands(spec, plan):
+    """[(argv, extra env)] for the agents this machine starts."""
+    run_id = plan["run_id"]
+    if spec.launcher == "local":
+        endpoint = f"127.0.0.1:{free_port()}"
+        return [(torchrun_argv(spec, endpoint, run_id, i == 0, local, plan), env)
+                for i in range(spec.nodes) for env, local in [node_env(spec, "127.0.0.1", i == 0)]]
+    if spec.launcher == "torchrun":
+        host, _ = split_endpoint(spec.rdzv_endpoint)
+        env, local = node_env(spec, host, spec.node_rank == 0)
+        return [(torchrun_argv(spec, spec.rdzv_endpoint, run_id, spec.node_rank == 0, local, plan), env)]
+    agent = {"spec": spec.__dict__, "plan": plan, "endpoint": slurm_endpoint()}
+    return [(["srun", "--nodes", str(spec.nodes), "--ntasks-per-node", "1", "--kill-on-bad-exit=1",
+              sys.executable, "-m", "commbench.launch", json.dumps(agent, separators=(",", ":"))], {})]
+
+
+def slurm_endpoint():
+    nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
+    first = nodelist
+    if nodelist:
+        try:
+            out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
+                                 text=True, timeout=30)
+            first = out.stdout.split()[0] if out.returncode == 0 and out.stdout.split() else nodelist
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    port = 29500 + int(os.environ.get("SLURM_JOB_ID", "0") or 0) % 1000
+    return f"{first or 'localhost'}:{port}"
+
+
+def node_agent(agent):
+    """On each Slurm node: pick is_host and the interface here, then become torchrun."""
+    spec = LaunchSpec(**agent["spec"])
+    host, _ = split_endpoint(agent["endpoint"])
+    first = os.environ.get("SLURM_NODEID", "0") == "0"
+    env, local = node_env(spec, host, first)
+    argv = torchrun_argv(spec, agent["endpoint"], agent["plan"]["run_id"], first, local, agent["plan"])
+    os.execve(argv[0], argv, {**os.environ, **env})
+
+
+def shell_line(argv, env):
+    shown = {k: v for k, v in env.items() if k != "PYTHONUNBUFFERED"}
+    return shlex.join([f"{k}={v}" for k, v in shown.items()] + argv)
+
+
+@dataclass
+class LaunchResult:
+    returncode: int
+    records: list
+    errors: list         # one-line reasons for a failure, most specific first
+
+
+def execute(spec, plan, expected_records, progress_label="measuring"):
+    """Start the agents, follow the records file, return when every agent ended."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    cmds = commands(spec, plan)
+    if spec.dry_run:
+        for argv, env in cmds:
+            click.echo(shell_line(argv, env))
+        return LaunchResult(0, [], [])
+    logdir = Path(tempfile.mkdtemp(prefix="commbench-logs-"))
+    procs, logs = [], []
+    out_path, run_id = plan["out"], plan["run_id"]
+    try:
+        for i, (argv, env) in enumerate(cmds):
+            log = open(logdir / f"agent{i}.log", "w+")
+            logs.append(log)
+            procs.append(subprocess.Popen(argv, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
+                                          stdout=None if spec.verbose else log, stderr=subprocess.STDOUT
+                                          if not spec.verbose else None, start_new_session=True))
+        stall_limit = spec.rdzv_timeout + spec.timeout + 60
+        seen, last_change = 0, time.monotonic()
+        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                      TimeElapsedColumn(), transient=True, disable=spec.verbose) as bar:
+            task = bar.add_task(progress_label, total=expected_records)
+            while any(p.poll() is None for p in procs):
+                time.sleep(0.2)
+                now = len(read_records(out_path, run_id=run_id))
+                if now != seen:
+                    seen, last_change = now, time.monotonic()
+                    stall_limit = spec.timeout + 60
+                    bar.update(task, completed=now)
+                if time.monotonic() - last_change > stall_limit:
+                    _stop(procs)
+                    return LaunchResult(1, read_records(out_path, run_id=run_id),
+                                        [f"no measurement finished in {stall_limit:.0f} s: a rank hangs; stopped"])
+        codes = [p.returncode for p in procs]
+        code = next((c for c in codes if c), 0)
+        return LaunchResult(code, read_records(out_path, run_id=run_id), _reasons(logs) if code else [])
+    except KeyboardInterrupt:
+        _stop(procs)
+        raise
+    finally:
+        _stop(procs)
+        for log in logs:
+            log.close()
+        for f in logdir.iterdir():
+            f.unlink()
+        logdir.rmdir()
+
+
+def _stop(procs):
+    """End every agent's process group (torchrun and its workers)."""
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + 10
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+
+
+def _reasons(logs):
+    """Why the launch failed, from the agents' logs: worker lines, rendezvous timeouts, else the tail."""
+    lines = []
+    for log in logs:
+        log.seek(0)
+        lines.extend(log.read().splitlines())
+    worker = [ln[ln.index("commbench-worker:") + len("commbench-worker:"):].strip()
+              for ln in lines if "commbench-worker:" in ln]
+    if worker:
+        return list(dict.fromkeys(worker))
+    if any("RendezvousTimeoutError" in ln for ln in lines):
+        return ["rendezvous timed out: not every node joined within --rdzv-timeout"]
+    tail = [ln for ln in lines if ln.strip()][-8:]
+    return tail or ["the launch failed without output"]
+
+
+if __name__ == "__main__":
+    node_agent(json.loads(sys.argv[1]))
