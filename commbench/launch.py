@@ -25,6 +25,7 @@ import click
 
 from benchcore.errors import UserError
 from benchcore.records import read_records
+from benchcore.report import console
 
 LAUNCHERS = ("auto", "local", "torchrun", "slurm")
 BACKENDS = ("auto", "nccl", "gloo")
@@ -228,10 +229,15 @@ class LaunchResult:
     returncode: int
     records: list
     errors: list         # one-line reasons for a failure, most specific first
+    hung: bool = False   # stopped by the watchdog
 
 
-def execute(spec, plan, expected_records, progress_label="measuring"):
-    """Start the agents, follow the records file, return when every agent ended."""
+def execute(spec, plan, expected_records, progress_label="measuring", max_seconds=None):
+    """Start the agents, follow the records file, return when every agent ended.
+
+    A launch that records nothing for --rdzv-timeout + --timeout + 60 s, or runs past
+    max_seconds, is stopped and reported as hanging.
+    """
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     cmds = commands(spec, plan)
@@ -251,8 +257,10 @@ def execute(spec, plan, expected_records, progress_label="measuring"):
                                           if not spec.verbose else None, start_new_session=True))
         stall_limit = spec.rdzv_timeout + spec.timeout + 60
         seen, last_change = 0, time.monotonic()
+        started = last_change
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TimeElapsedColumn(), transient=True, disable=spec.verbose) as bar:
+                      TimeElapsedColumn(), transient=True, disable=spec.verbose,
+                      console=console(stderr=True)) as bar:
             task = bar.add_task(progress_label, total=expected_records)
             while any(p.poll() is None for p in procs):
                 time.sleep(0.2)
@@ -261,13 +269,17 @@ def execute(spec, plan, expected_records, progress_label="measuring"):
                     seen, last_change = now, time.monotonic()
                     stall_limit = spec.timeout + 60
                     bar.update(task, completed=now)
+                hang = None
                 if time.monotonic() - last_change > stall_limit:
+                    hang = f"no measurement finished in {stall_limit:.0f} s: a rank hangs; stopped"
+                elif max_seconds and time.monotonic() - started > max_seconds:
+                    hang = f"still running after {max_seconds:.0f} s; stopped"
+                if hang:
                     _stop(procs)
-                    return LaunchResult(1, read_records(out_path, run_id=run_id),
-                                        [f"no measurement finished in {stall_limit:.0f} s: a rank hangs; stopped"])
+                    return LaunchResult(1, read_records(out_path, run_id=run_id), [hang], hung=True)
         codes = [p.returncode for p in procs]
         code = next((c for c in codes if c), 0)
-        return LaunchResult(code, read_records(out_path, run_id=run_id), _reasons(logs) if code else [])
+        return LaunchResult(code, read_records(out_path, run_id=run_id), _reasons(logs, spec) if code else [])
     except KeyboardInterrupt:
         _stop(procs)
         raise
@@ -300,7 +312,7 @@ def _stop(procs):
             p.wait()
 
 
-def _reasons(logs):
+def _reasons(logs, spec):
     """Why the launch failed, from the agents' logs: worker lines, rendezvous timeouts, else the tail."""
     lines = []
     for log in logs:
@@ -311,7 +323,9 @@ def _reasons(logs):
     if worker:
         return list(dict.fromkeys(worker))
     if any("RendezvousTimeoutError" in ln for ln in lines):
-        return ["rendezvous timed out: not every node joined within --rdzv-timeout"]
+        where = spec.rdzv_endpoint or "127.0.0.1"
+        return [f"rendezvous at {where} timed out after {spec.rdzv_timeout:.0f} s: "
+                f"not all {spec.nodes} nodes joined (is the peer node started?)"]
     tail = [ln for ln in lines if ln.strip()][-8:]
     return tail or ["the launch failed without output"]
 

@@ -1,0 +1,142 @@
+"""commbench run / ring end to end: real torchrun, real Gloo process groups."""
+import json
+import socket
+import time
+
+import pytest
+import torch
+
+from benchcore.records import read_records
+from commbench.collectives import COLLECTIVES
+from commbench.launch import route_to
+from tests.conftest import assert_one_line_error, run_tool
+
+RECORD_FIELDS = ["tool", "run_id", "collective", "strategy", "size_bytes", "count", "dtype", "op", "in_place",
+                 "blocking", "chunk_bytes", "time_us", "time_us_min", "time_us_max", "algbw_gbps", "busbw_gbps",
+                 "wrong", "world_size", "nodes", "backend", "launcher", "env", "topology", "link_peak_gbps",
+                 "link_utilization", "predicted_time_us", "hosts", "versions", "timestamp"]
+ALL = ",".join(COLLECTIVES)
+
+
+def expected_rows(sizes):
+    return {(name, size, place == "in") for name, c in COLLECTIVES.items() for size in sizes for place in c.placements}
+
+
+@pytest.mark.slow
+def test_every_collective_correct_on_two_ranks(tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = run_tool("commbench", "run", "-c", ALL, "--nproc-per-node", 2, "-b", 8, "-e", "64K", "-f", 32,
+                    "-n", 5, "-w", 1, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    recs = read_records(out)
+    assert {(r["collective"], r["size_bytes"], r["in_place"]) for r in recs} == expected_rows([8, 256, 8192])
+    for rec in recs:
+        assert all(f in rec for f in RECORD_FIELDS), set(RECORD_FIELDS) - set(rec)
+        assert rec["wrong"] == 0 and rec["world_size"] == 2 and rec["backend"] == "gloo"
+        assert rec["blocking"] is True  # Gloo default: one collective at a time
+        assert rec["time_us_min"] <= rec["time_us"] <= rec["time_us_max"]
+        assert rec["busbw_gbps"] == pytest.approx(rec["algbw_gbps"] * COLLECTIVES[rec["collective"]].bus_factor(2))
+        assert rec["algbw_gbps"] == pytest.approx(rec["size_bytes"] / rec["time_us"] / 1e3)
+    assert "Avg bus bandwidth" in proc.stdout and "all_to_all" in proc.stdout
+
+
+@pytest.mark.slow
+def test_three_ranks_catch_a_corrupted_result_and_stay_correct_elsewhere(tmp_path):
+    """3 ranks, int32 min, async launches: every collective exact except the one the fault hook corrupts."""
+    out = tmp_path / "r.jsonl"
+    proc = run_tool("commbench", "run", "-c", ALL, "--nproc-per-node", 3, "-b", 96, "-e", 6144, "-f", 64,
+                    "-n", 3, "-w", 1, "--dtype", "int32", "--op", "min", "--no-blocking", "--out", out,
+                    env={"COMMBENCH_TEST_CORRUPT": "reduce_scatter"})
+    assert proc.returncode == 1
+    assert "wrong elements" in proc.stderr and "Traceback" not in proc.stderr
+    recs = read_records(out)
+    assert {(r["collective"], r["size_bytes"], r["in_place"]) for r in recs} == expected_rows([96, 6144])
+    for rec in recs:
+        assert rec["world_size"] == 3 and rec["blocking"] is False and rec["dtype"] == "int32"
+        assert rec["wrong"] == (1 if rec["collective"] == "reduce_scatter" else 0), rec
+    assert "FAILED" in proc.stdout
+
+
+@pytest.mark.slow
+def test_ring_two_emulated_nodes(tmp_path):
+    out = tmp_path / "ring.jsonl"
+    proc = run_tool("commbench", "ring", "--nodes", 2, "-b", "1K", "-e", "4M", "-f", 64, "-n", 5, "-w", 2,
+                    "--out", out, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    printed = [json.loads(line) for line in proc.stdout.splitlines()]
+    recs = read_records(out)
+    assert printed == recs and [r["size_bytes"] for r in recs] == [1024, 65536, 4 << 20]
+    for rec in recs:
+        assert rec["collective"] == "all_reduce" and rec["strategy"] == "ring"
+        assert rec["busbw_gbps"] > 0 and rec["wrong"] == 0
+        assert rec["nodes"] == 2 and rec["world_size"] == 2 and rec["launcher"] == "local"
+        assert rec["env"]["GLOO_SOCKET_IFNAME"] == "lo"  # the interface that routes to the rendezvous
+
+
+def test_out_file_is_appended_never_overwritten(tmp_path):
+    out = tmp_path / "r.jsonl"
+    out.write_text('{"tool": "mine"}\n')
+    proc = run_tool("commbench", "run", "-b", 8, "-e", 8, "--nproc-per-node", 1, "-n", 1, "-w", 0, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    lines = out.read_text().splitlines()
+    assert lines[0] == '{"tool": "mine"}' and len(lines) == 2 and json.loads(lines[1])["world_size"] == 1
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_peer_that_never_arrives_ends_with_a_clear_error():
+    start = time.monotonic()
+    proc = run_tool("commbench", "run", "--nodes", 2, "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+                    "--node-rank", 0, "--rdzv-timeout", 5, "-e", "1K", timeout=120)
+    elapsed = time.monotonic() - start
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "rendezvous at 127.0.0.1" in proc.stderr and "not all 2 nodes joined" in proc.stderr
+    assert elapsed < 5 + 30, elapsed
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["run", "-b", "1M", "-e", "1K"], "larger than --max-bytes"),
+    (["run", "-b", "0"], "must be positive"),
+    (["run", "-e", "-4K"], "must be positive"),
+    (["run", "-b", "12Q"], "is not a size"),
+    (["run", "-c", "all_reduce,allgather"], "unknown collective 'allgather'"),
+    (["run", "--dtype", "float8"], "unknown dtype"),
+    (["run", "--op", "prod"], "unknown op"),
+    (["run", "-c", "all_gather", "--nproc-per-node", "3", "-b", "8", "-e", "8"], "multiple of 12 B"),
+    (["run", "-c", "reduce_scatter", "--nodes", "3", "-b", "16", "-e", "16"], "multiple of 12 B"),
+    (["run", "--node-rank", "1"], "--node-rank only applies"),
+    (["run", "--launcher", "torchrun"], "needs --rdzv-endpoint"),
+    (["run", "--rdzv-endpoint", "nohost", "--node-rank", "0"], "is not HOST:PORT"),
+    (["run", "--out", "/nonexistent-dir/r.jsonl"], "does not exist"),
+])
+def test_bad_input_is_one_line_before_any_launch(args, needle):
+    assert_one_line_error(run_tool("commbench", *args, timeout=60), needle)
+
+
+def test_dry_run_prints_the_torchrun_lines():
+    proc = run_tool("commbench", "ring", "--nodes", 2, "--dry-run", "-e", "1K")
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0 and len(lines) == 2
+    assert all("torch.distributed.run --nnodes 2" in ln and "--rdzv-backend c10d" in ln for ln in lines)
+    assert "is_host=1" in lines[0] and "is_host=0" in lines[1]
+
+
+def test_interface_is_the_one_that_routes_to_the_endpoint():
+    assert route_to("127.0.0.1") == ("lo", "127.0.0.1")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="NCCL path needs an NVIDIA GPU; CI has none")
+def test_nccl_world_size_one(tmp_path):
+    out = tmp_path / "g.jsonl"
+    proc = run_tool("commbench", "run", "-c", ALL, "-b", 8, "-e", "64M", "-f", 8, "--backend", "nccl",
+                    "--nproc-per-node", 1, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    recs = read_records(out)
+    assert recs and all(r["backend"] == "nccl" and r["wrong"] == 0 and r["blocking"] is False for r in recs)
+    assert all("nccl" in r["versions"] for r in recs)

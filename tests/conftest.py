@@ -1,0 +1,31 @@
+"""Shared test helpers: run the real console scripts in subprocesses."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def run_tool(tool, *args, timeout=300, env=None, cwd=None):
+    """Run `commbench`/`iobench` from this venv; returns CompletedProcess (text)."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([str(BIN / tool), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=full_env, cwd=cwd)
+
+
+def assert_one_line_error(proc, needle):
+    """Bad input: non-zero exit, one 'error:' line naming the problem, no traceback."""
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), proc.stderr
+    assert needle in lines[0], lines[0]
+
+
+@pytest.fixture
+def tool():
+    return run_tool
