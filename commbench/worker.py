@@ -16,6 +16,7 @@ import torch.distributed as dist
 from benchcore.records import RecordWriter, hostname
 from commbench.collectives import COLLECTIVES, DTYPES, OPS, ROOT, fill_values, pattern
 from commbench.context import Context, agg_time, measure, summed
+from commbench.strategies import inflight_groups, measure_strategy
 
 EXIT_WRONG = 3
 
@@ -81,8 +82,17 @@ def measure_collective(ctx, name, size, place):
 
 
 def run_plan(ctx, writer):
-    """Every (size, collective, placement) of the plan; returns the total wrong count."""
+    """Every (size, collective, placement) or (size, strategy) of the plan; returns the total wrong count."""
     plan, wrong = ctx.plan, 0
+    if plan.get("strategies"):
+        groups = inflight_groups(ctx, plan)
+        for size in plan["sizes"]:
+            for cfg in plan["strategies"]:  # interleaved per size: drift hits every strategy alike
+                for rec in measure_strategy(ctx, cfg, size, groups):
+                    wrong += rec["wrong"] or 0
+                    if writer:
+                        writer.write(rec)
+        return wrong
     for size in plan["sizes"]:
         for name in plan["collectives"]:
             for place in COLLECTIVES[name].placements:
