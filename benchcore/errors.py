@@ -1,4 +1,5 @@
 """User errors end as one clear line and a non-zero exit, never a traceback."""
+import signal
 import sys
 
 import click
@@ -12,7 +13,11 @@ EXIT_USAGE = 2
 
 
 def run_cli(group):
-    """Entry point wrapper: UserError -> 'error: ...' on stderr, exit 2; Ctrl-C -> exit 130."""
+    """Entry point wrapper: UserError -> 'error: ...' on stderr, exit 2; Ctrl-C -> exit 130.
+
+    SIGTERM becomes SystemExit(143), so clean-up in finally blocks runs as on Ctrl-C.
+    """
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         group.main(standalone_mode=False)
     except UserError as exc:

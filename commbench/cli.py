@@ -4,23 +4,12 @@ import os
 import click
 
 from benchcore.errors import UserError, run_cli
-from commbench import compare, launch
-from commbench.collectives import COLLECTIVES, check_size, parse_collectives
-from commbench.measure import base_plan, measure_options, run_measurement
+from commbench import compare, launch, sweep
+from commbench.collectives import COLLECTIVES, parse_collectives
+from commbench.measure import collective_plan, measure_options, run_measurement
 from commbench.output import print_collective_tables
 
 PLACES = {"both": ["out", "in"], "out": ["out"], "in": ["in"]}
-
-def collective_plan(kw, spec, collectives, places):
-    plan = base_plan(kw, spec)
-    for name in collectives:
-        for size in plan["sizes"]:
-            check_size(name, size, plan["dtype"], spec.world_size)
-    plan.update(collectives=collectives, places=places)
-    expected = len(plan["sizes"]) * sum(
-        len([p for p in COLLECTIVES[c].placements if p in places]) for c in collectives)
-    return plan, expected
-
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 def cli():
@@ -78,6 +67,8 @@ def ring(fmt, out, **kw):
 
 cli.add_command(compare.chunked)
 cli.add_command(compare.compare)
+cli.add_command(sweep.sweep)
+cli.add_command(sweep.env_catalogue)
 
 
 def main():

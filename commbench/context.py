@@ -65,6 +65,7 @@ class Context:
                     "launcher": plan["launcher"], "env": self.env, "topology": plan.get("topology"),
                     "link_peak_gbps": None, "link_utilization": None, "predicted_time_us": None,
                     "hosts": self.hosts, "versions": self.versions, "timestamp": timestamp()})
+        rec.update({k: plan[k] for k in ("sweep_config", "sweep_fingerprint") if k in plan})
         return rec
 
 

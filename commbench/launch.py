@@ -7,6 +7,7 @@ Modes (chosen by --launcher auto):
   local    N torchrun agents on this machine joined by a real c10d rendezvous on 127.0.0.1.
 The node with node rank 0 (agent 0 locally) writes the records.
 """
+import ctypes
 import fcntl
 import json
 import os
@@ -232,7 +233,7 @@ class LaunchResult:
     hung: bool = False   # stopped by the watchdog
 
 
-def execute(spec, plan, expected_records, progress_label="measuring", max_seconds=None):
+def execute(spec, plan, expected_records, progress_label="measuring", max_seconds=None, progress=True):
     """Start the agents, follow the records file, return when every agent ended.
 
     A launch that records nothing for --rdzv-timeout + --timeout + 60 s, or runs past
@@ -254,12 +255,12 @@ def execute(spec, plan, expected_records, progress_label="measuring", max_second
             logs.append(log)
             procs.append(subprocess.Popen(argv, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
                                           stdout=None if spec.verbose else log, stderr=subprocess.STDOUT
-                                          if not spec.verbose else None, start_new_session=True))
+                                          if not spec.verbose else None, preexec_fn=_agent_preexec))
         stall_limit = spec.rdzv_timeout + spec.timeout + 60
         seen, last_change = 0, time.monotonic()
         started = last_change
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TimeElapsedColumn(), transient=True, disable=spec.verbose,
+                      TimeElapsedColumn(), transient=True, disable=spec.verbose or not progress,
                       console=console(stderr=True)) as bar:
             task = bar.add_task(progress_label, total=expected_records)
             while any(p.poll() is None for p in procs):
@@ -290,6 +291,12 @@ def execute(spec, plan, expected_records, progress_label="measuring", max_second
         for f in logdir.iterdir():
             f.unlink()
         logdir.rmdir()
+
+
+def _agent_preexec():
+    """In each agent: its own process group (stopped as one), and SIGTERM if commbench dies."""
+    os.setsid()
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _stop(procs):

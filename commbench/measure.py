@@ -11,7 +11,7 @@ from benchcore.records import new_run_id
 from benchcore.report import FORMATS, emit
 from benchcore.units import parse_size, size_range
 from commbench import launch
-from commbench.collectives import DTYPES, OPS
+from commbench.collectives import COLLECTIVES, DTYPES, OPS, check_size
 
 BLOCKING_HELP = (
     "Wait for each collective before starting the next (nccl-tests -z). Default: on NCCL, "
@@ -107,3 +107,14 @@ def run_measurement(spec, plan, expected, fmt, table_fn, out, label="measuring")
     if len(result.records) < expected and spec.launcher != "torchrun":
         click.echo(f"error: only {len(result.records)} of {expected} measurements were recorded", err=True)
         sys.exit(1)
+
+
+def collective_plan(kw, spec, collectives, places):
+    plan = base_plan(kw, spec)
+    for name in collectives:
+        for size in plan["sizes"]:
+            check_size(name, size, plan["dtype"], spec.world_size)
+    plan.update(collectives=collectives, places=places)
+    expected = len(plan["sizes"]) * sum(
+        len([p for p in COLLECTIVES[c].placements if p in places]) for c in collectives)
+    return plan, expected

@@ -113,6 +113,8 @@ def main(argv=None):
     code = 0
     try:
         ctx = Context(plan)
+        if os.environ.get("COMMBENCH_TEST_EXIT_RANK") == str(ctx.rank):
+            os._exit(17)  # test-only fault hook: a rank that dies after start-up
         record_node = os.environ.get("COMMBENCH_RECORD_NODE", "1") == "1"
         writer = RecordWriter(plan["out"]) if record_node and ctx.local_rank == 0 else None
         try:
@@ -122,6 +124,7 @@ def main(argv=None):
                 writer.close()
     except Exception as exc:  # one line for the user; the launcher shows it
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        first = first.split(" This is typically caused")[0]  # Gloo's boilerplate
         print(f"commbench-worker: rank {rank} on {hostname()}: {type(exc).__name__}: {first}",
               file=sys.stderr, flush=True)
         code = 1
