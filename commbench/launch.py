@@ -11,6 +11,7 @@ import ctypes
 import fcntl
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -188,26 +189,28 @@ def commands(spec, plan):
         return [(torchrun_argv(spec, endpoint, run_id, i == 0, local, plan), env)
                 for i in range(spec.nodes) for env, local in [node_env(spec, "127.0.0.1", i == 0)]]
     if spec.launcher == "torchrun":
-        host, _ = split_endpoint(spec.rdzv_endpoint)
+        host, port = split_endpoint(spec.rdzv_endpoint)
         env, local = node_env(spec, host, spec.node_rank == 0)
-        return [(torchrun_argv(spec, spec.rdzv_endpoint, run_id, spec.node_rank == 0, local, plan), env)]
+        rdzv_id = f"commbench-{port}"  # every node derives the same id; each one's run_id is its own
+        return [(torchrun_argv(spec, spec.rdzv_endpoint, rdzv_id, spec.node_rank == 0, local, plan), env)]
     agent = {"spec": spec.__dict__, "plan": plan, "endpoint": slurm_endpoint()}
     return [(["srun", "--nodes", str(spec.nodes), "--ntasks-per-node", "1", "--kill-on-bad-exit=1",
               sys.executable, "-m", "commbench.launch", json.dumps(agent, separators=(",", ":"))], {})]
 
 
+def first_host(nodelist):
+    """First host of a Slurm node list: 'gpu[03-04,07],cpu1' -> 'gpu03' (scontrol's job, without it)."""
+    head = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
+    if not head:
+        return nodelist
+    prefix, ranges = head.groups()
+    return prefix + (re.split(r"[-,]", ranges)[0] if ranges else "")
+
+
 def slurm_endpoint():
-    nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
-    first = nodelist
-    if nodelist:
-        try:
-            out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
-                                 text=True, timeout=30)
-            first = out.stdout.split()[0] if out.returncode == 0 and out.stdout.split() else nodelist
-        except (OSError, subprocess.TimeoutExpired):
-            pass
+    """Node 0 of the allocation, port derived from the job id (the same on every node)."""
     port = 29500 + int(os.environ.get("SLURM_JOB_ID", "0") or 0) % 1000
-    return f"{first or 'localhost'}:{port}"
+    return f"{first_host(os.environ.get('SLURM_JOB_NODELIST', 'localhost'))}:{port}"
 
 
 def node_agent(agent):

@@ -1,6 +1,9 @@
 """commbench run / ring end to end: real torchrun, real Gloo process groups."""
 import json
+import os
 import socket
+import subprocess
+import sys
 import time
 
 import pytest
@@ -8,7 +11,7 @@ import torch
 
 from benchcore.records import read_records
 from commbench.collectives import COLLECTIVES
-from commbench.launch import route_to
+from commbench.launch import LaunchSpec, route_to
 from tests.conftest import assert_one_line_error, run_tool
 
 RECORD_FIELDS = ["tool", "run_id", "collective", "strategy", "size_bytes", "count", "dtype", "op", "in_place",
@@ -140,3 +143,29 @@ def test_nccl_world_size_one(tmp_path):
     recs = read_records(out)
     assert recs and all(r["backend"] == "nccl" and r["wrong"] == 0 and r["blocking"] is False for r in recs)
     assert all("nccl" in r["versions"] for r in recs)
+
+
+def test_slurm_mode_prints_one_srun_line_with_node_zero_as_endpoint():
+    proc = run_tool("commbench", "ring", "--nodes", 2, "--dry-run", "-e", "1K",
+                    env={"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "gpu[07-08]"})
+    assert proc.returncode == 0, proc.stderr
+    (line,) = proc.stdout.splitlines()
+    assert line.startswith("srun --nodes 2 --ntasks-per-node 1") and '"endpoint":"gpu07:29742"' in line
+
+
+@pytest.mark.slow
+def test_slurm_node_agent_becomes_torchrun_and_measures(tmp_path):
+    """What srun runs on each node, run here as node 0 of a 1-node allocation (no Slurm on this machine)."""
+    out = tmp_path / "r.jsonl"
+    spec = LaunchSpec(nodes=1, nproc_per_node=2, launcher="slurm", rdzv_endpoint=None, node_rank=None,
+                      backend="gloo", timeout=60, rdzv_timeout=30, dry_run=False, verbose=False)
+    plan = {"run_id": "agent-test", "sizes": [4096], "dtype": "float32", "op": "sum", "iters": 2, "warmup": 1,
+            "check": True, "agg": "avg", "blocking": None, "backend": "gloo", "timeout": 60, "launcher": "slurm",
+            "topology": None, "collectives": ["all_reduce"], "places": ["in"], "out": str(out)}
+    agent = json.dumps({"spec": spec.__dict__, "plan": plan, "endpoint": f"127.0.0.1:{free_port()}"})
+    proc = subprocess.run([sys.executable, "-m", "commbench.launch", agent], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "SLURM_NODEID": "0"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (rec,) = read_records(out)
+    assert rec["launcher"] == "slurm" and rec["world_size"] == 2 and rec["wrong"] == 0
+    assert rec["env"]["GLOO_SOCKET_IFNAME"] == "lo"
