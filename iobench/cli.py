@@ -1,0 +1,205 @@
+"""The iobench command line."""
+import os
+from pathlib import Path
+
+import click
+
+from benchcore.errors import UserError, run_cli
+from benchcore.records import RecordWriter, new_run_id
+from benchcore.report import FORMATS, emit
+from benchcore.units import parse_size
+from iobench import bench, torchckpt
+from iobench.jobfile import read_job_file, space_estimate
+from iobench.mounts import all_mounts
+from iobench.output import bar_plot, mount_row, print_mounts, print_results
+from iobench.profiles import PROFILES, build_job, parse_profiles, space_needed
+
+DEFAULT_TIMEOUT = 1800
+
+
+def positive(what):
+    def check(ctx, param, value):
+        if value is not None and value < 1:
+            raise UserError(f"{what} must be at least 1, got {value}")
+        return value
+    return check
+
+
+def size_option(ctx, param, value):
+    return None if value is None else parse_size(value, f"--{param.name}")
+
+
+def open_writer(out):
+    """RecordWriter appending to --out (never truncated), or None."""
+    if out is None:
+        return None
+    if Path(out).is_dir():
+        raise UserError(f"--out {out} is a directory")
+    try:
+        return RecordWriter(out)
+    except OSError as exc:
+        raise UserError(f"--out {out}: {exc.strerror}") from None
+
+
+def output_options(fn):
+    for option in reversed([
+        click.option("--out", type=click.Path(dir_okay=False), default=None,
+                     help="Append records to this JSONL file (never overwritten)."),
+        click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
+                     help="What goes to stdout."),
+        click.option("--timeout", type=int, default=DEFAULT_TIMEOUT, show_default=True,
+                     callback=positive("--timeout"), help="Seconds one fio run may take before it is stopped."),
+        click.option("--keep", is_flag=True, help="Leave the iobench-<run-id> directory (and its fio job files)."),
+    ]):
+        fn = option(fn)
+    return fn
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+def cli():
+    """Checkpoint-storage benchmarks: fio workloads and real PyTorch checkpoints on real mounts.
+
+    iobench writes only inside a fresh iobench-<run-id> directory under each PATH and removes it
+    afterwards (also on Ctrl-C, SIGTERM and failures).
+
+    \b
+    Example:
+      iobench mounts
+      iobench ckpt /mnt/nvme /mnt/cephfs --quick
+      iobench ckpt /mnt/nvme --profile shard-write,restore-read --size 64G --ranks 8 --out results.jsonl
+      iobench torch-ckpt /mnt/nvme --size 2G --ranks 2
+    """
+
+
+PROFILE_HELP = "Comma list, default all: " + "; ".join(f"{p.name}: {p.about}" for p in PROFILES.values())
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--profile", "profiles", default=None, help=PROFILE_HELP)
+@click.option("--quick", is_flag=True, help="Short smoke run: small sizes, 5 s for time-based profiles.")
+@click.option("--runtime", type=int, default=None, callback=positive("--runtime"),
+              help="Seconds for time-based profiles (default 120); a cap for size-based ones.")
+@click.option("--size", default=None, callback=size_option,
+              help="Working set per node, all jobs together (shard-write: the whole checkpoint). Defaults: "
+                   + ", ".join(f"{p.name} {p.size} (--quick {p.quick_size})" for p in PROFILES.values()) + ".")
+@click.option("--bs", default=None, callback=size_option, help="Block size override (e.g. 4K, 1M, 8M).")
+@click.option("--iodepth", type=int, default=None, callback=positive("--iodepth"), help="Queue depth override.")
+@click.option("--jobs", type=int, default=None, callback=positive("--jobs"), help="numjobs override (all profiles).")
+@click.option("--ranks", type=int, default=8, show_default=True, callback=positive("--ranks"),
+              help="Ranks per node: numjobs and shard files of shard-write/restore-read.")
+@click.option("--plot", type=click.Path(dir_okay=False), default=None, help="PNG of MB/s and P99 per mount.")
+@click.option("--dry-run", is_flag=True, help="Print the fio job file(s) and exit; nothing is written.")
+@output_options
+def ckpt(paths, profiles, quick, runtime, size, bs, iodepth, jobs, ranks, plot, dry_run, out, fmt, timeout, keep):
+    """Checkpoint-shaped fio profiles on each PATH; mounts side by side.
+
+    \b
+    Example:
+      iobench ckpt /mnt/nvme /mnt/cephfs --quick
+      iobench ckpt /mnt/nvme --profile small-random-write --runtime 60 --iodepth 32 --format csv
+      iobench ckpt /mnt/nvme --dry-run > ckpt.fio
+    """
+    selected = parse_profiles(profiles)
+    job_list = [build_job(p, quick=quick, size=size, runtime=runtime, bs=bs, iodepth=iodepth, jobs=jobs,
+                          ranks=ranks) for p in selected]
+    run_id = new_run_id()
+    writer = None if dry_run else open_writer(out)
+    targets = bench.check_targets(paths, space_needed(job_list), run_id, writer)
+    if dry_run:
+        bench.dry_run(targets, job_list, run_id, "ckpt")
+        return
+    records = bench.run_jobs(targets, job_list, run_id, timeout, keep, writer)
+    emit(records, fmt, lambda recs: print_results(recs, title=f"iobench ckpt  (run {run_id})"))
+    if plot:
+        bar_plot(plot, records, title=f"iobench ckpt {run_id}")
+
+
+@cli.command()
+@click.option("--all", "show_all", is_flag=True, help="Also list pseudo file systems (proc, sysfs, cgroup, ...).")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
+              help="What goes to stdout.")
+def mounts(show_all, fmt):
+    """This machine's mounts with fs type, storage class and backing device.
+
+    \b
+    Example:
+      iobench mounts
+      iobench mounts --format json
+    """
+    rows = [mount_row(m) for m in all_mounts(include_pseudo=show_all)]
+    emit(rows, fmt, print_mounts)
+
+
+@cli.command("run")
+@click.argument("jobfile", type=click.Path())
+@click.option("--directory", "path", required=True, type=click.Path(),
+              help="Mount (directory) to run in; fio works inside a fresh iobench-<run-id> below it.")
+@click.option("--dry-run", is_flag=True, help="Check the job file and PATH, print the fio command, run nothing.")
+@output_options
+def run_cmd(jobfile, path, dry_run, out, fmt, timeout, keep):
+    """Any fio job file, through iobench's checks, parser and records.
+
+    Job files that set directory=, name files with a path, include other files or run commands
+    are refused: fio must only write inside iobench's private directory.
+
+    \b
+    Example:
+      iobench run mixed.fio --directory /mnt/nvme --out results.jsonl
+    """
+    jobpath = os.path.abspath(jobfile)
+    _, sections = read_job_file(jobpath)
+    run_id = new_run_id()
+    writer = None if dry_run else open_writer(out)
+    target, = bench.check_targets([path], space_estimate(sections), run_id, writer)
+    if dry_run:
+        directory = os.path.join(target.path, f"iobench-{run_id}")
+        click.echo(" ".join(["fio", "--output-format=json", *bench.file_args(directory, jobpath)]))
+        return
+    records = bench.run_file(target, jobpath, run_id, timeout, keep, writer)
+    emit(records, fmt, lambda recs: print_results(recs, title=f"iobench run {Path(jobfile).name}  (run {run_id})"))
+
+
+@cli.command("torch-ckpt")
+@click.argument("path", type=click.Path())
+@click.option("--size", default="2G", show_default=True, callback=size_option,
+              help="Checkpoint size per node, split evenly over the ranks.")
+@click.option("--ranks", type=int, default=2, show_default=True, callback=positive("--ranks"),
+              help="Ranks torchrun starts on this node (each writes its shard).")
+@click.option("--format", "ckpt_formats", default="torch-save,dcp", show_default=True,
+              help="torch-save (torch.save, one file per rank), dcp (torch.distributed.checkpoint), or both.")
+@click.option("--fio/--no-fio", "fio_ceiling", default=True, show_default=True,
+              help="Measure fio shard-write/restore-read on the same mount first, for the ratio.")
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="Append records to this JSONL file (never overwritten).")
+@click.option("--output-format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
+              help="What goes to stdout.")
+@click.option("--timeout", type=int, default=DEFAULT_TIMEOUT, show_default=True, callback=positive("--timeout"),
+              help="Seconds each fio run and the torchrun launch may take.")
+@click.option("--keep", is_flag=True, help="Leave the iobench-<run-id> directories.")
+def torch_ckpt(path, size, ranks, ckpt_formats, fio_ceiling, out, fmt, timeout, keep):
+    """Write a real PyTorch checkpoint, fsync, read it back, verify every tensor; compare with fio.
+
+    \b
+    Example:
+      iobench torch-ckpt /mnt/nvme --size 2G --ranks 2
+      iobench torch-ckpt /mnt/cephfs --size 8G --ranks 8 --format dcp --out results.jsonl
+    """
+    formats = torchckpt.parse_formats(ckpt_formats)
+    if size < ranks << 20:
+        raise UserError(f"--size must give every rank at least 1 MiB ({ranks} ranks)")
+    run_id = new_run_id()
+    writer = open_writer(out)
+    records = torchckpt.run(path, size, ranks, formats, fio_ceiling, timeout, keep, writer, run_id)
+    emit(records, fmt, torchckpt.print_torch)
+    wrong = sum(r.get("wrong") or 0 for r in records)
+    if wrong:
+        raise click.ClickException(f"verification failed: {wrong} tensor(s) read back differ from what was written")
+
+
+def main():
+    run_cli(cli)
+
+
+if __name__ == "__main__":
+    main()

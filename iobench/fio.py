@@ -1,0 +1,122 @@
+"""Run the real fio binary and turn its JSON into measurements.
+
+Units in fio 3.x JSON: `bw` KiB/s, `bw_bytes` B/s, `lat_ns`/`clat_ns` mean and percentiles in ns,
+`runtime` ms. Measurements use us and MB/s (1e6 B/s). fio may print notes or errors before its
+JSON on stdout, so parsing starts at the JSON object; stderr is kept apart for error messages.
+"""
+import json
+import re
+import shutil
+import subprocess
+
+from benchcore.errors import UserError
+from benchcore.units import parse_size
+from iobench.safety import one_line, run_child
+
+INSTALL_HINT = "fio not found on PATH: install it (Debian/Ubuntu: apt-get install fio; RHEL: dnf install fio)"
+PERCENTILES = {"lat_p50_us": "50.000000", "lat_p99_us": "99.000000", "lat_p999_us": "99.900000"}
+FSYNC_PERCENTILES = {"fsync_lat_p99_us": "99.000000", "fsync_lat_p999_us": "99.900000"}
+
+
+def fio_binary():
+    path = shutil.which("fio")
+    if path is None:
+        raise UserError(INSTALL_HINT)
+    return path
+
+
+def fio_version():
+    out = subprocess.run([fio_binary(), "--version"], capture_output=True, text=True, timeout=30)
+    return out.stdout.strip() or "unknown"
+
+
+def run_fio(args, timeout, cwd=None, what="fio"):
+    """Run fio with args (after --output-format=json); return its parsed JSON or raise UserError."""
+    cmd = [fio_binary(), "--output-format=json", *map(str, args)]
+    rc, stdout, stderr = run_child(cmd, timeout, cwd=cwd, what=f"{what}: fio")
+    if rc < 0:
+        raise UserError(f"{what}: fio was killed by signal {-rc}; fio stderr: {one_line(stderr)}")
+    if rc != 0:
+        detail = one_line(stderr) if stderr.strip() else one_line(stdout)
+        raise UserError(f"{what}: fio failed (exit {rc}): {detail}")
+    return parse_output(stdout, stderr, what)
+
+
+def parse_output(stdout, stderr="", what="fio"):
+    """fio's JSON from stdout that may start with note/warning lines; UserError if none or truncated."""
+    starts = [m.start() for m in re.finditer(r"^\{", stdout, re.MULTILINE)] or \
+        ([stdout.index("{")] if "{" in stdout else [])
+    if not starts:
+        raise UserError(f"{what}: fio printed no JSON; stdout: {one_line(stdout)}; stderr: {one_line(stderr)}")
+    error = None
+    for start in starts:
+        try:
+            data, _ = json.JSONDecoder().raw_decode(stdout[start:])
+        except json.JSONDecodeError as exc:
+            error = error or exc
+            continue
+        if isinstance(data, dict) and "jobs" in data:
+            return data
+    raise UserError(f"{what}: fio's JSON output is truncated or malformed ({error or 'no jobs'}); "
+                    f"stderr: {one_line(stderr)}")
+
+
+def _size(text):
+    """A fio size option as bytes, or None when it is not a single size (ranges, percentages)."""
+    try:
+        return parse_size(text)
+    except UserError:
+        return None
+
+
+def _working_set(opts, numjobs):
+    """Bytes the job's files hold: size, or filesize x nrfiles, times numjobs; None if not plain sizes."""
+    per_job = _size(opts["size"]) if "size" in opts else None
+    if per_job is None and "filesize" in opts:
+        filesize = _size(opts["filesize"])
+        per_job = filesize * int(opts.get("nrfiles", 1)) if filesize else None
+    return per_job * numjobs if per_job else None
+
+
+def _us(ns):
+    return None if ns is None else ns / 1000.0
+
+
+def _latency(section):
+    """(kind, stats): total latency when fio reports its percentiles, else completion latency."""
+    lat = section.get("lat_ns") or {}
+    if lat.get("percentile"):
+        return "lat", lat
+    return "clat", section.get("clat_ns") or {}
+
+
+def measurements(data):
+    """One dict per job and direction that moved data: the measured fields of a record."""
+    out = []
+    for job in data.get("jobs", []):
+        if job.get("error"):
+            raise UserError(f"fio job {job.get('jobname')!r} ended with error {job['error']}")
+        opts = {**data.get("global options", {}), **job.get("job options", {})}
+        sync = job.get("sync") or {}
+        for direction in ("read", "write", "trim"):
+            section = job.get(direction) or {}
+            if not section.get("total_ios"):
+                continue
+            kind, lat = _latency(section)
+            pct = lat.get("percentile") or {}
+            numjobs = int(opts.get("numjobs", 1))
+            rec = {"job": job.get("jobname"), "rw": opts.get("rw", "read"), "direction": direction,
+                   "bs_bytes": _size(opts.get("bs", "4k")), "iodepth": int(opts.get("iodepth", 1)),
+                   "numjobs": numjobs, "direct": int(opts.get("direct", 0)),
+                   "size_bytes": _working_set(opts, numjobs),
+                   "ioengine": opts.get("ioengine"), "io_bytes": section["io_bytes"],
+                   "runtime_s": section["runtime"] / 1000.0, "iops": section["iops"],
+                   "bw_mbps": section["bw_bytes"] / 1e6, "lat_kind": kind, "lat_mean_us": _us(lat.get("mean"))}
+            rec.update({key: _us(pct.get(p)) for key, p in PERCENTILES.items()})
+            if sync.get("total_ios"):
+                sync_lat = sync.get("lat_ns") or {}
+                rec["fsync_lat_mean_us"] = _us(sync_lat.get("mean"))
+                rec.update({key: _us((sync_lat.get("percentile") or {}).get(p))
+                            for key, p in FSYNC_PERCENTILES.items()})
+            out.append(rec)
+    return out

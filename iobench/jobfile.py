@@ -1,0 +1,65 @@
+"""A user's fio job file for `iobench run`: refused when it could write outside iobench's directory."""
+from pathlib import Path
+
+from benchcore.errors import UserError
+from benchcore.units import parse_size
+
+# Options that place files or run commands outside the private directory iobench hands fio.
+REFUSED = {"directory", "opendir", "exec_prerun", "exec_postrun", "replay_redirect", "cgroup"}
+# Options whose value names a file fio writes: only plain names (relative to that directory).
+FILE_OPTIONS = {"filename", "filename_format", "write_iolog", "write_bw_log", "write_lat_log",
+                "write_iops_log", "write_hist_log"}
+
+
+def read_job_file(path):
+    """(text, sections): sections as [(name, {option: value})], [global] merged into later jobs."""
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"job file {path} does not exist or is not a file")
+    text = p.read_text(errors="replace")
+    sections, defaults, current = [], {}, None
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line[0] in ";#":
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            name = line[1:-1].strip()
+            current = defaults if name == "global" else {**defaults}
+            if name != "global":
+                sections.append((name, current))
+            continue
+        key, _, value = (part.strip() for part in line.partition("="))
+        _check_option(path, number, key, value, line)
+        if current is None:
+            raise UserError(f"{path}:{number}: option {key!r} outside any [section]")
+        current[key] = value
+    if not sections:
+        raise UserError(f"job file {path} defines no job ([name] section)")
+    return text, sections
+
+
+def _check_option(path, number, key, value, line):
+    where = f"{path}:{number}"
+    if line.startswith("include ") or key in REFUSED:
+        raise UserError(f"{where}: {key.split()[0]!r} is not allowed in `iobench run`: it would reach "
+                        f"outside the directory iobench creates (run plain fio for that)")
+    if "${" in line:
+        raise UserError(f"{where}: environment variables (${{...}}) are not allowed; write the value out")
+    if key in FILE_OPTIONS and any("/" in part or part == ".." for part in value.split(":")):
+        raise UserError(f"{where}: {key}={value} names a path; only plain file names are allowed "
+                        f"(files go into iobench's private directory)")
+
+
+def space_estimate(sections):
+    """Bytes the jobs' files will hold, from plain size/filesize options (0 where not stated)."""
+    total = 0
+    for _, opts in sections:
+        numjobs = int(opts.get("numjobs", 1))
+        try:
+            if "size" in opts:
+                total += parse_size(opts["size"]) * numjobs
+            elif "filesize" in opts:
+                total += parse_size(opts["filesize"]) * int(opts.get("nrfiles", 1)) * numjobs
+        except UserError:
+            continue
+    return total

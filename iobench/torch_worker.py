@@ -1,0 +1,160 @@
+"""One rank of `iobench torch-ckpt`, started by torchrun: write a real checkpoint, read it back, verify.
+
+Each rank holds its shard of a model-like state dict (random float32/bfloat16 tensors, so no file
+system can compress or deduplicate them). `torch-save` writes one file per rank with torch.save;
+`dcp` writes the same shards as DTensors (Shard(0) over all ranks) with torch.distributed.checkpoint.
+Files are fsynced before the write clock stops, dropped from the page cache (posix_fadvise
+DONTNEED) before reading, and every tensor read back is compared exactly with a regenerated copy.
+Rank 0 writes the results as JSON to --result.
+"""
+import argparse
+import datetime
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Shard
+
+DTYPES = (torch.float32, torch.bfloat16)
+MAX_TENSOR_BYTES = 64 << 20
+COLS = 1024
+
+
+def tensor_plan(per_rank_bytes):
+    """[(name, dtype, rows)] for one rank: equal tensors of at most 64 MiB, at least four when room."""
+    tensor_bytes = max(1 << 20, min(MAX_TENSOR_BYTES, per_rank_bytes // 4) >> 20 << 20)
+    count = max(1, per_rank_bytes // tensor_bytes)
+    plan = []
+    for i in range(count):
+        dtype = DTYPES[i % len(DTYPES)]
+        plan.append((f"layers.{i}.weight", dtype, tensor_bytes // (COLS * dtype.itemsize)))
+    return plan
+
+
+def make_tensor(rank, index, dtype, rows):
+    """Deterministic random shard: the same (rank, index) always gives the same bits."""
+    gen = torch.Generator().manual_seed(rank * 100003 + index)
+    return torch.randn((rows, COLS), generator=gen, dtype=torch.float32).to(dtype)
+
+
+def local_state(rank, plan):
+    return {name: make_tensor(rank, i, dtype, rows) for i, (name, dtype, rows) in enumerate(plan)}
+
+
+def drop_cache(directory):
+    """Evict the checkpoint's (clean, fsynced) pages so the read comes from storage."""
+    for path in Path(directory).rglob("*"):
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def fsync_dir(directory):
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_torch(state, directory, rank, mesh):
+    path = Path(directory) / f"rank{rank:05d}.pt"
+    with open(path, "xb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def load_torch(plan, directory, rank, mesh):
+    return torch.load(Path(directory) / f"rank{rank:05d}.pt", map_location="cpu", weights_only=True)
+
+
+def save_dcp(state, directory, rank, mesh):
+    sharded = {k: DTensor.from_local(v, mesh, [Shard(0)], run_check=False) for k, v in state.items()}
+    dcp.save(sharded, storage_writer=dcp.FileSystemWriter(directory, sync_files=True, overwrite=False))
+
+
+def load_dcp(plan, directory, rank, mesh):
+    target = {name: DTensor.from_local(torch.zeros((rows, COLS), dtype=dtype), mesh, [Shard(0)], run_check=False)
+              for name, dtype, rows in plan}
+    dcp.load(target, storage_reader=dcp.FileSystemReader(directory))
+    return {k: v.to_local() for k, v in target.items()}
+
+
+FORMATS = {"torch-save": (save_torch, load_torch), "dcp": (save_dcp, load_dcp)}
+
+
+def timed(fn, *args):
+    """Seconds from a barrier until every rank has finished fn (barrier again)."""
+    dist.barrier()
+    start = time.perf_counter()
+    result = fn(*args)
+    dist.barrier()
+    return time.perf_counter() - start, result
+
+
+def wrong_tensors(loaded, rank, plan):
+    """Tensors that are missing or differ in any bit from a regenerated copy."""
+    wrong = 0
+    for i, (name, dtype, rows) in enumerate(plan):
+        got = loaded.get(name)
+        if got is None or got.dtype != dtype or not torch.equal(got, make_tensor(rank, i, dtype, rows)):
+            wrong += 1
+    return wrong
+
+
+def total(value):
+    t = torch.tensor([value], dtype=torch.int64)
+    dist.all_reduce(t)
+    return int(t.item())
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--dir", required=True)
+    parser.add_argument("--formats", required=True)
+    parser.add_argument("--per-rank-bytes", type=int, required=True)
+    parser.add_argument("--result", required=True)
+    parser.add_argument("--timeout", type=int, default=600)
+    args = parser.parse_args()
+
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    mesh = init_device_mesh("cpu", (world,))
+    plan = tensor_plan(args.per_rank_bytes)
+    state = local_state(rank, plan)
+    payload = total(sum(t.numel() * t.element_size() for t in state.values()))
+    results = []
+    for fmt in args.formats.split(","):
+        save, load = FORMATS[fmt]
+        directory = Path(args.dir) / fmt
+        if rank == 0:
+            directory.mkdir()
+        dist.barrier()
+        write_s, _ = timed(save, state, directory, rank, mesh)
+        if rank == 0:
+            fsync_dir(directory)
+        drop_cache(directory)
+        read_s, loaded = timed(load, plan, directory, rank, mesh)
+        wrong = total(wrong_tensors(loaded, rank, plan))
+        del loaded
+        file_bytes = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
+        results.append({"ckpt_format": fmt, "payload_bytes": payload, "file_bytes": file_bytes,
+                        "tensors": len(plan) * world, "wrong": wrong, "write_s": write_s, "read_s": read_s})
+    if rank == 0:
+        Path(args.result).write_text(json.dumps({"results": results, "torch_version": torch.__version__,
+                                                 "world_size": world}))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

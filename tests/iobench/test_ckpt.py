@@ -1,0 +1,98 @@
+"""`iobench ckpt` end to end: real fio, every profile, on a real local directory and on XFS on a loop device."""
+import errno
+import json
+import os
+
+import pytest
+
+from benchcore.records import read_records
+from iobench.bench import DESIGN_FIELDS
+from iobench.profiles import PROFILES
+from tests.iobench.conftest import leftovers, plant_sentinels, snapshot
+
+SMALL = ["--quick", "--runtime", "2", "--size", "16M", "--ranks", "2"]
+
+
+@pytest.fixture(scope="module")
+def side_by_side(tmp_path_factory, loop_xfs):
+    """One run over both mounts (with user files planted in both), shared by the tests below."""
+    from tests.conftest import run_tool
+    local_root = tmp_path_factory.mktemp("local")
+    xfs_root = loop_xfs[0] / "user"
+    xfs_root.mkdir()
+    paths = [plant_sentinels(local_root), plant_sentinels(xfs_root)]
+    before = [snapshot(local_root), snapshot(xfs_root)]
+    results = tmp_path_factory.mktemp("results")
+    out, plot = results / "results.jsonl", results / "ckpt.png"
+    proc = run_tool("iobench", "ckpt", *paths, *SMALL, "--out", out, "--plot", plot, timeout=300)
+    after = [snapshot(local_root), snapshot(xfs_root)]
+    return {"proc": proc, "paths": paths, "before": before, "after": after, "out": out, "plot": plot,
+            "records": read_records(out, tool="iobench")}
+
+
+pytestmark = [pytest.mark.slow, pytest.mark.root]
+
+
+def test_every_profile_on_both_mounts(side_by_side):
+    proc = side_by_side["proc"]
+    assert proc.returncode == 0, proc.stderr
+    local, xfs = map(str, side_by_side["paths"])
+    recs = side_by_side["records"]
+    assert [(r["mount"], r["profile"]) for r in recs] == [(m, p) for m in (local, xfs) for p in PROFILES]
+    for rec in recs:
+        assert list(rec)[:len(DESIGN_FIELDS)] == list(DESIGN_FIELDS)
+        assert rec["tool"] == "iobench" and rec["fio_version"].startswith("fio-3")
+        assert rec["iops"] > 0 and rec["bw_mbps"] > 0 and rec["runtime_s"] > 0
+        assert 0 < rec["lat_p50_us"] <= rec["lat_p99_us"] <= rec["lat_p999_us"]
+        assert rec["direct"] == rec["direct_requested"] == PROFILES[rec["profile"]].options["direct"]
+        assert rec["size_bytes"] == 16 << 20
+    by = {(r["mount"], r["profile"]): r for r in recs}
+    assert by[xfs, "small-random-write"]["rw"] == "randwrite" and by[xfs, "small-random-write"]["bs_bytes"] == 4096
+    assert by[xfs, "shard-write"]["numjobs"] == 2 and by[xfs, "restore-read"]["rw"] == "read"
+    assert by[xfs, "metadata"]["fsync_lat_p99_us"] > 0
+    x = by[xfs, "shard-write"]
+    assert (x["fs_type"], x["storage_class"]) == ("xfs", "local-disk") and "loop device" in x["device"]
+    assert by[local, "shard-write"]["storage_class"] in ("local-disk", "nvme")
+
+
+def test_table_puts_mounts_side_by_side(side_by_side):
+    lines = side_by_side["proc"].stdout.splitlines()
+    header = next(ln for ln in lines if "storage class" in ln)
+    for column in ("mount", "fs type", "profile", "avg lat us", "P99 us", "P99.9 us", "MB/s", "IOPS"):
+        assert column in header
+    rows = [ln for ln in lines if any(p in ln for p in PROFILES)]
+    assert [next(p for p in PROFILES if p in ln) for ln in rows] == [p for p in PROFILES for _ in range(2)]
+
+
+def test_user_files_untouched_and_nothing_left(side_by_side):
+    assert side_by_side["after"] == side_by_side["before"]
+    for path in side_by_side["paths"]:
+        assert leftovers(path) == []
+    assert side_by_side["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_odirect_fallback_on_a_mount_that_refuses_it(tool, nodirect_fuse, tmp_path):
+    """A real FUSE mount rejects open(O_DIRECT) with EINVAL: iobench says so and records direct=0."""
+    with pytest.raises(OSError) as refused:
+        os.open(nodirect_fuse / "probe", os.O_CREAT | os.O_WRONLY | os.O_DIRECT, 0o600)
+    assert refused.value.errno == errno.EINVAL
+    out = tmp_path / "r.jsonl"
+    proc = tool("iobench", "ckpt", nodirect_fuse, "--profile", "small-random-write,restore-read", *SMALL,
+                "--size", "8M", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    warning = [ln for ln in proc.stderr.splitlines() if ln.startswith("warning:")]
+    assert len(warning) == 1 and "refuses O_DIRECT" in warning[0] and "EINVAL" in warning[0]
+    assert "direct=0" in warning[0]
+    recs = read_records(out)
+    assert [(r["profile"], r["direct"], r["direct_requested"]) for r in recs] == [
+        ("small-random-write", 0, 1), ("restore-read", 0, 1)]
+    assert all(r["fs_type"] == "fuse" and r["iops"] > 0 for r in recs)
+    assert leftovers(nodirect_fuse) == [] and os.listdir(nodirect_fuse) == []
+
+
+def test_json_and_csv_output(tool, tmp_path):
+    args = ["ckpt", tmp_path, "--profile", "metadata", "--quick", "--size", "1M"]
+    recs = [json.loads(ln) for ln in tool("iobench", *args, "--format", "json").stdout.splitlines()]
+    assert [r["profile"] for r in recs] == ["metadata"]
+    csv = tool("iobench", *args, "--format", "csv").stdout.splitlines()
+    assert csv[0].startswith("tool,run_id,mount,fs_type,storage_class,profile,rw,bs_bytes") and len(csv) == 2

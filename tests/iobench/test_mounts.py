@@ -1,0 +1,82 @@
+"""Mount detection and storage classes: mountinfo parsing, then real tmpfs, XFS-on-loop and the root fs."""
+import json
+import os
+
+import pytest
+
+from iobench import mounts
+from iobench.mounts import classify, mount_of, parse_mountinfo
+
+# mountinfo lines as the kernel writes them for mounts this machine does not have
+# (CephFS kernel client and ceph-fuse, NFS, Lustre, overlay); parsing them needs no hardware.
+REMOTE = """\
+61 27 0:50 / /mnt/cephfs rw,relatime - ceph 10.0.0.1:6789:/ rw,name=admin
+62 27 0:51 / /mnt/ceph\\040fuse rw,nosuid,nodev,relatime - fuse.ceph-fuse ceph-fuse rw,user_id=0
+63 27 0:52 / /mnt/nfs rw,relatime shared:7 - nfs4 srv:/export rw,vers=4.2
+64 27 0:53 / /lustre rw - lustre 10.0.0.2@tcp:/fs rw
+65 27 0:54 / /var/lib/docker/overlay2/x/merged rw - overlay overlay rw,lowerdir=/a
+66 27 0:55 / /scratch rw - tmpfs tmpfs rw,size=1g
+67 27 0:56 / /mnt/fuse ro - fuse.sshfs host:/ ro
+"""
+
+
+def test_parse_and_classify_remote_lines():
+    found = {m.mount_point: classify(m) for m in parse_mountinfo(REMOTE)}
+    assert {mp: m.storage_class for mp, m in found.items()} == {
+        "/mnt/cephfs": "cephfs", "/mnt/ceph fuse": "cephfs", "/mnt/nfs": "nfs", "/lustre": "lustre",
+        "/var/lib/docker/overlay2/x/merged": "overlay", "/scratch": "tmpfs", "/mnt/fuse": "unknown"}
+    assert found["/mnt/nfs"].fs_type == "nfs4" and found["/mnt/nfs"].source == "srv:/export"
+    assert found["/mnt/fuse"].read_only and not found["/scratch"].read_only
+
+
+def test_nvme_behind_partition_and_lvm(tmp_path, monkeypatch):
+    """A fake /sys tree: dm-0 on nvme0n1p2 (a partition of nvme0n1) is nvme; dm-1 on sda1 + nvme is local-disk."""
+    devices = tmp_path / "devices"
+    for disk, part in (("nvme0n1", "nvme0n1p2"), ("sda", "sda1")):
+        (devices / disk / part).mkdir(parents=True)
+        (devices / disk / part / "partition").write_text("1\n")
+    for dm, slaves in (("dm-0", ["nvme0n1/nvme0n1p2"]), ("dm-1", ["sda/sda1", "nvme0n1/nvme0n1p2"])):
+        (devices / dm / "slaves").mkdir(parents=True)
+        for slave in slaves:
+            (devices / dm / "slaves" / slave.split("/")[1]).symlink_to(devices / slave)
+    dev_block = tmp_path / "dev-block"
+    dev_block.mkdir()
+    (dev_block / "253:0").symlink_to(devices / "dm-0")
+    (dev_block / "253:1").symlink_to(devices / "dm-1")
+    monkeypatch.setattr(mounts, "SYS_DEV_BLOCK", dev_block)
+    a, b = parse_mountinfo("1 0 253:0 / /a rw - xfs /dev/mapper/a rw\n2 0 253:1 / /b rw - ext4 /dev/mapper/b rw\n")
+    assert (classify(a).storage_class, a.disks) == ("nvme", ("nvme0n1",))
+    assert (classify(b).storage_class, b.disks) == ("local-disk", ("nvme0n1", "sda"))
+
+
+def test_root_fs_is_a_local_block_device():
+    root = mount_of("/")
+    assert root.mount_point == "/" and root.disks and root.storage_class in ("nvme", "local-disk")
+
+
+@pytest.mark.root
+def test_real_tmpfs_and_loop_xfs(tmpfs, loop_xfs):
+    scratch = tmpfs("scratch")
+    (scratch / "deep" / "er").mkdir(parents=True)
+    m = mount_of(scratch / "deep" / "er")
+    assert (m.mount_point, m.fs_type, m.storage_class) == (str(scratch), "tmpfs", "tmpfs")
+    mnt, device = loop_xfs
+    x = mount_of(mnt)
+    name = os.path.basename(device)
+    assert (x.fs_type, x.storage_class, x.disks) == ("xfs", "local-disk", (name,))
+    assert f"{name} (loop device, backing file" in x.device and "xfs.img" in x.device
+
+
+@pytest.mark.root
+def test_mounts_command_lists_them(tool, tmpfs, loop_xfs):
+    ro = tmpfs("ro-scratch", ro=True)
+    proc = tool("iobench", "mounts", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["mount_point"]: r for r in map(json.loads, proc.stdout.splitlines())}
+    xfs = rows[str(loop_xfs[0])]
+    assert (xfs["fs_type"], xfs["storage_class"], xfs["mode"]) == ("xfs", "local-disk", "rw")
+    assert os.path.basename(loop_xfs[1]) in xfs["device"] and xfs["free_bytes"] > 200 << 20
+    assert (rows[str(ro)]["storage_class"], rows[str(ro)]["mode"]) == ("tmpfs", "ro")
+    assert "/proc" not in rows
+    table = tool("iobench", "mounts", "--all")
+    assert table.returncode == 0 and "proc" in table.stdout and "storage class" in table.stdout

@@ -1,0 +1,52 @@
+"""`iobench torch-ckpt`: a real torch.save and torch.distributed.checkpoint round trip with 2 torchrun ranks."""
+import json
+
+import pytest
+import torch
+
+from benchcore.records import read_records
+from iobench.torch_worker import FORMATS, make_tensor, tensor_plan, wrong_tensors
+from iobench.torchckpt import PROFILE_NAMES
+from tests.conftest import assert_one_line_error
+
+
+def test_verification_catches_a_flipped_bit_and_a_missing_tensor():
+    plan = tensor_plan(4 << 20)
+    assert len(plan) == 4 and {dtype for _, dtype, _ in plan} == {torch.float32, torch.bfloat16}
+    loaded = {name: make_tensor(1, i, dtype, rows) for i, (name, dtype, rows) in enumerate(plan)}
+    assert wrong_tensors(loaded, 1, plan) == 0
+    assert wrong_tensors(loaded, 0, plan) == 4  # another rank's data
+    first = loaded[plan[0][0]].view(torch.int32)
+    first[7, 7] ^= 1
+    del loaded[plan[1][0]]
+    assert wrong_tensors(loaded, 1, plan) == 2
+
+
+@pytest.mark.slow
+def test_two_rank_round_trip_against_fio(tool, tmp_path):
+    data, out = tmp_path / "data", tmp_path / "r.jsonl"
+    data.mkdir()
+    proc = tool("iobench", "torch-ckpt", data, "--size", "8M", "--ranks", "2", "--out", out, "--keep",
+                "--output-format", "json", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    recs = read_records(out)
+    assert [r["profile"] for r in recs] == ["shard-write", "restore-read"] + ["torch-save"] * 2 + ["torch-dcp"] * 2
+    torch_recs = [r for r in recs if r.get("ckpt_format")]
+    assert len(torch_recs) == 4 and [json.loads(ln)["profile"] for ln in proc.stdout.splitlines()] == [
+        r["profile"] for r in recs]
+    for rec in torch_recs:
+        assert rec["wrong"] == 0 and rec["tensors"] == 8 and rec["numjobs"] == 2
+        assert rec["size_bytes"] == 8 << 20 and rec["file_bytes"] >= 8 << 20
+        assert rec["bw_mbps"] > 0 and rec["ratio_to_fio"] == pytest.approx(rec["bw_mbps"] / rec["fio_bw_mbps"])
+        assert rec["fio_profile"] == {"write": "shard-write", "read": "restore-read"}[rec["rw"]]
+    fio_dir, kept = sorted(data.glob("iobench-*"))  # --keep keeps both: fio's and the checkpoints'
+    assert kept.name == fio_dir.name + "-torch" and (fio_dir / "shard-write.fio").exists()
+    assert sorted(p.name for p in (kept / "torch-save").iterdir()) == ["rank00000.pt", "rank00001.pt"]
+    assert (kept / "dcp" / ".metadata").exists() and len(list((kept / "dcp").glob("*.distcp"))) == 2
+
+
+def test_bad_format_and_size(tool, tmp_path):
+    assert list(FORMATS) == list(PROFILE_NAMES)
+    assert_one_line_error(tool("iobench", "torch-ckpt", tmp_path, "--format", "pickle"), "unknown checkpoint format")
+    assert_one_line_error(tool("iobench", "torch-ckpt", tmp_path, "--size", "1M", "--ranks", "4"),
+                          "at least 1 MiB")
