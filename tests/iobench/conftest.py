@@ -1,7 +1,7 @@
 """Real mounts for iobench tests: XFS on a loop device, tmpfs, a FUSE file system without O_DIRECT.
 
-Every fixture that mounts something unmounts it (and detaches its loop device) in a finally
-block, so a failing test leaves nothing mounted.
+The loop-device XFS is the session's shared one (scripts/loop-fs through tests/storage_fixtures.py);
+the fixtures here unmount what they mount in a finally block, so a failing test leaves nothing mounted.
 """
 import hashlib
 import importlib
@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.storage_fixtures import loop_xfs_mount, mount_entry  # noqa: F401
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -20,15 +22,9 @@ def sh(*cmd, timeout=60):
     return subprocess.run(list(map(str, cmd)), check=True, capture_output=True, text=True, timeout=timeout)
 
 
-def mounted(path):
-    real = os.path.realpath(path)
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == real for line in f)
-
-
 def unmount(path):
     """umount, falling back to a lazy unmount so teardown never hangs on a busy mount."""
-    if mounted(path):
+    if mount_entry(path):
         if subprocess.run(["umount", str(path)], capture_output=True, timeout=60).returncode != 0:
             subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=60)
 
@@ -40,26 +36,9 @@ def _root_only(request):
 
 
 @pytest.fixture(scope="session")
-def loop_xfs(tmp_path_factory):
-    """(mount point, loop device): a 320 MiB XFS on a loop device with direct I/O passed through."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root (loop devices, mounts)")
-    base = tmp_path_factory.mktemp("xfs")
-    image, mnt = base / "xfs.img", base / "mnt"
-    mnt.mkdir()
-    image.touch()
-    os.truncate(image, 320 << 20)
-    device = None
-    try:
-        device = sh("losetup", "--find", "--show", "--direct-io=on", image).stdout.strip()
-        sh("mkfs.xfs", "-q", "-f", device)
-        sh("mount", "-t", "xfs", device, mnt)
-        yield mnt, device
-    finally:
-        unmount(mnt)
-        if device:
-            subprocess.run(["losetup", "-d", device], capture_output=True, timeout=60)
-        image.unlink(missing_ok=True)
+def loop_xfs(loop_xfs_mount):
+    """(mount point, /dev/loopN): the session's XFS on a loop device (tests/storage_fixtures.py)."""
+    return loop_xfs_mount, mount_entry(loop_xfs_mount)[0]
 
 
 @pytest.fixture
@@ -96,7 +75,7 @@ def nodirect_fuse(tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 20
-        while not mounted(mnt):
+        while not mount_entry(mnt):
             if proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"FUSE file system did not mount: {proc.stdout.read() if proc.poll() is not None else ''}")
             time.sleep(0.05)

@@ -2,6 +2,7 @@
 import errno
 import json
 import os
+import shutil
 
 import pytest
 
@@ -18,7 +19,7 @@ def side_by_side(tmp_path_factory, loop_xfs):
     """One run over both mounts (with user files planted in both), shared by the tests below."""
     from tests.conftest import run_tool
     local_root = tmp_path_factory.mktemp("local")
-    xfs_root = loop_xfs[0] / "user"
+    xfs_root = loop_xfs[0] / "iobench-test-user"  # the mount is shared: this test's files go away after it
     xfs_root.mkdir()
     paths = [plant_sentinels(local_root), plant_sentinels(xfs_root)]
     before = [snapshot(local_root), snapshot(xfs_root)]
@@ -26,8 +27,9 @@ def side_by_side(tmp_path_factory, loop_xfs):
     out, plot = results / "results.jsonl", results / "ckpt.png"
     proc = run_tool("iobench", "ckpt", *paths, *SMALL, "--out", out, "--plot", plot, timeout=300)
     after = [snapshot(local_root), snapshot(xfs_root)]
-    return {"proc": proc, "paths": paths, "before": before, "after": after, "out": out, "plot": plot,
-            "records": read_records(out, tool="iobench")}
+    yield {"proc": proc, "paths": paths, "before": before, "after": after, "out": out, "plot": plot,
+           "records": read_records(out, tool="iobench")}
+    shutil.rmtree(xfs_root)
 
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]

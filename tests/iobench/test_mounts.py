@@ -64,7 +64,7 @@ def test_real_tmpfs_and_loop_xfs(tmpfs, loop_xfs):
     x = mount_of(mnt)
     name = os.path.basename(device)
     assert (x.fs_type, x.storage_class, x.disks) == ("xfs", "local-disk", (name,))
-    assert f"{name} (loop device, backing file" in x.device and "xfs.img" in x.device
+    assert f"{name} (loop device, backing file" in x.device and "disk.img" in x.device
 
 
 @pytest.mark.root
