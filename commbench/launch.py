@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import struct
@@ -26,13 +27,16 @@ from pathlib import Path
 import click
 
 from benchcore.errors import UserError
-from benchcore.records import read_records
+from benchcore.records import hostname, read_records
 from benchcore.report import console
+from commbench.liveness import ADDR_ENV, STATUS_ENV
 
 LAUNCHERS = ("auto", "local", "torchrun", "slurm")
 BACKENDS = ("auto", "nccl", "gloo")
 RECORD_NODE_ENV = "COMMBENCH_RECORD_NODE"
 IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+STOP_GRACE_S = 5   # a rank stopped past --timeout + this is killed (its peers' diagnosis sees it stopped first)
+AGENT_GRACE_S = 5  # an agent still running this long after one of its ranks failed is stuck: stopped
 
 
 @dataclass
@@ -177,6 +181,7 @@ def node_env(spec, host, record_node):
         if var not in os.environ and var not in env:
             env[var] = ifname
     env[RECORD_NODE_ENV] = "1" if record_node else "0"
+    env[ADDR_ENV] = local  # where this node's ranks answer liveness probes
     env["PYTHONUNBUFFERED"] = "1"
     return env, local
 
@@ -224,7 +229,7 @@ def node_agent(agent):
 
 
 def shell_line(argv, env):
-    shown = {k: v for k, v in env.items() if k != "PYTHONUNBUFFERED"}
+    shown = {k: v for k, v in env.items() if k not in ("PYTHONUNBUFFERED", ADDR_ENV)}
     return shlex.join([f"{k}={v}" for k, v in shown.items()] + argv)
 
 
@@ -236,11 +241,43 @@ class LaunchResult:
     hung: bool = False   # stopped by the watchdog
 
 
-def execute(spec, plan, expected_records, progress_label="measuring", max_seconds=None, progress=True):
-    """Start the agents, follow the records file, return when every agent ended.
+def rank_status(logdir):
+    """{rank: {rank, pid, host, done}} that this node's ranks keep in the launch directory."""
+    out = {}
+    for f in Path(logdir).glob("rank*.json"):
+        try:
+            st = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if st.get("host") == hostname():
+            out[st["rank"]] = st
+    return out
 
-    A launch that records nothing for --rdzv-timeout + --timeout + 60 s, or runs past
-    max_seconds, is stopped and reported as hanging.
+
+def proc_state(pid):
+    """State letter of a commbench worker process ('R', 'S', 'T' = stopped, ...), None if there is none."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if b"commbench.worker" not in argv or b"torch.distributed.run" in argv:
+            return None  # gone, and the pid reused by someone else
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+def _kill(pid, sig=signal.SIGKILL):
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def execute(spec, plan, expected_records, progress_label="measuring", max_seconds=None, progress=True):
+    """Start the agents, follow the ranks' progress, return when every agent ended.
+
+    A launch that makes no progress for --rdzv-timeout + --timeout + 60 s, or runs past
+    max_seconds, is stopped and reported as hanging. A rank of this node stopped (SIGSTOP)
+    for longer than --timeout is killed and named.
     """
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -250,13 +287,14 @@ def execute(spec, plan, expected_records, progress_label="measuring", max_second
             click.echo(shell_line(argv, env))
         return LaunchResult(0, [], [])
     logdir = Path(tempfile.mkdtemp(prefix="commbench-logs-"))
-    procs, logs = [], []
+    procs, logs, ranks, faults, killed, stopped_since, failed_at = [], [], {}, [], set(), {}, None
     out_path, run_id = plan["out"], plan["run_id"]
     try:
         for i, (argv, env) in enumerate(cmds):
             log = open(logdir / f"agent{i}.log", "w+")
             logs.append(log)
-            procs.append(subprocess.Popen(argv, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
+            env = {**os.environ, **env, STATUS_ENV: str(logdir)}
+            procs.append(subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
                                           stdout=None if spec.verbose else log, stderr=subprocess.STDOUT
                                           if not spec.verbose else None, preexec_fn=_agent_preexec))
         stall_limit = spec.rdzv_timeout + spec.timeout + 60
@@ -268,7 +306,25 @@ def execute(spec, plan, expected_records, progress_label="measuring", max_second
             task = bar.add_task(progress_label, total=expected_records)
             while any(p.poll() is None for p in procs):
                 time.sleep(0.2)
-                now = len(read_records(out_path, run_id=run_id))
+                ranks.update(rank_status(logdir))
+                done = min((st["done"] for st in ranks.values()), default=0)  # every rank does every step
+                now = max(len(read_records(out_path, run_id=run_id)), done)
+                for rank, st in ranks.items():
+                    if proc_state(st["pid"]) != "T":
+                        stopped_since.pop(rank, None)
+                    elif time.monotonic() - stopped_since.setdefault(rank, time.monotonic()) > spec.timeout + STOP_GRACE_S:
+                        faults.append(f"rank {rank} on {st['host']} (pid {st['pid']}) was stopped (SIGSTOP, "
+                                      f"state T) for more than --timeout {spec.timeout:g} s; killed it")
+                        _kill(st["pid"])
+                        killed.add(st["pid"])
+                        stopped_since.pop(rank)
+                gone = {r: st.get("exit") is not None or proc_state(st["pid"]) is None for r, st in ranks.items()}
+                if failed_at is None and ranks and all(gone.values()) and \
+                        any(st.get("exit") != 0 for st in ranks.values()):
+                    failed_at = time.monotonic()  # every rank here ended, one of them badly
+                elif failed_at and time.monotonic() - failed_at > AGENT_GRACE_S:
+                    _stop(procs, ranks, grace=2)  # torchrun blocked, e.g. on a store it can no longer reach
+                    break
                 if now != seen:
                     seen, last_change = now, time.monotonic()
                     stall_limit = spec.timeout + 60
@@ -279,21 +335,21 @@ def execute(spec, plan, expected_records, progress_label="measuring", max_second
                 elif max_seconds and time.monotonic() - started > max_seconds:
                     hang = f"still running after {max_seconds:.0f} s; stopped"
                 if hang:
-                    _stop(procs)
-                    return LaunchResult(1, read_records(out_path, run_id=run_id), [hang], hung=True)
+                    _stop(procs, ranks)
+                    return LaunchResult(1, read_records(out_path, run_id=run_id), faults + [hang], hung=True)
+        ranks.update(rank_status(logdir))
         codes = [p.returncode for p in procs]
-        code = next((c for c in codes if c), 0)
-        return LaunchResult(code, read_records(out_path, run_id=run_id), _reasons(logs, spec) if code else [])
+        code = next((c for c in codes if c), 0) or (1 if faults else 0)
+        reasons = list(dict.fromkeys(faults + _reasons(logs, spec, ranks, killed))) if code else []
+        return LaunchResult(code, read_records(out_path, run_id=run_id), reasons)
     except KeyboardInterrupt:
-        _stop(procs)
+        _stop(procs, ranks)
         raise
     finally:
-        _stop(procs)
+        _stop(procs, ranks)
         for log in logs:
             log.close()
-        for f in logdir.iterdir():
-            f.unlink()
-        logdir.rmdir()
+        shutil.rmtree(logdir, ignore_errors=True)
 
 
 def _agent_preexec():
@@ -302,15 +358,23 @@ def _agent_preexec():
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def _stop(procs):
-    """End every agent's process group (torchrun and its workers)."""
+def _stop(procs, ranks=None, grace=10):
+    """End every agent's process group (torchrun), then any worker of ours left behind.
+
+    torchrun starts each worker in a session of its own, so the agent's group does not reach
+    them; a stopped worker cannot act on torchrun's SIGTERM, so it gets SIGKILL at once.
+    """
+    workers = [st["pid"] for st in (ranks or {}).values()]
+    for pid in workers:
+        if proc_state(pid) == "T":
+            _kill(pid)
     for p in procs:
         if p.poll() is None:
             try:
                 os.killpg(p.pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + grace
     for p in procs:
         try:
             p.wait(timeout=max(0.1, deadline - time.monotonic()))
@@ -320,22 +384,47 @@ def _stop(procs):
             except ProcessLookupError:
                 pass
             p.wait()
+    for pid in workers:
+        if proc_state(pid) is not None:
+            _kill(pid)
 
 
-def _reasons(logs, spec):
-    """Why the launch failed, from the agents' logs: worker lines, rendezvous timeouts, else the tail."""
+def _signalled(lines, ranks, killed):
+    """Local ranks that torchrun saw end by a signal (not its own SIGTERM, not our SIGKILL)."""
+    by_pid = {st["pid"]: st for st in ranks.values()}
+    out = []
+    for m in re.finditer(r"exitcode\s*:\s*-(\d+) \(pid: (\d+)\)", "\n".join(lines)):
+        sig, pid = int(m.group(1)), int(m.group(2))
+        if pid in killed or sig == signal.SIGTERM:
+            continue
+        st = by_pid.get(pid)
+        who = f"rank {st['rank']} on {st['host']} (pid {pid})" if st else f"a worker on {hostname()} (pid {pid})"
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        out.append(f"{who} was killed by {name}")
+    return out
+
+
+def _reasons(logs, spec, ranks=None, killed=()):
+    """Why the launch failed, from the agents' logs: ranks killed by a signal, worker lines (a rank
+    names the peer it blames first), rendezvous failures, else the tail."""
     lines = []
     for log in logs:
         log.seek(0)
         lines.extend(log.read().splitlines())
     worker = [ln[ln.index("commbench-worker:") + len("commbench-worker:"):].strip()
               for ln in lines if "commbench-worker:" in ln]
-    if worker:
-        return list(dict.fromkeys(worker))
+    signalled = _signalled(lines, ranks or {}, set(killed))
+    if worker or signalled:
+        return list(dict.fromkeys(signalled + worker))
+    where = spec.rdzv_endpoint or "127.0.0.1"
     if any("RendezvousTimeoutError" in ln for ln in lines):
-        where = spec.rdzv_endpoint or "127.0.0.1"
         return [f"rendezvous at {where} timed out after {spec.rdzv_timeout:.0f} s: "
                 f"not all {spec.nodes} nodes joined (is the peer node started?)"]
+    if any("RendezvousConnectionError" in ln for ln in lines):
+        return [f"lost the rendezvous store at {where}: node rank 0 ended or became unreachable"]
     tail = [ln for ln in lines if ln.strip()][-8:]
     return tail or ["the launch failed without output"]
 

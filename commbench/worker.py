@@ -16,6 +16,7 @@ import torch.distributed as dist
 from benchcore.records import RecordWriter, hostname
 from commbench.collectives import COLLECTIVES, DTYPES, OPS, ROOT, fill_values, pattern
 from commbench.context import Context, agg_time, measure, summed
+from commbench.liveness import Liveness
 from commbench.strategies import inflight_groups, measure_strategy
 
 EXIT_WRONG = 3
@@ -81,17 +82,19 @@ def measure_collective(ctx, name, size, place):
                       iters=plan["iters"], warmup=plan["warmup"], agg=plan["agg"])
 
 
-def run_plan(ctx, writer):
+def run_plan(ctx, writer, progress=lambda n: None):
     """Every (size, collective, placement) or (size, strategy) of the plan; returns the total wrong count."""
     plan, wrong = ctx.plan, 0
     if plan.get("strategies"):
         groups = inflight_groups(ctx, plan)
         for size in plan["sizes"]:
             for cfg in plan["strategies"]:  # interleaved per size: drift hits every strategy alike
-                for rec in measure_strategy(ctx, cfg, size, groups):
+                recs = measure_strategy(ctx, cfg, size, groups)
+                for rec in recs:
                     wrong += rec["wrong"] or 0
                     if writer:
                         writer.write(rec)
+                progress(len(recs))
         return wrong
     for size in plan["sizes"]:
         for name in plan["collectives"]:
@@ -102,6 +105,7 @@ def run_plan(ctx, writer):
                 wrong += rec["wrong"] or 0
                 if writer:
                     writer.write(rec)
+                progress(1)
     return wrong
 
 
@@ -111,6 +115,7 @@ def main(argv=None):
     plan = json.loads(parser.parse_args(argv).plan)
     rank = os.environ.get("RANK", "?")
     code = 0
+    live = Liveness(hostname())  # heartbeats from before the process group exists
     try:
         ctx = Context(plan)
         if os.environ.get("COMMBENCH_TEST_EXIT_RANK") == str(ctx.rank):
@@ -118,17 +123,20 @@ def main(argv=None):
         record_node = os.environ.get("COMMBENCH_RECORD_NODE", "1") == "1"
         writer = RecordWriter(plan["out"]) if record_node and ctx.local_rank == 0 else None
         try:
-            code = EXIT_WRONG if run_plan(ctx, writer) else 0
+            code = EXIT_WRONG if run_plan(ctx, writer, live.progress) else 0
         finally:
             if writer:
                 writer.close()
     except Exception as exc:  # one line for the user; the launcher shows it
+        for line in live.diagnose():  # first the peer behind it, when one stopped beating
+            print(f"commbench-worker: {line}", file=sys.stderr, flush=True)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         first = first.split(" This is typically caused")[0]  # Gloo's boilerplate
         print(f"commbench-worker: rank {rank} on {hostname()}: {type(exc).__name__}: {first}",
               file=sys.stderr, flush=True)
         code = 1
     finally:
+        live.close(code)
         if dist.is_initialized():
             try:
                 dist.destroy_process_group()
