@@ -69,6 +69,7 @@ cli.add_command(compare.chunked)
 cli.add_command(compare.compare)
 cli.add_command(sweep.sweep)
 cli.add_command(sweep.env_catalogue)
+cli.add_command(__import__("commbench.selftest", fromlist=["selftest"]).selftest)  # commbench selftest link
 
 
 def main():

@@ -1,0 +1,196 @@
+"""`commbench selftest link`: check the tool's busbw against a link of known rate.
+
+Two network namespaces joined by a veth pair shaped with tc tbf (commbench/netns.py, the code
+behind scripts/netns-cluster) are two real nodes: one torchrun agent in each, a real c10d
+rendezvous across the link. On 2 ranks all_reduce moves the payload once each way at the same
+time (busbw factor 1), so a faithful tool measures the link itself: TCP payload at MTU 1500 tops
+out at 1448/1514 of the configured rate. Passing means ring all_reduce lands within
+[0.90, 1.00] of that ceiling at every size.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import click
+
+from benchcore.errors import UserError
+from benchcore.records import read_records
+from benchcore.report import console, print_table
+from benchcore.units import format_size, parse_size, size_range
+from commbench import netns
+
+CEILING = 1448 / 1514      # TCP payload per Ethernet frame at MTU 1500 (timestamps on), as tbf counts it
+PASS_RANGE = (0.90, 1.00)  # of the ceiling
+JUDGED = "all_reduce"      # other collectives are reported, not judged (Gloo's all_gather does not overlap
+#                            its two directions and reaches about half the link)
+KINDS = ("all_reduce", "all_gather", "chunked")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def selftest():
+    """Checks of commbench itself against known ground truth."""
+
+
+def _node_command(kinds, node, port, args, out):
+    """commbench argv for one node of one launch (a launch measures all_reduce/all_gather, or chunked)."""
+    launch = ["--nodes", "2", "--rdzv-endpoint", f"{netns.node_addr(0)}:{port}", "--node-rank", str(node),
+              "--timeout", str(args["timeout"]), "--rdzv-timeout", str(args["rdzv_timeout"])]
+    sizes = ["-b", args["min_bytes"], "-e", args["max_bytes"], "-f", str(args["step_factor"]),
+             "-n", str(args["iters"]), "-w", str(args["warmup"])]
+    if kinds == ["chunked"]:
+        cmd = ["compare", "--strategies", "chunked", "--chunk-size", args["chunk_size"],
+               "--threshold", args["threshold"]]
+    elif kinds == ["all_reduce"]:
+        cmd = ["ring"]
+    else:
+        cmd = ["run", "-c", ",".join(kinds), "--place", "in"]
+    return [sys.executable, "-m", "commbench.cli", *cmd, *sizes, *launch, "--format", "json",
+            *(["--out", out] if node == 0 else [])]
+
+
+def _launch(kinds, port, args, out, prefix, deadline_s):
+    """Run one measurement on both nodes; returns the error lines (empty when both succeeded)."""
+    procs = []
+    for node in (1, 0):
+        argv = netns.exec_argv(node, _node_command(kinds, node, port, args, out), prefix)
+        procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                      start_new_session=True))
+    errors = []
+    for node, proc in zip((1, 0), procs):
+        try:
+            _, err = proc.communicate(timeout=deadline_s)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGTERM)
+            _, err = proc.communicate(timeout=30)
+            errors.append(f"node {node}: still running after {deadline_s:.0f} s; stopped")
+        if proc.returncode:
+            errors += [f"node {node}: {ln[len('error: '):]}" for ln in err.splitlines() if ln.startswith("error: ")]
+            if not errors:
+                errors.append(f"node {node}: exit {proc.returncode}: {err.strip().splitlines()[-1:]}")
+    return errors
+
+
+def _row(rec, bits):
+    kind = "chunked" if rec.get("strategy") == "chunked" else rec["collective"]
+    label = kind if kind != "chunked" else f"chunked {format_size(rec['chunk_bytes'])} all_gather"
+    link_gbps = rec["busbw_gbps"] * 8  # GB/s (1e9 B/s) -> Gbit/s
+    of_rate = link_gbps * 1e9 / bits
+    of_ceiling = of_rate / CEILING
+    verdict = ("ok" if PASS_RANGE[0] <= of_ceiling <= PASS_RANGE[1] else "LOW" if of_ceiling < PASS_RANGE[0]
+               else "HIGH") if kind == JUDGED else "info"
+    return {"kind": label, "size": format_size(rec["size_bytes"]), "size_bytes": rec["size_bytes"],
+            "busbw_gbps": rec["busbw_gbps"], "gbit": link_gbps, "of_rate": of_rate, "of_ceiling": of_ceiling,
+            "verdict": verdict, "wrong": rec.get("wrong")}
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+@selftest.command()
+@click.option("--rate", default="1gbit", show_default=True, help="tbf rate of the link (500mbit, 1gbit, 2gbit).")
+@click.option("-c", "--collective", "collectives", default="all_reduce", show_default=True,
+              help="Comma list of " + ", ".join(KINDS) + "; only all_reduce is judged, the rest is reported.")
+@click.option("-b", "--min-bytes", default="64M", show_default=True)
+@click.option("-e", "--max-bytes", default="256M", show_default=True)
+@click.option("-f", "--step-factor", type=int, default=4, show_default=True)
+@click.option("-n", "--iters", type=int, default=3, show_default=True)
+@click.option("-w", "--warmup", type=int, default=1, show_default=True)
+@click.option("--chunk-size", default="2M", show_default=True, help="Chunk size of the chunked strategy.")
+@click.option("--threshold", default="16M", show_default=True, help="Chunked strategy threshold.")
+@click.option("--timeout", type=float, default=120, show_default=True, help="Process-group timeout (s).")
+@click.option("--rdzv-timeout", type=float, default=60, show_default=True)
+@click.option("--port", type=int, default=29400, show_default=True, help="Rendezvous port on node 0.")
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="Append the measurements and a verdict record to this JSONL file.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def link(rate, collectives, out, fmt, port, **args):
+    """Measure busbw across two tc-shaped network namespaces and compare it with the link rate.
+
+    Needs root (ip netns, tc). The namespaces are private to this run and always removed.
+    Passes (exit 0) when ring all_reduce reaches 0.90-1.00 of the TCP payload ceiling
+    (1448/1514 of --rate) at every size; exit 1 otherwise. On a real cluster, the same
+    check is `commbench ring --nodes 2` between two nodes whose NIC rate you know.
+
+    \b
+    Example:
+      commbench selftest link --rate 1gbit
+      commbench selftest link --rate 500mbit -c all_reduce,all_gather,chunked --out link.jsonl
+    """
+    try:
+        bits = netns.parse_rate(rate)
+    except netns.ClusterError as exc:
+        raise UserError(str(exc)) from None
+    kinds = [k.strip() for k in collectives.split(",") if k.strip()]
+    bad = [k for k in kinds if k not in KINDS]
+    if bad or not kinds:
+        raise UserError(f"unknown collective {bad[0] if bad else collectives!r}; known: {', '.join(KINDS)}")
+    sizes = size_range(parse_size(args["min_bytes"], "-b/--min-bytes"), parse_size(args["max_bytes"], "-e/--max-bytes"),
+                       args["step_factor"])
+    if os.geteuid() != 0:
+        raise UserError("selftest link needs root (network namespaces and tc)")
+    for tool in ("ip", "tc", "unshare"):
+        if not shutil.which(tool):
+            raise UserError(f"selftest link needs `{tool}` (Debian: apt-get install iproute2 util-linux)")
+    launches = [k for k in (["all_reduce", "all_gather"]) if k in kinds]
+    launches = ([launches] if launches else []) + ([["chunked"]] if "chunked" in kinds else [])
+    per_op = sum(sizes) * 8 / (bits * 0.5)  # all_gather runs at about half the link
+    deadline = args["rdzv_timeout"] + 60 + 3 * per_op * (args["iters"] + args["warmup"] + 1) * len(kinds)
+    prefix = f"cbst{os.getpid()}"  # private to this run: never someone's cluster
+    fd, tmp = tempfile.mkstemp(prefix="commbench-selftest-", suffix=".jsonl")
+    os.close(fd)
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # a stopped selftest still tears down
+    errors, t0 = [], time.monotonic()
+    try:
+        took = netns.up(2, rate, prefix)
+        if fmt == "table":
+            console(stderr=True).print(f"selftest link: 2 namespaces, veth shaped to {netns.format_rate(bits)} "
+                                       f"(up in {took:.2f} s); measuring {', '.join(kinds)} at "
+                                       f"{', '.join(format_size(s) for s in sizes)}")
+        for i, group in enumerate(launches):
+            errors += _launch(group, port + i, args, tmp, prefix, deadline)
+            if errors:
+                break
+    except netns.ClusterError as exc:
+        errors.append(f"cannot build the test link: {exc}")
+    finally:
+        try:
+            netns.down(prefix)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        records = read_records(tmp)
+        os.unlink(tmp)
+    rows = [_row(r, bits) for r in records if not r.get("event") and r.get("phase") in (None, "total")]
+    judged = [r for r in rows if r["verdict"] != "info"]
+    passed = (not errors and bool(rows) and (bool(judged) or JUDGED not in kinds)
+              and all(r["verdict"] in ("ok", "info") for r in rows) and not any(r["wrong"] for r in rows))
+    verdict = {"tool": "commbench", "event": "verdict", "check": "selftest link", "passed": passed,
+               "rate_bps": bits, "ceiling_fraction": CEILING, "pass_range": list(PASS_RANGE),
+               "run_id": records[0]["run_id"] if records else None, "seconds": round(time.monotonic() - t0, 1),
+               "rows": [{k: r[k] for k in ("kind", "size_bytes", "busbw_gbps", "of_rate", "of_ceiling", "verdict")}
+                        for r in rows], "reason": "; ".join(errors) or None}
+    if out:
+        with open(out, "a", encoding="utf-8") as f:
+            for rec in records + [verdict]:
+                f.write(json.dumps(rec, default=str) + "\n")
+    if fmt == "json":
+        click.echo(json.dumps(verdict))
+    else:
+        print_table(rows, [("kind", "collective", None), ("size", "size", None), ("busbw_gbps", "busbw GB/s", ".4f"),
+                           ("gbit", "busbw Gbit/s", ".3f"), ("of_rate", "/ rate", ".3f"),
+                           ("of_ceiling", "/ TCP ceiling", ".3f"), ("verdict", "verdict", None)],
+                    title=f"busbw against a {netns.format_rate(bits)} link (TCP payload ceiling "
+                          f"{CEILING:.3f} of the rate; pass {PASS_RANGE[0]:.2f}-{PASS_RANGE[1]:.2f} of it)")
+        summary = ", ".join(f"{r['size']} {r['of_ceiling']:.3f}" for r in judged)
+        click.echo(f"selftest link: {'PASS' if passed else 'FAIL'}"
+                   f"{f' (all_reduce / ceiling: {summary})' if judged else ''} in {verdict['seconds']:.0f} s")
+    for err in errors:
+        click.echo(f"error: {err}", err=True)
+    sys.exit(0 if passed else 1)
