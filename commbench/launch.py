@@ -164,11 +164,18 @@ def free_port():
         return s.getsockname()[1]
 
 
+def store_timeout(spec):
+    """torchrun's rendezvous store timeout (read_timeout, default 60 s): a node that cannot reach the
+    store host gives up after two connect attempts, so half of --rdzv-timeout keeps within it."""
+    return int(max(5, min(60, spec.rdzv_timeout / 2)))
+
+
 def torchrun_argv(spec, endpoint, run_id, is_host, local_addr, plan):
     return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(spec.nodes),
             "--nproc-per-node", str(spec.nproc_per_node), "--rdzv-backend", "c10d",
             "--rdzv-endpoint", endpoint, "--rdzv-id", run_id,
-            "--rdzv-conf", f"is_host={int(is_host)},join_timeout={int(spec.rdzv_timeout)}",
+            "--rdzv-conf", f"is_host={int(is_host)},join_timeout={int(spec.rdzv_timeout)},"
+            f"read_timeout={store_timeout(spec)}",
             "--local-addr", local_addr, "--max-restarts", "0",
             "-m", "commbench.worker", "--plan", json.dumps(plan, separators=(",", ":"))]
 
@@ -423,6 +430,9 @@ def _reasons(logs, spec, ranks=None, killed=()):
     if any("RendezvousTimeoutError" in ln for ln in lines):
         return [f"rendezvous at {where} timed out after {spec.rdzv_timeout:.0f} s: "
                 f"not all {spec.nodes} nodes joined (is the peer node started?)"]
+    if any("while trying to connect to" in ln for ln in lines):
+        return [f"could not reach the rendezvous store at {where} within {spec.rdzv_timeout:.0f} s: "
+                f"is node rank 0 started, and reachable from {hostname()}?"]
     if any("RendezvousConnectionError" in ln for ln in lines):
         return [f"lost the rendezvous store at {where}: node rank 0 ended or became unreachable"]
     tail = [ln for ln in lines if ln.strip()][-8:]

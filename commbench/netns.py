@@ -214,6 +214,15 @@ def down(prefix=DEFAULT_PREFIX):
     return time.monotonic() - t0, ended
 
 
+def reap(stem):
+    """Remove clusters named STEM<pid> whose process is gone (a test or selftest that was killed)."""
+    names = run(["ip", "netns", "list"]).stdout.split()
+    pids = {m.group(1) for n in names for m in [re.fullmatch(re.escape(stem) + r"(\d+)-(?:node\d+|sw)", n)] if m}
+    for pid in pids:
+        if not Path(f"/proc/{pid}").exists():
+            down(f"{stem}{pid}")
+
+
 def exec_argv(node, cmd, prefix=DEFAULT_PREFIX):
     """argv running cmd inside node `node` with host name PREFIX-nodeNODE (own UTS namespace)."""
     ns = ns_name(prefix, node)

@@ -143,6 +143,7 @@ def link(rate, collectives, out, fmt, port, **args):
     launches = ([launches] if launches else []) + ([["chunked"]] if "chunked" in kinds else [])
     per_op = sum(sizes) * 8 / (bits * 0.5)  # all_gather runs at about half the link
     deadline = args["rdzv_timeout"] + 60 + 3 * per_op * (args["iters"] + args["warmup"] + 1) * len(kinds)
+    netns.reap("cbst")
     prefix = f"cbst{os.getpid()}"  # private to this run: never someone's cluster
     fd, tmp = tempfile.mkstemp(prefix="commbench-selftest-", suffix=".jsonl")
     os.close(fd)
