@@ -319,7 +319,8 @@ def execute(spec, plan, expected_records, progress_label="measuring", max_second
                 for rank, st in ranks.items():
                     if proc_state(st["pid"]) != "T":
                         stopped_since.pop(rank, None)
-                    elif time.monotonic() - stopped_since.setdefault(rank, time.monotonic()) > spec.timeout + STOP_GRACE_S:
+                    elif time.monotonic() - stopped_since.setdefault(rank, time.monotonic()) > \
+                            spec.timeout + STOP_GRACE_S:
                         faults.append(f"rank {rank} on {st['host']} (pid {st['pid']}) was stopped (SIGSTOP, "
                                       f"state T) for more than --timeout {spec.timeout:g} s; killed it")
                         _kill(st["pid"])

@@ -159,7 +159,8 @@ class Liveness:
         addr, port = self.master
         who = f"rank 0 on {self.rank0['host']} ({addr})" if self.rank0 else f"node rank 0 ({addr})"
         if probe(addr, port) == "unreachable":
-            return f"{who}, which holds the rendezvous store, became unreachable from {self.host} (link down or node gone)"
+            return (f"{who}, which holds the rendezvous store, became unreachable from {self.host} "
+                    "(link down or node gone)")
         return f"the rendezvous store at {addr}:{port} ({who}) stopped answering: its launcher ended"
 
     def close(self, exit_code):

@@ -102,7 +102,8 @@ def shape(ns, dev, bits):
 
 
 def write_hosts(prefix, nodes, subnet):
-    lines = [MARK, "127.0.0.1\tlocalhost"] + [f"{node_addr(i, subnet)}\t{ns_name(prefix, i)}" for i in range(nodes)]
+    lines = [MARK, "127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost"]
+    lines += [f"{node_addr(i, subnet)}\t{ns_name(prefix, i)}" for i in range(nodes)]
     for i in range(nodes):
         d = ETC / ns_name(prefix, i)
         hosts = d / "hosts"
