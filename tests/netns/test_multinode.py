@@ -127,7 +127,8 @@ def test_peer_node_never_starts(fresh):
                           "joined (is the peer node started?)"], e0
     assert errors(e1) == [f"error: could not reach the rendezvous store at {fresh.addr(0)}:29515 within {rdzv} s: "
                           f"is node rank 0 started, and reachable from {fresh.host(1)}?"], e1
-    assert r0 != 0 and r1 != 0 and t_0 < rdzv + 15 and t_1 < rdzv + 15, (t_0, t_1)  # + torchrun's start
+    # the clock starts before torchrun does: its start-up costs 6-9 s here, more on a loaded machine
+    assert r0 != 0 and r1 != 0 and t_0 < rdzv + 20 and t_1 < rdzv + 20, (t_0, t_1)
 
 
 def test_selftest_link_passes_at_1gbit(tmp_path):
