@@ -4,7 +4,7 @@ import os
 import click
 
 from benchcore.errors import UserError, run_cli
-from commbench import compare, launch, sweep
+from commbench import compare, launch, selftest, sweep
 from commbench.collectives import COLLECTIVES, parse_collectives
 from commbench.measure import collective_plan, measure_options, run_measurement
 from commbench.output import print_collective_tables
@@ -69,7 +69,7 @@ cli.add_command(compare.chunked)
 cli.add_command(compare.compare)
 cli.add_command(sweep.sweep)
 cli.add_command(sweep.env_catalogue)
-cli.add_command(__import__("commbench.selftest", fromlist=["selftest"]).selftest)  # commbench selftest link
+cli.add_command(selftest.selftest)
 
 
 def main():
