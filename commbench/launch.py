@@ -301,6 +301,8 @@ def execute(spec, plan, expected_records, progress_label="measuring", max_second
             log = open(logdir / f"agent{i}.log", "w+")
             logs.append(log)
             env = {**os.environ, **env, STATUS_ENV: str(logdir)}
+            if spec.launcher != "slurm":  # torchrun's own torchelastic_* log dirs go in ours, removed with it
+                env["TMPDIR"] = str(logdir)
             procs.append(subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
                                           stdout=None if spec.verbose else log, stderr=subprocess.STDOUT
                                           if not spec.verbose else None, preexec_fn=_agent_preexec))

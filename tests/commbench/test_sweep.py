@@ -53,7 +53,8 @@ def test_resume_after_a_killed_sweep_runs_only_the_missing_configs(tmp_path):
     out = tmp_path / "sweep.jsonl"
     args = [str(BIN / "commbench"), "sweep", "--env", "NCCL_PROTO=LL,LL128,Simple", *map(str, SMALL),
             "--out", str(out), "--resume"]
-    sweep = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sweep = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,  # its log dir lands in
+                             env={**os.environ, "TMPDIR": str(tmp_path)})                 # tmp_path: it is killed
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and len(configs_done(read_records(out))) < 1:
         time.sleep(0.2)
