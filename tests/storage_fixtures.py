@@ -13,6 +13,7 @@ need root; they fail (not skip) without it, since CI runs as root with the packa
 installed by scripts/setup.
 """
 import json
+import mmap
 import sys
 import os
 import signal
@@ -207,3 +208,15 @@ def cephfs_mount(tmp_path_factory):
         assert_cephfs_gone(d)
 
     yield from _shared_resource("cephfs", start, stop)
+
+
+def assert_direct_read_back(path, data):
+    """Read path with O_DIRECT into an aligned buffer, check it equals data, remove the file."""
+    back = mmap.mmap(-1, len(data))
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    try:
+        assert os.readv(fd, [back]) == len(data)
+    finally:
+        os.close(fd)
+    assert back[:] == data
+    path.unlink()

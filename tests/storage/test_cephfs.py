@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.storage_fixtures import (CEPHFS_LOCAL, assert_cephfs_gone, live_procs_mentioning,
+from tests.storage_fixtures import (assert_direct_read_back, CEPHFS_LOCAL, assert_cephfs_gone, live_procs_mentioning,
                                     mount_entry, run_script)
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -127,14 +127,7 @@ def test_o_direct_through_ceph_fuse(cephfs_mount):
         assert os.write(fd, buf) == len(data)
     finally:
         os.close(fd)
-    back = mmap.mmap(-1, len(data))
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
-    try:
-        assert os.readv(fd, [back]) == len(data)
-    finally:
-        os.close(fd)
-    assert back[:] == data
-    path.unlink()
+    assert_direct_read_back(path, data)
 
 
 def test_status_and_second_up_report_the_running_cluster(cephfs_mount):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.storage_fixtures import (LOOP_FS, assert_loop_fs_gone, loops_backed_by, mount_entry,
+from tests.storage_fixtures import (assert_direct_read_back, LOOP_FS, assert_loop_fs_gone, loops_backed_by, mount_entry,
                                     run_script)
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -41,14 +41,7 @@ def test_o_direct_write_and_read_back(loop_xfs_mount):
         assert e.value.errno == errno.EINVAL
     finally:
         os.close(fd)
-    back = mmap.mmap(-1, len(data))
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
-    try:
-        assert os.readv(fd, [back]) == len(data)
-    finally:
-        os.close(fd)
-    assert back[:] == data
-    path.unlink()
+    assert_direct_read_back(path, data)
 
 
 def test_second_up_reports_the_running_fs_and_refuses_a_different_one(loop_xfs_mount):
