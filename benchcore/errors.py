@@ -2,8 +2,6 @@
 import signal
 import sys
 
-import click
-
 
 class UserError(Exception):
     """Something the user can fix: bad input, missing tool, unusable mount."""
@@ -17,6 +15,8 @@ def run_cli(group):
 
     SIGTERM becomes SystemExit(143), so clean-up in finally blocks runs as on Ctrl-C.
     """
+    import click  # here, so that benchcore.units stays standard-library only (scripts/ use it)
+
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         group.main(standalone_mode=False)

@@ -7,9 +7,14 @@ import datetime
 import json
 import os
 import socket
+import stat
 import subprocess
 import uuid
 from pathlib import Path
+
+from benchcore.errors import UserError
+
+NO_FILE = os.devnull
 
 
 def new_run_id():
@@ -35,6 +40,34 @@ def git_revision():
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     return out.stdout.strip() if out.returncode == 0 else "unknown"
+
+
+def output_file(out):
+    """--out of either tool, checked before anything runs: the path to append to, or None.
+
+    None and /dev/null mean no file. A missing parent directory is created. Anything that
+    exists and is not a regular file (a directory, /dev/full, a FIFO) is refused in one line.
+    """
+    if out is None or os.path.realpath(out) == NO_FILE:
+        return None
+    path = Path(out)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise UserError(f"--out {out}: {exc.strerror}") from None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise UserError(f"--out {out} is a directory")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise UserError(f"--out {out} is not a regular file (use /dev/null for no file)")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--out {out}: cannot create {path.parent}: {exc.strerror}") from None
+    if not os.access(path.parent, os.W_OK) or (st is not None and not os.access(path, os.W_OK)):
+        raise UserError(f"--out {out} is not writable")
+    return str(path)
 
 
 class RecordWriter:

@@ -1,0 +1,96 @@
+"""The result-record schema of both tools, built in one place (field names from shared/DESIGN.md).
+
+A measurement record holds every field of its tool's DESIGN list (None where it does not
+apply), in that order, then the tool's documented extensions that it has. An event record
+(a failed config, a refused input, a verdict) holds the event fields plus documented
+extensions. Building a record with a field that is not documented here is a programming
+error (ValueError): new fields are added to these tables, never renamed.
+"""
+from benchcore.records import hostname, timestamp
+
+DESIGN = {
+    "commbench": ("tool", "run_id", "collective", "strategy", "size_bytes", "count", "dtype", "op", "in_place",
+                  "blocking", "chunk_bytes", "time_us", "time_us_min", "time_us_max", "algbw_gbps", "busbw_gbps",
+                  "wrong", "world_size", "nodes", "backend", "launcher", "env", "topology", "link_peak_gbps",
+                  "link_utilization", "predicted_time_us", "hosts", "versions", "timestamp"),
+    "iobench": ("tool", "run_id", "mount", "fs_type", "storage_class", "profile", "rw", "bs_bytes", "iodepth",
+                "numjobs", "direct", "size_bytes", "runtime_s", "iops", "bw_mbps", "lat_mean_us", "lat_p50_us",
+                "lat_p99_us", "lat_p999_us", "fio_version", "hosts", "timestamp"),
+}
+
+# Documented extensions: field -> meaning.
+EXTENSIONS = {
+    "commbench": {
+        "phase": "strategy phase timed: 'total' or one step (reduce_scatter, all_gather, ...)",
+        "root": "root rank of broadcast / reduce",
+        "iters": "timed iterations", "warmup": "warm-up iterations", "agg": "how rank times combine (avg/min/max)",
+        "local_world_size": "ranks per node",
+        "threshold_bytes": "chunked: payloads above it are chunked", "inflight": "chunked: operations in flight",
+        "chunks": "chunked: chunks per payload", "chunk_ops": "chunked: chunk operations issued per iteration",
+        "max_inflight": "chunked: most chunk operations seen in flight at once",
+        "compress": "compressed: wire type", "wire_bytes": "compressed: bytes on the wire",
+        "wire_busbw_gbps": "compressed: busbw counted in wire bytes",
+        "max_abs_error": "compressed: largest absolute error", "max_rel_error": "compressed: normwise relative error",
+        "groups": "hierarchical: nodes x ranks per node of the two levels",
+        "sweep_config": "sweep: the config's key", "sweep_fingerprint": "sweep: what makes two sweeps the same",
+    },
+    "iobench": {
+        "job": "fio job name", "direction": "read / write / trim", "ioengine": "fio ioengine",
+        "io_bytes": "bytes fio moved", "lat_kind": "lat (total) or clat (completion) latency",
+        "fsync_lat_mean_us": "fsync latency mean", "fsync_lat_p99_us": "fsync latency P99",
+        "fsync_lat_p999_us": "fsync latency P99.9", "mount_point": "mount point holding the path",
+        "device": "backing device", "direct_requested": "the profile asked for O_DIRECT",
+        "suite_revision": "git revision of the suite", "ckpt_format": "torch-ckpt: checkpoint format",
+        "bw_gbps": "torch-ckpt: GB/s", "fio_profile": "torch-ckpt: the fio profile compared with",
+        "fio_bw_mbps": "torch-ckpt: that profile's MB/s", "ratio_to_fio": "torch-ckpt: bw over fio's",
+        "tensors": "torch-ckpt: tensors written", "wrong": "torch-ckpt: tensors read back wrong",
+        "file_bytes": "torch-ckpt: bytes on disk", "cache_drop": "torch-ckpt: how the page cache was dropped",
+        "torch_version": "torch-ckpt: torch version",
+    },
+}
+
+EVENT = ("tool", "run_id", "event", "reason", "hosts", "timestamp")
+EVENT_EXTENSIONS = {
+    "commbench": {"sweep_config": "", "sweep_fingerprint": "", "config_env": "the swept variables",
+                  "seconds": "how long it ran", "check": "verdict: which check", "passed": "verdict: outcome",
+                  "rate_bps": "selftest link: the shaped rate", "ceiling_fraction": "selftest link: TCP ceiling",
+                  "pass_range": "selftest link: accepted fraction of the ceiling", "rows": "verdict: per-size rows"},
+    "iobench": {"mount": "the path refused or failed"},
+}
+
+
+def _unknown(tool, fields, allowed):
+    extra = [k for k in fields if k not in allowed]
+    if extra:
+        raise ValueError(f"{tool} record field(s) not in benchcore.schema: {', '.join(extra)}")
+
+
+def measurement(tool, **fields):
+    """A measurement record of tool: DESIGN fields first (None where absent), then extensions."""
+    design = DESIGN[tool]
+    _unknown(tool, fields, set(design) | set(EXTENSIONS[tool]))
+    rec = {key: fields.get(key) for key in design}
+    rec["tool"] = tool
+    rec.update((k, v) for k, v in fields.items() if k not in rec)
+    return rec
+
+
+def event(tool, kind, reason, run_id=None, **fields):
+    """A non-measurement record: a failure, a refusal, a verdict."""
+    _unknown(tool, fields, set(EVENT) | set(EVENT_EXTENSIONS[tool]))
+    return {"tool": tool, "run_id": run_id, "event": kind, "reason": reason, "hosts": [hostname()],
+            "timestamp": timestamp(), **fields}
+
+
+def problems(record):
+    """Why record does not follow the schema (empty when it does)."""
+    tool = record.get("tool")
+    if tool not in DESIGN:
+        return [f"unknown tool {tool!r}"]
+    if record.get("event"):
+        allowed, required = set(EVENT) | set(EVENT_EXTENSIONS[tool]), EVENT
+    else:
+        allowed, required = set(DESIGN[tool]) | set(EXTENSIONS[tool]), DESIGN[tool]
+    out = [f"missing {k}" for k in required if k not in record]
+    out += [f"undocumented {k}" for k in record if k not in allowed]
+    return out
