@@ -21,12 +21,15 @@ def parse_size(text, what="size"):
     return value
 
 
-def format_size(n):
-    """67108864 -> '64M'; sizes that are not a whole unit keep their bytes."""
+def format_size(n, approx=False):
+    """67108864 -> '64M'. Exact: a size that is not a whole unit keeps its bytes (parse_size reads
+    it back). approx: the largest unit, one decimal, for messages (1610612736 -> '1.5G')."""
     for suffix in ("T", "G", "M", "K"):
         unit = _SUFFIX[suffix]
         if n >= unit and n % unit == 0:
             return f"{n // unit}{suffix}"
+        if n >= unit and approx:
+            return f"{n / unit:.1f}".rstrip("0").rstrip(".") + suffix
     return str(n)
 
 
@@ -39,7 +42,9 @@ def size_range(min_bytes, max_bytes, factor):
     """nccl-tests' -b/-e/-f sweep: min, min*f, ... up to and including max."""
     if min_bytes > max_bytes:
         raise UserError(f"--min-bytes {format_size(min_bytes)} is larger than --max-bytes {format_size(max_bytes)}")
-    if factor < 2 and min_bytes != max_bytes:
+    if min_bytes == max_bytes:
+        return [min_bytes]  # one size, whatever the factor
+    if factor < 2:
         raise UserError(f"--step-factor must be at least 2, got {factor}")
     sizes, size = [], min_bytes
     while size <= max_bytes:
