@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from benchcore import schema
 from benchcore.errors import UserError
 from benchcore.records import git_revision, hostname, timestamp
 from benchcore.report import console
@@ -13,10 +14,6 @@ from iobench import fio
 from iobench.mounts import Mount, mount_of
 from iobench.profiles import fio_path, job_file
 from iobench.safety import ScratchDir, check_target, probe_direct, sigterm_as_interrupt
-
-DESIGN_FIELDS = ("tool", "run_id", "mount", "fs_type", "storage_class", "profile", "rw", "bs_bytes",
-                 "iodepth", "numjobs", "direct", "size_bytes", "runtime_s", "iops", "bw_mbps", "lat_mean_us",
-                 "lat_p50_us", "lat_p99_us", "lat_p999_us", "fio_version", "hosts", "timestamp")
 
 
 @dataclasses.dataclass
@@ -38,26 +35,17 @@ def progress(text):
     return contextlib.nullcontext()
 
 
-def base_record(run_id, target, **fields):
-    return {"tool": "iobench", "run_id": run_id, "mount": target.path, "fs_type": target.mount.fs_type,
-            "storage_class": target.mount.storage_class, **fields}
+def record(run_id, target, **fields):
+    """An iobench measurement on target (benchcore.schema): its mount and context, then fields."""
+    return schema.measurement("iobench", run_id=run_id, mount=target.path, fs_type=target.mount.fs_type,
+                              storage_class=target.mount.storage_class, hosts=[hostname()], timestamp=timestamp(),
+                              mount_point=target.mount.mount_point, device=target.mount.device,
+                              suite_revision=git_revision(), **fields)
 
 
 def event(run_id, path, kind, reason):
     """A non-measurement record (refused input, failed fio run)."""
-    return {"tool": "iobench", "run_id": run_id, "event": kind, "reason": reason, "mount": path,
-            "hosts": [hostname()], "timestamp": timestamp()}
-
-
-def measurement_record(run_id, target, profile, meas, version, direct_requested):
-    """A record with the DESIGN.md fields first, then iobench's extra fields."""
-    rec = base_record(run_id, target, profile=profile, fio_version=version, hosts=[hostname()],
-                      timestamp=timestamp(), **meas)
-    rec.update(mount_point=target.mount.mount_point, device=target.mount.device,
-               direct_requested=direct_requested, suite_revision=git_revision())
-    ordered = {key: rec.get(key) for key in DESIGN_FIELDS}
-    ordered.update((k, v) for k, v in rec.items() if k not in ordered)
-    return ordered
+    return schema.event("iobench", kind, reason, run_id=run_id, mount=path)
 
 
 def check_targets(paths, need, run_id, writer):
@@ -149,8 +137,9 @@ def _measure(target, args, scratch, run_id, timeout, version, writer, profile=No
         if writer:
             writer.write(event(run_id, target.path, "failed", str(exc)))
         raise
-    records = [measurement_record(run_id, target, profile or m["job"], m, version,
-                                  m["direct"] if direct_requested is None else direct_requested) for m in found]
+    records = [record(run_id, target, profile=profile or m["job"], fio_version=version,
+                      direct_requested=m["direct"] if direct_requested is None else direct_requested, **m)
+               for m in found]
     for rec in records:
         if writer:
             writer.write(rec)

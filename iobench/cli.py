@@ -5,7 +5,7 @@ from pathlib import Path
 import click
 
 from benchcore.errors import UserError, run_cli
-from benchcore.records import RecordWriter, new_run_id
+from benchcore.records import RecordWriter, new_run_id, output_file
 from benchcore.report import FORMATS, emit
 from benchcore.units import parse_size
 from iobench import bench, torchckpt
@@ -30,25 +30,19 @@ def size_option(ctx, param, value):
 
 
 def open_writer(out):
-    """RecordWriter appending to --out (never truncated), or None."""
-    if out is None:
-        return None
-    if Path(out).is_dir():
-        raise UserError(f"--out {out} is a directory")
-    try:
-        return RecordWriter(out)
-    except OSError as exc:
-        raise UserError(f"--out {out}: {exc.strerror}") from None
+    """RecordWriter appending to --out (checked by benchcore.records.output_file), or None."""
+    path = output_file(out)
+    return RecordWriter(path) if path else None
 
 
 def output_options(fn):
     for option in reversed([
-        click.option("--out", type=click.Path(dir_okay=False), default=None,
-                     help="Append records to this JSONL file (never overwritten)."),
+        click.option("--out", default=None, help="Append records to this JSONL file (never overwritten)."),
         click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
                      help="What goes to stdout."),
         click.option("--timeout", type=int, default=DEFAULT_TIMEOUT, show_default=True,
-                     callback=positive("--timeout"), help="Seconds one fio run may take before it is stopped."),
+                     callback=positive("--timeout"),
+                     help="Seconds one fio run (or torch-ckpt's torchrun) may take before it is stopped."),
         click.option("--keep", is_flag=True, help="Leave the iobench-<run-id> directory (and its fio job files)."),
     ]):
         fn = option(fn)
@@ -166,24 +160,18 @@ def run_cmd(jobfile, path, dry_run, out, fmt, timeout, keep):
               help="Checkpoint size per node, split evenly over the ranks.")
 @click.option("--ranks", type=int, default=2, show_default=True, callback=positive("--ranks"),
               help="Ranks torchrun starts on this node (each writes its shard).")
-@click.option("--format", "ckpt_formats", default="torch-save,dcp", show_default=True,
+@click.option("--ckpt-format", "ckpt_formats", default="torch-save,dcp", show_default=True,
               help="torch-save (torch.save, one file per rank), dcp (torch.distributed.checkpoint), or both.")
 @click.option("--fio/--no-fio", "fio_ceiling", default=True, show_default=True,
               help="Measure fio shard-write/restore-read on the same mount first, for the ratio.")
-@click.option("--out", type=click.Path(dir_okay=False), default=None,
-              help="Append records to this JSONL file (never overwritten).")
-@click.option("--output-format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
-              help="What goes to stdout.")
-@click.option("--timeout", type=int, default=DEFAULT_TIMEOUT, show_default=True, callback=positive("--timeout"),
-              help="Seconds each fio run and the torchrun launch may take.")
-@click.option("--keep", is_flag=True, help="Leave the iobench-<run-id> directories.")
+@output_options
 def torch_ckpt(path, size, ranks, ckpt_formats, fio_ceiling, out, fmt, timeout, keep):
     """Write a real PyTorch checkpoint, fsync, read it back, verify every tensor; compare with fio.
 
     \b
     Example:
       iobench torch-ckpt /mnt/nvme --size 2G --ranks 2
-      iobench torch-ckpt /mnt/cephfs --size 8G --ranks 8 --format dcp --out results.jsonl
+      iobench torch-ckpt /mnt/cephfs --size 8G --ranks 8 --ckpt-format dcp --out results.jsonl --format json
     """
     formats = torchckpt.parse_formats(ckpt_formats)
     if size < ranks << 20:

@@ -7,11 +7,11 @@ JSON on stdout, so parsing starts at the JSON object; stderr is kept apart for e
 import json
 import re
 import shutil
-import subprocess
 
+from benchcore import procs
 from benchcore.errors import UserError
-from benchcore.units import parse_size
-from iobench.safety import one_line, run_child
+from benchcore.procs import one_line
+from iobench.jobfile import plain_size, working_set
 
 INSTALL_HINT = "fio not found on PATH: install it (Debian/Ubuntu: apt-get install fio; RHEL: dnf install fio)"
 PERCENTILES = {"lat_p50_us": "50.000000", "lat_p99_us": "99.000000", "lat_p999_us": "99.900000"}
@@ -26,20 +26,21 @@ def fio_binary():
 
 
 def fio_version():
-    out = subprocess.run([fio_binary(), "--version"], capture_output=True, text=True, timeout=30)
-    return out.stdout.strip() or "unknown"
+    return procs.run([fio_binary(), "--version"], 30).stdout.strip() or "unknown"
 
 
 def run_fio(args, timeout, cwd=None, what="fio"):
     """Run fio with args (after --output-format=json); return its parsed JSON or raise UserError."""
-    cmd = [fio_binary(), "--output-format=json", *map(str, args)]
-    rc, stdout, stderr = run_child(cmd, timeout, cwd=cwd, what=f"{what}: fio")
-    if rc < 0:
-        raise UserError(f"{what}: fio was killed by signal {-rc}; fio stderr: {one_line(stderr)}")
-    if rc != 0:
-        detail = one_line(stderr) if stderr.strip() else one_line(stdout)
-        raise UserError(f"{what}: fio failed (exit {rc}): {detail}")
-    return parse_output(stdout, stderr, what)
+    done = procs.run([fio_binary(), "--output-format=json", *args], timeout, cwd=cwd)
+    if done.timed_out:
+        raise UserError(f"{what}: fio did not finish within {timeout} s and was stopped; "
+                        f"fio stderr: {one_line(done.stderr)}")
+    if done.returncode < 0:
+        raise UserError(f"{what}: fio was killed by signal {-done.returncode}; fio stderr: {one_line(done.stderr)}")
+    if done.returncode != 0:
+        detail = one_line(done.stderr) if done.stderr.strip() else one_line(done.stdout)
+        raise UserError(f"{what}: fio failed (exit {done.returncode}): {detail}")
+    return parse_output(done.stdout, done.stderr, what)
 
 
 def parse_output(stdout, stderr="", what="fio"):
@@ -59,23 +60,6 @@ def parse_output(stdout, stderr="", what="fio"):
             return data
     raise UserError(f"{what}: fio's JSON output is truncated or malformed ({error or 'no jobs'}); "
                     f"stderr: {one_line(stderr)}")
-
-
-def _size(text):
-    """A fio size option as bytes, or None when it is not a single size (ranges, percentages)."""
-    try:
-        return parse_size(text)
-    except UserError:
-        return None
-
-
-def _working_set(opts, numjobs):
-    """Bytes the job's files hold: size, or filesize x nrfiles, times numjobs; None if not plain sizes."""
-    per_job = _size(opts["size"]) if "size" in opts else None
-    if per_job is None and "filesize" in opts:
-        filesize = _size(opts["filesize"])
-        per_job = filesize * int(opts.get("nrfiles", 1)) if filesize else None
-    return per_job * numjobs if per_job else None
 
 
 def _us(ns):
@@ -104,12 +88,10 @@ def measurements(data):
                 continue
             kind, lat = _latency(section)
             pct = lat.get("percentile") or {}
-            numjobs = int(opts.get("numjobs", 1))
             rec = {"job": job.get("jobname"), "rw": opts.get("rw", "read"), "direction": direction,
-                   "bs_bytes": _size(opts.get("bs", "4k")), "iodepth": int(opts.get("iodepth", 1)),
-                   "numjobs": numjobs, "direct": int(opts.get("direct", 0)),
-                   "size_bytes": _working_set(opts, numjobs),
-                   "ioengine": opts.get("ioengine"), "io_bytes": section["io_bytes"],
+                   "bs_bytes": plain_size(opts.get("bs", "4k")), "iodepth": int(opts.get("iodepth", 1)),
+                   "numjobs": int(opts.get("numjobs", 1)), "direct": int(opts.get("direct", 0)),
+                   "size_bytes": working_set(opts), "ioengine": opts.get("ioengine"), "io_bytes": section["io_bytes"],
                    "runtime_s": section["runtime"] / 1000.0, "iops": section["iops"],
                    "bw_mbps": section["bw_bytes"] / 1e6, "lat_kind": kind, "lat_mean_us": _us(lat.get("mean"))}
             rec.update({key: _us(pct.get(p)) for key, p in PERCENTILES.items()})

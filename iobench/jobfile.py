@@ -50,16 +50,23 @@ def _check_option(path, number, key, value, line):
                         f"(files go into iobench's private directory)")
 
 
+def plain_size(text):
+    """A fio size option as bytes, or None when it is not a single size (ranges, percentages)."""
+    try:
+        return parse_size(text)
+    except UserError:
+        return None
+
+
+def working_set(opts):
+    """Bytes one job section's files hold: size, or filesize x nrfiles, times numjobs; None if not plain sizes."""
+    per_job = plain_size(opts["size"]) if "size" in opts else None
+    if per_job is None and "filesize" in opts:
+        filesize = plain_size(opts["filesize"])
+        per_job = filesize * int(opts.get("nrfiles", 1)) if filesize else None
+    return per_job * int(opts.get("numjobs", 1)) if per_job else None
+
+
 def space_estimate(sections):
-    """Bytes the jobs' files will hold, from plain size/filesize options (0 where not stated)."""
-    total = 0
-    for _, opts in sections:
-        numjobs = int(opts.get("numjobs", 1))
-        try:
-            if "size" in opts:
-                total += parse_size(opts["size"]) * numjobs
-            elif "filesize" in opts:
-                total += parse_size(opts["filesize"]) * int(opts.get("nrfiles", 1)) * numjobs
-        except UserError:
-            continue
-    return total
+    """Bytes the jobs' files will hold (0 for a job whose sizes are not plain)."""
+    return sum(working_set(opts) or 0 for _, opts in sections)

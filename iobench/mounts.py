@@ -1,9 +1,10 @@
 """Which mount a path is on, its fs type, backing device and storage class (from /proc/self/mountinfo)."""
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-MOUNTINFO = "/proc/self/mountinfo"
+from benchcore.procs import MountEntry, read_mounts
+
 SYS_DEV_BLOCK = Path("/sys/dev/block")
 SYS_BLOCK = Path("/sys/block")
 
@@ -26,48 +27,11 @@ PSEUDO_FS = {"proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "securi
 
 
 @dataclass
-class Mount:
-    """One line of mountinfo, plus what iobench derives from it."""
-    mount_point: str
-    fs_type: str
-    source: str
-    dev: str                  # "major:minor"
-    options: str
+class Mount(MountEntry):
+    """A mountinfo entry plus what iobench derives from it."""
     disks: tuple = ()         # backing whole disks, e.g. ("nvme0n1",) or ("loop3",)
     device: str = ""          # human description of the backing device
     storage_class: str = "unknown"
-
-    @property
-    def read_only(self):
-        return "ro" in self.options.split(",")
-
-
-def _unescape(field):
-    """mountinfo escapes space, tab, newline and backslash as octal (\\040)."""
-    out, i = [], 0
-    while i < len(field):
-        if field[i] == "\\" and field[i + 1:i + 4].isdigit():
-            out.append(chr(int(field[i + 1:i + 4], 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
-
-
-def parse_mountinfo(text):
-    """Mount objects (no device resolution) from mountinfo text, in kernel order."""
-    mounts = []
-    for line in text.splitlines():
-        left, sep, right = line.partition(" - ")
-        if not sep:
-            continue
-        fields, tail = left.split(), right.split()
-        if len(fields) < 6 or len(tail) < 2:
-            continue
-        mounts.append(Mount(mount_point=_unescape(fields[4]), fs_type=tail[0], source=_unescape(tail[1]),
-                            dev=fields[2], options=fields[5]))
-    return mounts
 
 
 def _block_name(dev):
@@ -97,36 +61,35 @@ def _describe(disks):
     return ", ".join(parts)
 
 
-def classify(mount):
-    """Fill in disks, device and storage_class from the STORAGE_CLASSES table."""
-    sysdir = _block_name(mount.dev)
-    if sysdir is None and mount.source.startswith("/dev/") and os.path.exists(mount.source):
-        rdev = os.stat(mount.source).st_rdev
-        sysdir = _block_name(f"{os.major(rdev)}:{os.minor(rdev)}")
-    mount.disks = _whole_disks(sysdir) if sysdir else ()
-    mount.device = _describe(mount.disks) if mount.disks else mount.source
+def storage_class(fs_type, disks):
+    """The first STORAGE_CLASSES row that matches the fs type or every backing disk."""
     for name, fs_types, prefixes in STORAGE_CLASSES:
-        if fs_types and mount.fs_type in fs_types:
-            mount.storage_class = name
-            return mount
-        if prefixes and mount.disks and all(d.startswith(prefixes) for d in mount.disks):
-            mount.storage_class = name
-            return mount
-    mount.storage_class = "unknown"
-    return mount
+        if (fs_types and fs_type in fs_types) or (prefixes and disks and all(d.startswith(prefixes) for d in disks)):
+            return name
+    return "unknown"
+
+
+def classify(entry):
+    """The Mount of a MountEntry: its backing disks, device description and storage class."""
+    sysdir = _block_name(entry.dev)
+    if sysdir is None and entry.source.startswith("/dev/") and os.path.exists(entry.source):
+        rdev = os.stat(entry.source).st_rdev
+        sysdir = _block_name(f"{os.major(rdev)}:{os.minor(rdev)}")
+    disks = _whole_disks(sysdir) if sysdir else ()
+    return Mount(**asdict(entry), disks=disks, device=_describe(disks) if disks else entry.source,
+                 storage_class=storage_class(entry.fs_type, disks))
 
 
 def all_mounts(include_pseudo=False):
     """This machine's mounts, classified; pseudo file systems only with include_pseudo."""
-    mounts = parse_mountinfo(Path(MOUNTINFO).read_text())
-    return [classify(m) for m in mounts if include_pseudo or m.fs_type not in PSEUDO_FS]
+    return [classify(m) for m in read_mounts() if include_pseudo or m.fs_type not in PSEUDO_FS]
 
 
 def mount_of(path):
     """The mount that holds the resolved path: the longest mount point above it, the last one stacked."""
     real = os.path.realpath(path)
     best = None
-    for mount in parse_mountinfo(Path(MOUNTINFO).read_text()):
+    for mount in read_mounts():
         mp = mount.mount_point
         if real == mp or real.startswith(mp.rstrip("/") + "/"):
             if best is None or len(mp) >= len(best.mount_point):

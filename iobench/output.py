@@ -2,7 +2,7 @@
 import os
 
 from benchcore.report import console, print_table
-from iobench.safety import format_size_h
+from benchcore.units import format_size
 
 RESULT_COLUMNS = [("mount", "mount", None), ("storage_class", "storage class", None), ("fs_type", "fs type", None),
                   ("profile", "profile", None), ("lat_mean_us", "avg lat us", ".1f"), ("lat_p99_us", "P99 us", ".1f"),
@@ -51,7 +51,7 @@ def mount_row(mount):
 
 
 def print_mounts(rows):
-    rows = [dict(r, free="n/a" if r["free_bytes"] is None else format_size_h(r["free_bytes"])) for r in rows]
+    rows = [dict(r, free="n/a" if r["free_bytes"] is None else format_size(r["free_bytes"], approx=True)) for r in rows]
     print_table(rows, [("mount_point", "mount", None), ("fs_type", "fs type", None),
                        ("storage_class", "storage class", None), ("device", "device", None),
                        ("mode", "mode", None), ("free", "free", None)], title="mounts")

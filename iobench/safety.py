@@ -11,17 +11,16 @@ import os
 import shutil
 import signal
 import stat
-import subprocess
-import time
 from pathlib import Path
 
 from benchcore.errors import UserError
+from benchcore.procs import signals_blocked
+from benchcore.units import format_size
 
 MARGIN_MIN = 64 << 20     # free space kept beyond what a run needs
 MARGIN_FRACTION = 0.05
 PROBE_BYTES = 4096
 PREFIX = "iobench-"
-KILL_GRACE_S = 10
 
 
 def margin(need):
@@ -48,16 +47,9 @@ def check_target(path, need, mount):
         raise UserError(f"{path} is not writable")
     free = vfs.f_bavail * vfs.f_frsize
     if free < need + margin(need):
-        raise UserError(f"{path} has {format_size_h(free)} free; this run needs {format_size_h(need)} "
-                        f"plus a {format_size_h(margin(need))} margin (use a smaller --size)")
-
-
-def format_size_h(n):
-    """Approximate binary size for messages: 1.5G, 300M, 12K."""
-    for suffix, unit in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if n >= unit:
-            return f"{n / unit:.1f}".rstrip("0").rstrip(".") + suffix
-    return str(n)
+        raise UserError(f"{path} has {format_size(free, approx=True)} free; this run needs "
+                        f"{format_size(need, approx=True)} plus a {format_size(margin(need), approx=True)} margin "
+                        f"(use a smaller --size)")
 
 
 class ScratchDir:
@@ -127,17 +119,6 @@ class Terminated(KeyboardInterrupt):
 
 
 @contextlib.contextmanager
-def signals_blocked():
-    """Hold Ctrl-C and SIGTERM until the block ends, so cleanup is never cut short."""
-    held = {signal.SIGINT, signal.SIGTERM}
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-@contextlib.contextmanager
 def sigterm_as_interrupt():
     """While active, SIGTERM raises Terminated in the main thread (then cleanup runs, exit 130)."""
     def handler(signum, frame):
@@ -147,87 +128,3 @@ def sigterm_as_interrupt():
         yield
     finally:
         signal.signal(signal.SIGTERM, old)
-
-
-def one_line(text, limit=600):
-    """A child's stderr squeezed onto one line for an error message."""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    joined = " | ".join(lines) or "(nothing on stderr)"
-    return joined if len(joined) <= limit else joined[:limit] + " ..."
-
-
-def group_alive(pgid):
-    """Whether any process (zombies aside) is left in process group pgid."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
-
-
-def _wait_group(proc, seconds):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if proc.poll() is not None and not group_alive(proc.pid):
-            return True
-        time.sleep(0.05)
-    return False
-
-
-def _signal_group(pgid, sig):
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, sig)
-
-
-def stop_process(proc):
-    """Stop a child and every process it started (its own process group), then reap it.
-
-    fio forks one process per job: all of them must be gone before their directory is removed.
-    """
-    with signals_blocked():
-        _signal_group(proc.pid, signal.SIGTERM)
-        if not _wait_group(proc, KILL_GRACE_S):
-            _signal_group(proc.pid, signal.SIGKILL)
-            _wait_group(proc, KILL_GRACE_S)
-        proc.wait()
-
-
-def run_child(cmd, timeout, what, cwd=None, env=None):
-    """(returncode, stdout, stderr) of an argument-list command; UserError on timeout.
-
-    The child runs in a process group of its own. When it exits and leaves processes behind
-    (torchrun's workers when torchrun was killed), and on Ctrl-C, SIGTERM or timeout, that whole
-    group is stopped first, so the caller's directory is never removed under a running writer.
-    """
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            errors="replace", cwd=cwd, env=env, start_new_session=True)
-    try:
-        stdout, stderr, finished = _collect(proc, time.monotonic() + timeout)
-    except BaseException:
-        stop_process(proc)
-        raise
-    if group_alive(proc.pid):
-        stop_process(proc)
-    if not finished:
-        raise UserError(f"{what} did not finish within {timeout} s and was stopped; stderr: {one_line(stderr)}")
-    return proc.returncode, stdout, stderr
-
-
-def _collect(proc, deadline):
-    """Read the child's output until it exits or the deadline passes: (stdout, stderr, finished)."""
-    while True:
-        try:
-            stdout, stderr = proc.communicate(timeout=max(0.01, min(1.0, deadline - time.monotonic())))
-            return stdout, stderr, True
-        except subprocess.TimeoutExpired:
-            exited = proc.poll() is not None  # then what it left behind holds the pipes open
-            if exited or time.monotonic() >= deadline:
-                stop_process(proc)
-                stdout, stderr = proc.communicate()
-                return stdout, stderr, exited

@@ -20,6 +20,8 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Shard
 
+from benchcore.torchrun import rank_sum
+
 DTYPES = (torch.float32, torch.bfloat16)
 MAX_TENSOR_BYTES = 64 << 20
 COLS = 1024
@@ -111,12 +113,6 @@ def wrong_tensors(loaded, rank, plan):
     return wrong
 
 
-def total(value):
-    t = torch.tensor([value], dtype=torch.int64)
-    dist.all_reduce(t)
-    return int(t.item())
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dir", required=True)
@@ -131,7 +127,7 @@ def main():
     mesh = init_device_mesh("cpu", (world,))
     plan = tensor_plan(args.per_rank_bytes)
     state = local_state(rank, plan)
-    payload = total(sum(t.numel() * t.element_size() for t in state.values()))
+    payload = rank_sum(sum(t.numel() * t.element_size() for t in state.values()))
     results = []
     for fmt in args.formats.split(","):
         save, load = FORMATS[fmt]
@@ -144,7 +140,7 @@ def main():
             fsync_dir(directory)
         drop_cache(directory)
         read_s, loaded = timed(load, plan, directory, rank, mesh)
-        wrong = total(wrong_tensors(loaded, rank, plan))
+        wrong = rank_sum(wrong_tensors(loaded, rank, plan))
         del loaded
         file_bytes = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
         results.append({"ckpt_format": fmt, "payload_bytes": payload, "file_bytes": file_bytes,

@@ -1,15 +1,16 @@
 """`iobench torch-ckpt`: real PyTorch checkpoints through torchrun, against fio on the same mount."""
 import json
 import os
-import sys
 from pathlib import Path
 
+from benchcore import procs
 from benchcore.errors import UserError
-from benchcore.records import git_revision, hostname, timestamp
+from benchcore.procs import one_line
 from benchcore.report import print_table
+from benchcore.torchrun import torchrun_argv
 from iobench import bench
 from iobench.profiles import PROFILES, build_job
-from iobench.safety import ScratchDir, one_line, run_child, sigterm_as_interrupt
+from iobench.safety import ScratchDir, sigterm_as_interrupt
 
 # Which fio profile is the practical ceiling for each direction.
 FIO_CEILING = {"write": "shard-write", "read": "restore-read"}
@@ -28,15 +29,16 @@ def parse_formats(text):
 def launch(scratch, formats, size, ranks, timeout):
     """Start the worker on `ranks` local ranks with torchrun; return its result JSON."""
     result = scratch / "result.json"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
-           "-m", "iobench.torch_worker", "--dir", str(scratch), "--formats", ",".join(formats),
-           "--per-rank-bytes", str(size // ranks), "--result", str(result), "--timeout", str(timeout)]
+    args = ["--dir", scratch, "--formats", ",".join(formats), "--per-rank-bytes", size // ranks,
+            "--result", result, "--timeout", timeout]
     here = str(Path(__file__).resolve().parent.parent)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
            "PYTHONPATH": os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)}
-    rc, _, stderr = run_child(cmd, timeout, what="torchrun", cwd=scratch, env=env)
-    if rc != 0 or not result.exists():
-        raise UserError(f"torch-ckpt: torchrun failed (exit {rc}): {one_line(stderr[-3000:])}")
+    done = procs.run(torchrun_argv("iobench.torch_worker", args, ranks), timeout, cwd=scratch, env=env)
+    if done.timed_out:
+        raise UserError(f"torch-ckpt: torchrun did not finish within {timeout} s and was stopped (--timeout)")
+    if done.returncode != 0 or not result.exists():
+        raise UserError(f"torch-ckpt: torchrun failed (exit {done.returncode}): {one_line(done.stderr[-3000:])}")
     return json.loads(result.read_text())
 
 
@@ -48,18 +50,13 @@ def records_from(result, target, run_id, ranks, fio_records):
         for direction, seconds in (("write", res["write_s"]), ("read", res["read_s"])):
             bw = res["payload_bytes"] / seconds / 1e6
             ceiling = fio_bw.get(FIO_CEILING[direction])
-            rec = bench.base_record(run_id, target, profile=PROFILE_NAMES[res["ckpt_format"]], rw=direction,
-                                    bs_bytes=None, iodepth=None, numjobs=ranks, direct=0,
-                                    size_bytes=res["payload_bytes"], runtime_s=seconds, iops=None, bw_mbps=bw,
-                                    lat_mean_us=None, lat_p50_us=None, lat_p99_us=None, lat_p999_us=None,
-                                    fio_version=None, hosts=[hostname()], timestamp=timestamp())
-            rec.update(direction=direction, ckpt_format=res["ckpt_format"], bw_gbps=bw / 1e3,
-                       fio_profile=FIO_CEILING[direction], fio_bw_mbps=ceiling,
-                       ratio_to_fio=bw / ceiling if ceiling else None, tensors=res["tensors"],
-                       wrong=res["wrong"], file_bytes=res["file_bytes"], cache_drop="posix_fadvise DONTNEED",
-                       mount_point=target.mount.mount_point, device=target.mount.device,
-                       torch_version=result["torch_version"], suite_revision=git_revision())
-            records.append(rec)
+            records.append(bench.record(
+                run_id, target, profile=PROFILE_NAMES[res["ckpt_format"]], rw=direction, numjobs=ranks, direct=0,
+                size_bytes=res["payload_bytes"], runtime_s=seconds, bw_mbps=bw, direction=direction,
+                ckpt_format=res["ckpt_format"], bw_gbps=bw / 1e3, fio_profile=FIO_CEILING[direction],
+                fio_bw_mbps=ceiling, ratio_to_fio=bw / ceiling if ceiling else None, tensors=res["tensors"],
+                wrong=res["wrong"], file_bytes=res["file_bytes"], cache_drop="posix_fadvise DONTNEED",
+                torch_version=result["torch_version"]))
     return records
 
 

@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from benchcore.records import read_records
-from iobench.bench import DESIGN_FIELDS
+from benchcore.schema import DESIGN, problems
 from iobench.profiles import PROFILES
 from tests.iobench.conftest import leftovers, plant_sentinels, snapshot
 
@@ -42,7 +42,7 @@ def test_every_profile_on_both_mounts(side_by_side):
     recs = side_by_side["records"]
     assert [(r["mount"], r["profile"]) for r in recs] == [(m, p) for m in (local, xfs) for p in PROFILES]
     for rec in recs:
-        assert list(rec)[:len(DESIGN_FIELDS)] == list(DESIGN_FIELDS)
+        assert list(rec)[:len(DESIGN["iobench"])] == list(DESIGN["iobench"]) and problems(rec) == []
         assert rec["tool"] == "iobench" and rec["fio_version"].startswith("fio-3")
         assert rec["iops"] > 0 and rec["bw_mbps"] > 0 and rec["runtime_s"] > 0
         assert 0 < rec["lat_p50_us"] <= rec["lat_p99_us"] <= rec["lat_p999_us"]
@@ -94,7 +94,8 @@ def test_odirect_fallback_on_a_mount_that_refuses_it(tool, nodirect_fuse, tmp_pa
 
 def test_json_and_csv_output(tool, tmp_path):
     args = ["ckpt", tmp_path, "--profile", "metadata", "--quick", "--size", "1M"]
-    recs = [json.loads(ln) for ln in tool("iobench", *args, "--format", "json").stdout.splitlines()]
+    proc = tool("iobench", *args, "--format", "json", "--out", "/dev/null")
+    recs = [json.loads(ln) for ln in proc.stdout.splitlines()]
     assert [r["profile"] for r in recs] == ["metadata"]
     csv = tool("iobench", *args, "--format", "csv").stdout.splitlines()
     assert csv[0].startswith("tool,run_id,mount,fs_type,storage_class,profile,rw,bs_bytes") and len(csv) == 2

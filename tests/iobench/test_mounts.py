@@ -4,8 +4,9 @@ import os
 
 import pytest
 
+from benchcore.procs import parse_mountinfo
 from iobench import mounts
-from iobench.mounts import classify, mount_of, parse_mountinfo
+from iobench.mounts import classify, mount_of
 
 # mountinfo lines as the kernel writes them for mounts this machine does not have
 # (CephFS kernel client and ceph-fuse, NFS, Lustre, overlay); parsing them needs no hardware.
@@ -44,9 +45,10 @@ def test_nvme_behind_partition_and_lvm(tmp_path, monkeypatch):
     (dev_block / "253:0").symlink_to(devices / "dm-0")
     (dev_block / "253:1").symlink_to(devices / "dm-1")
     monkeypatch.setattr(mounts, "SYS_DEV_BLOCK", dev_block)
-    a, b = parse_mountinfo("1 0 253:0 / /a rw - xfs /dev/mapper/a rw\n2 0 253:1 / /b rw - ext4 /dev/mapper/b rw\n")
-    assert (classify(a).storage_class, a.disks) == ("nvme", ("nvme0n1",))
-    assert (classify(b).storage_class, b.disks) == ("local-disk", ("nvme0n1", "sda"))
+    a, b = map(classify, parse_mountinfo("1 0 253:0 / /a rw - xfs /dev/mapper/a rw\n"
+                                         "2 0 253:1 / /b rw - ext4 /dev/mapper/b rw\n"))
+    assert (a.storage_class, a.disks) == ("nvme", ("nvme0n1",))
+    assert (b.storage_class, b.disks) == ("local-disk", ("nvme0n1", "sda"))
 
 
 def test_root_fs_is_a_local_block_device():

@@ -55,6 +55,13 @@ def test_one_bad_path_refuses_the_whole_run_before_fio(tool, tmpfs, tmp_path):
     assert leftovers(tmp_path) == []
 
 
+@pytest.mark.parametrize("out,needle", [("/dev/full", "is not a regular file"), ("DIR", "is a directory")])
+def test_out_that_is_not_a_file_is_refused_before_fio(tool, tmp_path, out, needle):
+    out = tmp_path if out == "DIR" else out
+    assert_one_line_error(tool("iobench", "ckpt", tmp_path, "--quick", "--out", out), needle)
+    assert leftovers(tmp_path) == []
+
+
 def test_fio_missing(tool, tmp_path):
     proc = tool("iobench", "ckpt", tmp_path, "--quick", env={"PATH": "/nonexistent"})
     assert_one_line_error(proc, "fio not found on PATH: install it (Debian/Ubuntu: apt-get install fio")

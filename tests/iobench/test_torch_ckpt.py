@@ -8,6 +8,7 @@ from benchcore.records import read_records
 from iobench.torch_worker import FORMATS, make_tensor, tensor_plan, wrong_tensors
 from iobench.torchckpt import PROFILE_NAMES
 from tests.conftest import assert_one_line_error
+from tests.iobench.conftest import assert_failed_run, leftovers
 
 
 def test_verification_catches_a_flipped_bit_and_a_missing_tensor():
@@ -27,7 +28,7 @@ def test_two_rank_round_trip_against_fio(tool, tmp_path):
     data, out = tmp_path / "data", tmp_path / "r.jsonl"
     data.mkdir()
     proc = tool("iobench", "torch-ckpt", data, "--size", "8M", "--ranks", "2", "--out", out, "--keep",
-                "--output-format", "json", timeout=300)
+                "--format", "json", timeout=300)
     assert proc.returncode == 0, proc.stderr
     recs = read_records(out)
     assert [r["profile"] for r in recs] == ["shard-write", "restore-read"] + ["torch-save"] * 2 + ["torch-dcp"] * 2
@@ -45,8 +46,19 @@ def test_two_rank_round_trip_against_fio(tool, tmp_path):
     assert (kept / "dcp" / ".metadata").exists() and len(list((kept / "dcp").glob("*.distcp"))) == 2
 
 
+@pytest.mark.slow
+def test_torchrun_timeout_is_one_line_and_cleans_up(tool, tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = tool("iobench", "torch-ckpt", tmp_path, "--size", "8M", "--no-fio", "--timeout", "2", "--out", out)
+    assert_failed_run(proc, "torchrun did not finish within 2 s and was stopped")
+    assert leftovers(tmp_path) == [] and read_records(out)[-1]["event"] == "failed"
+
+
 def test_bad_format_and_size(tool, tmp_path):
     assert list(FORMATS) == list(PROFILE_NAMES)
-    assert_one_line_error(tool("iobench", "torch-ckpt", tmp_path, "--format", "pickle"), "unknown checkpoint format")
+    assert_one_line_error(tool("iobench", "torch-ckpt", tmp_path, "--ckpt-format", "pickle"),
+                          "unknown checkpoint format")
+    proc = tool("iobench", "torch-ckpt", tmp_path, "--format", "dcp")  # --format is the output format
+    assert proc.returncode == 2 and "'dcp' is not one of 'table', 'json', 'csv'" in proc.stderr
     assert_one_line_error(tool("iobench", "torch-ckpt", tmp_path, "--size", "1M", "--ranks", "4"),
                           "at least 1 MiB")
