@@ -1,15 +1,12 @@
 """The commbench command line."""
-import os
-
 import click
 
-from benchcore.errors import UserError, run_cli
+from benchcore.errors import run_cli
 from commbench import compare, launch, selftest, sweep
-from commbench.collectives import COLLECTIVES, parse_collectives
-from commbench.measure import collective_plan, measure_options, run_measurement
-from commbench.output import print_collective_tables
+from commbench.plan import PLACES, measure_options
+from commbench.registry import COLLECTIVE_NAMES, parse_names
+from commbench.runner import measure
 
-PLACES = {"both": ["out", "in"], "out": ["out"], "in": ["in"]}
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 def cli():
@@ -24,27 +21,25 @@ def cli():
 
 @cli.command()
 @click.option("-c", "--collective", "collectives", default="all_reduce", show_default=True,
-              help="Comma list: " + ",".join(COLLECTIVES))
+              help="Comma list: " + ",".join(COLLECTIVE_NAMES))
 @click.option("--place", type=click.Choice(list(PLACES)), default="both", show_default=True,
               help="Out-of-place, in-place or both, where torch.distributed offers the variant.")
 @measure_options()
 @launch.launch_options
-def run(collectives, place, fmt, out, **kw):
+def run(collectives, **kw):
     """Measure collectives over a size sweep (nccl-tests style).
 
     \b
     Example:
       commbench run --collective all_reduce,all_gather -b 8 -e 256M -f 2 -n 20 -w 5 --out results.jsonl
     """
-    spec = launch.spec_from_options(kw)
-    plan, expected = collective_plan(kw, spec, parse_collectives(collectives), PLACES[place])
-    run_measurement(spec, plan, expected, fmt, print_collective_tables, out)
+    measure(parse_names(collectives, "collective", "--collective"), kw)
 
 
 @cli.command()
 @measure_options()
 @launch.launch_options
-def ring(fmt, out, **kw):
+def ring(**kw):
     """Ring-AllReduce across nodes (all_reduce; NCCL_ALGO=Ring on NCCL).
 
     Without Slurm or --rdzv-endpoint, the nodes are emulated on this machine:
@@ -55,14 +50,7 @@ def ring(fmt, out, **kw):
       commbench ring --nodes 2 -b 1K -e 256M
       commbench ring --nodes 2 --rdzv-endpoint node0:29500 --node-rank 0   # on node0, then node-rank 1 on node1
     """
-    spec = launch.spec_from_options(kw)
-    algo = os.environ.get("NCCL_ALGO")
-    if algo and algo.lower() != "ring":
-        raise UserError(f"commbench ring runs NCCL_ALGO=Ring, but NCCL_ALGO={algo} is set; "
-                        "unset it or use commbench run")
-    plan, expected = collective_plan(kw, spec, ["all_reduce"], ["in"])
-    plan["strategy"] = "ring"
-    run_measurement(spec, plan, expected, fmt, print_collective_tables, out, "ring all_reduce")
+    measure(["ring"], kw, label="ring all_reduce")
 
 
 cli.add_command(compare.chunked)

@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 from benchcore.errors import UserError
 from benchcore.units import format_size
+from commbench.case import TOTAL, Case, Timed
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16,
           "bfloat16": torch.bfloat16, "int32": torch.int32}
@@ -25,7 +26,8 @@ _PY_OPS = {"sum": sum, "max": max, "min": min}
 # Largest integer every smaller integer of which the dtype holds exactly.
 _EXACT_INT = {torch.float32: 1 << 24, torch.float16: 1 << 11, torch.bfloat16: 1 << 8, torch.int32: 1 << 31}
 ROOT = 0
-PERIOD = 5  # the fill pattern repeats every PERIOD elements
+PERIOD = 5    # the fill pattern repeats every PERIOD elements
+POISON = -1   # what an output holds before the check's run: no fill value, sum, min or max is negative
 
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
@@ -63,6 +65,8 @@ class Collective:
     placements: Tuple[str, ...]          # "out" and/or "in"
     run: Callable                        # run(send, recv, op, async_op) -> work or None
     expected: Callable                   # expected(rank, n, count, op, vals) -> regions to check
+    reduces: bool = False                # takes --op (its records carry op)
+    rooted: bool = False                 # has a root rank (its records carry root)
 
     def counts(self, count, n):
         """(send elements, recv elements) for a collective of `count` elements."""
@@ -109,41 +113,21 @@ def _exp_sendrecv(rank, n, count, op, vals):
 
 COLLECTIVES = {c.name: c for c in [
     Collective("all_reduce", lambda n: 2 * (n - 1) / n, False, False, False, ("in",),
-               lambda s, r, op, a: dist.all_reduce(r, op=op, async_op=a), _exp_all_reduce),
+               lambda s, r, op, a: dist.all_reduce(r, op=op, async_op=a), _exp_all_reduce, reduces=True),
     Collective("all_gather", lambda n: (n - 1) / n, True, True, False, ("out", "in"),
                lambda s, r, op, a: _all_gather(r, s, async_op=a), _exp_all_gather),
     Collective("reduce_scatter", lambda n: (n - 1) / n, True, False, True, ("out", "in"),
-               lambda s, r, op, a: _reduce_scatter(r, s, op=op, async_op=a), _exp_reduce_scatter),
+               lambda s, r, op, a: _reduce_scatter(r, s, op=op, async_op=a), _exp_reduce_scatter, reduces=True),
     Collective("broadcast", lambda n: 1.0, False, False, False, ("in",),
-               lambda s, r, op, a: dist.broadcast(r, src=ROOT, async_op=a), _exp_broadcast),
+               lambda s, r, op, a: dist.broadcast(r, src=ROOT, async_op=a), _exp_broadcast, rooted=True),
     Collective("reduce", lambda n: 1.0, False, False, False, ("in",),
-               lambda s, r, op, a: dist.reduce(r, dst=ROOT, op=op, async_op=a), _exp_reduce),
+               lambda s, r, op, a: dist.reduce(r, dst=ROOT, op=op, async_op=a), _exp_reduce, reduces=True,
+               rooted=True),
     Collective("all_to_all", lambda n: (n - 1) / n, True, False, False, ("out",),
                lambda s, r, op, a: dist.all_to_all_single(r, s, async_op=a), _exp_all_to_all),
     Collective("sendrecv", lambda n: 1.0, False, False, False, ("out",),
                _sendrecv, _exp_sendrecv),
 ]}
-
-
-def parse_collectives(text):
-    names = [part.strip() for part in text.split(",") if part.strip()]
-    if not names:
-        raise UserError("--collective is empty")
-    for name in names:
-        if name not in COLLECTIVES:
-            raise UserError(f"unknown collective {name!r}; known: {', '.join(COLLECTIVES)}")
-    return names
-
-
-def check_size(name, size, dtype_name, world_size):
-    """Raise UserError unless `size` bytes of dtype suit collective `name` on world_size ranks."""
-    elt = torch.empty((), dtype=DTYPES[dtype_name]).element_size()
-    coll = COLLECTIVES[name]
-    unit = elt * (world_size if coll.split else 1)
-    if size % unit:
-        why = f"{world_size} ranks x {elt} B {dtype_name}" if coll.split else f"{elt} B {dtype_name}"
-        raise UserError(f"size {format_size(size)} ({size} B) does not suit {name}: "
-                        f"needs a multiple of {unit} B ({why})")
 
 
 def fill_values(rank, n, dtype):
@@ -158,3 +142,63 @@ def pattern(values, start, length, dtype, device):
     tiled = base.repeat(length // PERIOD + 2)
     offset = start % PERIOD
     return tiled[offset:offset + length]
+
+
+def count_wrong(result, regions, dtype, device):
+    """Elements of `result` that differ from the expected regions (offset, length, values, start)."""
+    flat = result.reshape(-1)
+    wrong = 0
+    for offset, length, values, start in regions:
+        want = pattern(values, start, length, dtype, device)
+        wrong += int((flat[offset:offset + length] != want).sum().item())
+    return wrong
+
+
+def buffers(coll, in_place, count, ctx, dtype):
+    """(send, recv) tensors; in place they share storage as nccl-tests' in-place variants do."""
+    n, rank = ctx.world_size, ctx.rank
+    send_n, recv_n = coll.counts(count, n)
+    empty = lambda k: torch.empty(k, dtype=dtype, device=ctx.device)  # noqa: E731
+    if not in_place:
+        return empty(send_n), empty(recv_n)
+    if coll.send_piece:
+        recv = empty(recv_n)
+        return recv[rank * send_n:(rank + 1) * send_n], recv
+    if coll.recv_piece:
+        send = empty(send_n)
+        return send, send[rank * recv_n:(rank + 1) * recv_n]
+    buf = empty(count)
+    return buf, buf
+
+
+def _case(coll):
+    """The case that times collective coll: one phase, nccl-tests' check of every element."""
+    def build(ctx, cfg, count, dtype, shared):
+        n, op_name = ctx.world_size, ctx.plan.op
+        send, recv = buffers(coll, cfg["in_place"], count, ctx, dtype)
+        vals = lambda r: fill_values(r, n, dtype)  # noqa: E731
+        op = OPS[op_name]
+        return Timed(
+            phases={TOTAL: lambda a: coll.run(send, recv, op, a)},
+            factors={TOTAL: coll.bus_factor(n)},
+            refill=lambda: send.copy_(pattern(vals(ctx.rank), 0, send.numel(), dtype, ctx.device)),
+            poison=lambda: recv.fill_(POISON),
+            result=lambda: recv,
+            check=lambda: (count_wrong(recv, coll.expected(ctx.rank, n, count, op_name, vals), dtype, ctx.device),
+                           {}),
+            fields=lambda phase: {"op": op_name if coll.reduces else None, "root": ROOT if coll.rooted else None})
+
+    def configs(opts, dtype):
+        return [{"case": coll.name, "in_place": place == "in"} for place in coll.placements if place in opts.places]
+
+    def check_size(size, elt, n):
+        unit = elt * (n if coll.split else 1)
+        if size % unit:
+            why = f"{n} ranks x {elt} B elements" if coll.split else f"{elt} B elements"
+            raise UserError(f"size {format_size(size)} ({size} B) does not suit {coll.name}: "
+                            f"needs a multiple of {unit} B ({why})")
+    return Case(coll.name, "collective", coll.name, (TOTAL,), build, configs, check_size=check_size,
+                both_places=len(coll.placements) > 1)
+
+
+COLLECTIVE_CASES = {name: _case(coll) for name, coll in COLLECTIVES.items()}

@@ -5,9 +5,10 @@ Modes (chosen by --launcher auto):
            each runs torchrun with a c10d rendezvous on the allocation's first node;
   torchrun --rdzv-endpoint HOST:PORT --node-rank R, started by hand on every node;
   local    N torchrun agents on this machine joined by a real c10d rendezvous on 127.0.0.1.
-The node with node rank 0 (agent 0 locally) writes the records.
+The node with node rank 0 (agent 0 locally) hands the records back: its local rank 0 appends
+each to the launch directory's channel, which the launcher follows and returns (writing each to
+--out as it arrives). Progress comes from the ranks' status files in the same directory.
 """
-import ctypes
 import fcntl
 import json
 import os
@@ -26,14 +27,16 @@ from pathlib import Path
 
 import click
 
+from benchcore import procs
 from benchcore.errors import UserError
-from benchcore.records import hostname, read_records
+from benchcore.records import hostname
 from benchcore.report import console
-from commbench.liveness import ADDR_ENV, STATUS_ENV
+from benchcore.torchrun import torchrun_argv
+from commbench.liveness import ADDR_ENV, CHANNEL, RECORD_NODE_ENV, STATUS_ENV
+from commbench.plan import Plan
 
 LAUNCHERS = ("auto", "local", "torchrun", "slurm")
 BACKENDS = ("auto", "nccl", "gloo")
-RECORD_NODE_ENV = "COMMBENCH_RECORD_NODE"
 IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 STOP_GRACE_S = 5   # a rank stopped past --timeout + this is killed (its peers' diagnosis sees it stopped first)
 AGENT_GRACE_S = 5  # an agent still running this long after one of its ranks failed is stuck: stopped
@@ -56,6 +59,9 @@ class LaunchSpec:
     @property
     def world_size(self):
         return self.nodes * self.nproc_per_node
+
+    def may_use_nccl(self):
+        return self.backend == "nccl" or (self.backend == "auto" and gpu_count() > 0)
 
 
 def launch_options(fn):
@@ -170,14 +176,10 @@ def store_timeout(spec):
     return int(max(5, min(60, spec.rdzv_timeout / 2)))
 
 
-def torchrun_argv(spec, endpoint, run_id, is_host, local_addr, plan):
-    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(spec.nodes),
-            "--nproc-per-node", str(spec.nproc_per_node), "--rdzv-backend", "c10d",
-            "--rdzv-endpoint", endpoint, "--rdzv-id", run_id,
-            "--rdzv-conf", f"is_host={int(is_host)},join_timeout={int(spec.rdzv_timeout)},"
-            f"read_timeout={store_timeout(spec)}",
-            "--local-addr", local_addr, "--max-restarts", "0",
-            "-m", "commbench.worker", "--plan", json.dumps(plan, separators=(",", ":"))]
+def agent_argv(spec, endpoint, run_id, is_host, local_addr, plan):
+    conf = f"is_host={int(is_host)},join_timeout={int(spec.rdzv_timeout)},read_timeout={store_timeout(spec)}"
+    return torchrun_argv("commbench.worker", ["--plan", plan.to_json()], spec.nproc_per_node, nnodes=spec.nodes,
+                         endpoint=endpoint, rdzv_id=run_id, rdzv_conf=conf, local_addr=local_addr)
 
 
 def node_env(spec, host, record_node):
@@ -195,17 +197,17 @@ def node_env(spec, host, record_node):
 
 def commands(spec, plan):
     """[(argv, extra env)] for the agents this machine starts."""
-    run_id = plan["run_id"]
+    run_id = plan.run_id
     if spec.launcher == "local":
         endpoint = f"127.0.0.1:{free_port()}"
-        return [(torchrun_argv(spec, endpoint, run_id, i == 0, local, plan), env)
+        return [(agent_argv(spec, endpoint, run_id, i == 0, local, plan), env)
                 for i in range(spec.nodes) for env, local in [node_env(spec, "127.0.0.1", i == 0)]]
     if spec.launcher == "torchrun":
         host, port = split_endpoint(spec.rdzv_endpoint)
         env, local = node_env(spec, host, spec.node_rank == 0)
         rdzv_id = f"commbench-{port}"  # every node derives the same id; each one's run_id is its own
-        return [(torchrun_argv(spec, spec.rdzv_endpoint, rdzv_id, spec.node_rank == 0, local, plan), env)]
-    agent = {"spec": spec.__dict__, "plan": plan, "endpoint": slurm_endpoint()}
+        return [(agent_argv(spec, spec.rdzv_endpoint, rdzv_id, spec.node_rank == 0, local, plan), env)]
+    agent = {"spec": spec.__dict__, "plan": plan.to_json(), "endpoint": slurm_endpoint()}
     return [(["srun", "--nodes", str(spec.nodes), "--ntasks-per-node", "1", "--kill-on-bad-exit=1",
               sys.executable, "-m", "commbench.launch", json.dumps(agent, separators=(",", ":"))], {})]
 
@@ -227,11 +229,11 @@ def slurm_endpoint():
 
 def node_agent(agent):
     """On each Slurm node: pick is_host and the interface here, then become torchrun."""
-    spec = LaunchSpec(**agent["spec"])
+    spec, plan = LaunchSpec(**agent["spec"]), Plan.from_json(agent["plan"])
     host, _ = split_endpoint(agent["endpoint"])
     first = os.environ.get("SLURM_NODEID", "0") == "0"
     env, local = node_env(spec, host, first)
-    argv = torchrun_argv(spec, agent["endpoint"], agent["plan"]["run_id"], first, local, agent["plan"])
+    argv = agent_argv(spec, agent["endpoint"], plan.run_id, first, local, plan)
     os.execve(argv[0], argv, {**os.environ, **env})
 
 
@@ -261,30 +263,44 @@ def rank_status(logdir):
     return out
 
 
-def proc_state(pid):
+def worker_state(pid):
     """State letter of a commbench worker process ('R', 'S', 'T' = stopped, ...), None if there is none."""
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        if b"commbench.worker" not in argv or b"torch.distributed.run" in argv:
-            return None  # gone, and the pid reused by someone else
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return None
+    argv = procs.proc_cmdline(pid) or []
+    if "commbench.worker" not in argv or "torch.distributed.run" in argv:
+        return None  # gone, and the pid reused by someone else
+    st = procs.proc_stat(pid)
+    return st.state if st else None
 
 
-def _kill(pid, sig=signal.SIGKILL):
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
+class Channel:
+    """Follows the records the record node's rank appends to the launch directory: complete lines only."""
+
+    def __init__(self, path, writer):
+        self.path, self.writer, self.records, self._offset = Path(path), writer, [], 0
+
+    def poll(self):
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        end = data.rfind(b"\n") + 1
+        self._offset += end
+        for line in data[:end].splitlines():
+            rec = json.loads(line)
+            self.records.append(rec)
+            if self.writer:
+                self.writer.write(rec)
 
 
-def execute(spec, plan, expected_records, progress_label="measuring", max_seconds=None, progress=True):
+def execute(spec, plan, writer=None, progress_label="measuring", max_seconds=None, progress=True):
     """Start the agents, follow the ranks' progress, return when every agent ended.
 
-    A launch that makes no progress for --rdzv-timeout + --timeout + 60 s, or runs past
-    max_seconds, is stopped and reported as hanging. A rank of this node stopped (SIGSTOP)
-    for longer than --timeout is killed and named.
+    Records reach writer (the user's --out) as they arrive and come back in the result. A launch
+    that makes no progress for --rdzv-timeout + --timeout + 60 s, or runs past max_seconds, is
+    stopped and reported as hanging. A rank of this node stopped (SIGSTOP) for longer than
+    --timeout is killed and named.
     """
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -294,8 +310,8 @@ def execute(spec, plan, expected_records, progress_label="measuring", max_second
             click.echo(shell_line(argv, env))
         return LaunchResult(0, [], [])
     logdir = Path(tempfile.mkdtemp(prefix="commbench-logs-"))
-    procs, logs, ranks, faults, killed, stopped_since, failed_at = [], [], {}, [], set(), {}, None
-    out_path, run_id = plan["out"], plan["run_id"]
+    channel = Channel(logdir / CHANNEL, writer)
+    agents, logs, ranks, faults, killed, stopped_since, failed_at = [], [], {}, [], set(), {}, None
     try:
         for i, (argv, env) in enumerate(cmds):
             log = open(logdir / f"agent{i}.log", "w+")
@@ -303,37 +319,36 @@ def execute(spec, plan, expected_records, progress_label="measuring", max_second
             env = {**os.environ, **env, STATUS_ENV: str(logdir)}
             if spec.launcher != "slurm":  # torchrun's own torchelastic_* log dirs go in ours, removed with it
                 env["TMPDIR"] = str(logdir)
-            procs.append(subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
-                                          stdout=None if spec.verbose else log, stderr=subprocess.STDOUT
-                                          if not spec.verbose else None, preexec_fn=_agent_preexec))
+            agents.append(procs.spawn(argv, env=env, stdout=None if spec.verbose else log,
+                                      stderr=None if spec.verbose else subprocess.STDOUT))
         stall_limit = spec.rdzv_timeout + spec.timeout + 60
         seen, last_change = 0, time.monotonic()
         started = last_change
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                       TimeElapsedColumn(), transient=True, disable=spec.verbose or not progress,
                       console=console(stderr=True)) as bar:
-            task = bar.add_task(progress_label, total=expected_records)
-            while any(p.poll() is None for p in procs):
+            task = bar.add_task(progress_label, total=plan.records_expected())
+            while any(p.poll() is None for p in agents):
                 time.sleep(0.2)
+                channel.poll()
                 ranks.update(rank_status(logdir))
-                done = min((st["done"] for st in ranks.values()), default=0)  # every rank does every step
-                now = max(len(read_records(out_path, run_id=run_id)), done)
+                now = min((st["done"] for st in ranks.values()), default=0)  # every rank does every step
                 for rank, st in ranks.items():
-                    if proc_state(st["pid"]) != "T":
+                    if worker_state(st["pid"]) != "T":
                         stopped_since.pop(rank, None)
                     elif time.monotonic() - stopped_since.setdefault(rank, time.monotonic()) > \
                             spec.timeout + STOP_GRACE_S:
                         faults.append(f"rank {rank} on {st['host']} (pid {st['pid']}) was stopped (SIGSTOP, "
                                       f"state T) for more than --timeout {spec.timeout:g} s; killed it")
-                        _kill(st["pid"])
+                        procs.kill(st["pid"])
                         killed.add(st["pid"])
                         stopped_since.pop(rank)
-                gone = {r: st.get("exit") is not None or proc_state(st["pid"]) is None for r, st in ranks.items()}
+                gone = {r: st.get("exit") is not None or worker_state(st["pid"]) is None for r, st in ranks.items()}
                 if failed_at is None and ranks and all(gone.values()) and \
-                        any(st.get("exit") != 0 for st in ranks.values()):
+                        any(st.get("exit") for st in ranks.values()):
                     failed_at = time.monotonic()  # every rank here ended, one of them badly
                 elif failed_at and time.monotonic() - failed_at > AGENT_GRACE_S:
-                    _stop(procs, ranks, grace=2)  # torchrun blocked, e.g. on a store it can no longer reach
+                    _stop(agents, ranks, grace=2)  # torchrun blocked, e.g. on a store it can no longer reach
                     break
                 if now != seen:
                     seen, last_change = now, time.monotonic()
@@ -345,30 +360,24 @@ def execute(spec, plan, expected_records, progress_label="measuring", max_second
                 elif max_seconds and time.monotonic() - started > max_seconds:
                     hang = f"still running after {max_seconds:.0f} s; stopped"
                 if hang:
-                    _stop(procs, ranks)
-                    return LaunchResult(1, read_records(out_path, run_id=run_id), faults + [hang], hung=True)
+                    _stop(agents, ranks)
+                    channel.poll()
+                    return LaunchResult(1, channel.records, faults + [hang], hung=True)
+        channel.poll()
         ranks.update(rank_status(logdir))
-        codes = [p.returncode for p in procs]
+        codes = [p.returncode for p in agents]
         code = next((c for c in codes if c), 0) or (1 if faults else 0)
         reasons = list(dict.fromkeys(faults + _reasons(logs, spec, ranks, killed))) if code else []
-        return LaunchResult(code, read_records(out_path, run_id=run_id), reasons)
-    except KeyboardInterrupt:
-        _stop(procs, ranks)
-        raise
+        return LaunchResult(code, channel.records, reasons)
     finally:
-        _stop(procs, ranks)
+        _stop(agents, ranks)
+        channel.poll()
         for log in logs:
             log.close()
         shutil.rmtree(logdir, ignore_errors=True)
 
 
-def _agent_preexec():
-    """In each agent: its own process group (stopped as one), and SIGTERM if commbench dies."""
-    os.setsid()
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def _stop(procs, ranks=None, grace=10):
+def _stop(agents, ranks=None, grace=10):
     """End every agent's process group (torchrun), then any worker of ours left behind.
 
     torchrun starts each worker in a session of its own, so the agent's group does not reach
@@ -376,27 +385,13 @@ def _stop(procs, ranks=None, grace=10):
     """
     workers = [st["pid"] for st in (ranks or {}).values()]
     for pid in workers:
-        if proc_state(pid) == "T":
-            _kill(pid)
-    for p in procs:
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-    deadline = time.monotonic() + grace
-    for p in procs:
-        try:
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait()
+        if worker_state(pid) == "T":
+            procs.kill(pid)
+    for agent in agents:
+        procs.stop(agent, grace)
     for pid in workers:
-        if proc_state(pid) is not None:
-            _kill(pid)
+        if worker_state(pid) is not None:
+            procs.kill(pid)
 
 
 def _signalled(lines, ranks, killed):

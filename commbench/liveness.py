@@ -23,8 +23,10 @@ from pathlib import Path
 BEAT_S = 1.0
 STORE_TIMEOUT_S = 5.0
 PROBE_TIMEOUT_S = 2.0
-STATUS_ENV = "COMMBENCH_STATUS_DIR"
+STATUS_ENV = "COMMBENCH_STATUS_DIR"       # the launch directory: status files and the record channel
 ADDR_ENV = "COMMBENCH_LOCAL_ADDR"
+RECORD_NODE_ENV = "COMMBENCH_RECORD_NODE"  # "1" on the node whose local rank 0 hands records back
+CHANNEL = "records.jsonl"                  # in the launch directory, appended per record
 
 
 def hb_key(rank):
@@ -119,7 +121,7 @@ class Liveness:
                 self.last_ok = time.monotonic()
                 if self.rank0 is None and self.rank != 0:  # rank 0 publishes before its process group exists
                     self.rank0 = json.loads(self._beat_store.get(info_key(0)))
-            except Exception as e:  # store unreachable or gone: diagnose() reads last_ok
+            except Exception:  # store unreachable or gone: diagnose() reads last_ok
                 pass
             self._stopped.wait(BEAT_S)
 

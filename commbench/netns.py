@@ -8,7 +8,7 @@ Standard library only (scripts/netns-cluster runs it without the virtualenv). As
                                 both directions. Idempotent: rerun to reshape; another N rebuilds.
   down                          removes the namespaces (ending processes still inside) and their files.
   exec NODE -- CMD...           runs CMD in node NODE with its own host name PREFIX-nodeNODE.
-  status                        what exists now.
+  status                        what exists now (exit 0 running, 1 partial, 3 stopped).
 
 Nothing outside the namespaces changes except /etc/netns/PREFIX-node*/hosts (a hosts file that
 `ip netns exec` mounts over /etc/hosts inside the namespace, so node names resolve there).
@@ -18,10 +18,11 @@ import ipaddress
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
+
+from benchcore import procs
+from benchcore.fixture import EXIT, Cli, Fail, Script, need_root
 
 DEFAULT_PREFIX = os.environ.get("NETNS_CLUSTER_PREFIX", "cb")
 DEFAULT_SUBNET = "10.213.0.0/24"
@@ -29,17 +30,16 @@ IFNAME = "eth0"
 ETC = Path("/etc/netns")
 MARK = "# written by commbench netns-cluster"
 UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
-
-
-class ClusterError(Exception):
-    pass
+NETNS = Script("netns-cluster", {"ip": "iproute2", "tc": "iproute2", "unshare": "util-linux"})
+run = NETNS.run
+ClusterError = Fail  # the name commbench.selftest catches
 
 
 def parse_rate(text):
     """tc-style rate ('500mbit', '1gbit', '2.5gbit', '1000000' bit/s) -> bits per second."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(bit|bps)?\s*", str(text).lower())
     if not m or float(m.group(1)) <= 0:
-        raise ClusterError(f"--rate {text!r} is not a rate like 500mbit, 1gbit, 2gbit")
+        raise Fail(f"--rate {text!r} is not a rate like 500mbit, 1gbit, 2gbit")
     bits = float(m.group(1)) * UNITS[m.group(2)] * (8 if m.group(3) == "bps" else 1)
     return int(bits)
 
@@ -74,13 +74,6 @@ def node_addr(i, subnet=DEFAULT_SUBNET):
     return str(ipaddress.ip_network(subnet)[i + 1])
 
 
-def run(argv, check=True, timeout=30):
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    if check and proc.returncode:
-        raise ClusterError(f"{' '.join(argv)}: {proc.stderr.strip() or proc.stdout.strip()}")
-    return proc
-
-
 def existing(prefix):
     """(node namespaces sorted by index, switch present) for this prefix."""
     names = run(["ip", "netns", "list"]).stdout.split()
@@ -108,7 +101,7 @@ def write_hosts(prefix, nodes, subnet):
         d = ETC / ns_name(prefix, i)
         hosts = d / "hosts"
         if hosts.exists() and MARK not in hosts.read_text():
-            raise ClusterError(f"{hosts} exists and was not written by netns-cluster; not touching it")
+            raise Fail(f"{hosts} exists and was not written by netns-cluster; not touching it")
         d.mkdir(parents=True, exist_ok=True)
         hosts.write_text("\n".join(lines) + "\n")
 
@@ -117,9 +110,9 @@ def up(nodes, rate=None, prefix=DEFAULT_PREFIX, subnet=DEFAULT_SUBNET):
     """Bring the cluster to the requested state; returns the seconds it took."""
     t0 = time.monotonic()
     if nodes < 2:
-        raise ClusterError(f"--nodes must be at least 2, got {nodes}")
+        raise Fail(f"--nodes must be at least 2, got {nodes}")
     if nodes > ipaddress.ip_network(subnet).num_addresses - 2:
-        raise ClusterError(f"subnet {subnet} has no room for {nodes} nodes")
+        raise Fail(f"subnet {subnet} has no room for {nodes} nodes")
     bits = parse_rate(rate) if rate else None
     have, has_switch = existing(prefix)
     if have and (have != [ns_name(prefix, i) for i in range(nodes)] or has_switch != (nodes > 2)):
@@ -161,7 +154,7 @@ def up(nodes, rate=None, prefix=DEFAULT_PREFIX, subnet=DEFAULT_SUBNET):
             run(["ip", "-n", ns, "link", "set", IFNAME, "up"])
             shape(ns, IFNAME, bits)
         write_hosts(prefix, nodes, subnet)
-    except (ClusterError, OSError, subprocess.TimeoutExpired):
+    except (Fail, OSError):
         down(prefix)  # never leave half a cluster behind
         raise
     return time.monotonic() - t0
@@ -177,19 +170,13 @@ def end_processes(namespaces, grace=3.0):
     pids = [p for ns in namespaces for p in ns_pids(ns)]
     for sig in (signal.SIGTERM, signal.SIGCONT):
         for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
+            procs.kill(pid, sig)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline and any(ns_pids(ns) for ns in namespaces):
         time.sleep(0.1)
     for ns in namespaces:
         for pid in ns_pids(ns):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            procs.kill(pid)
     return len(pids)
 
 
@@ -211,7 +198,7 @@ def down(prefix=DEFAULT_PREFIX):
                 pass
     left = [n for n in existing(prefix)[0]] + ([switch_name(prefix)] if existing(prefix)[1] else [])
     if left:
-        raise ClusterError(f"could not remove {', '.join(left)}")
+        raise Fail(f"could not remove {', '.join(left)}")
     return time.monotonic() - t0, ended
 
 
@@ -220,7 +207,7 @@ def reap(stem):
     names = run(["ip", "netns", "list"]).stdout.split()
     pids = {m.group(1) for n in names for m in [re.fullmatch(re.escape(stem) + r"(\d+)-(?:node\d+|sw)", n)] if m}
     for pid in pids:
-        if not Path(f"/proc/{pid}").exists():
+        if procs.proc_stat(pid) is None:
             down(f"{stem}{pid}")
 
 
@@ -232,67 +219,64 @@ def exec_argv(node, cmd, prefix=DEFAULT_PREFIX):
 
 
 def status(prefix=DEFAULT_PREFIX):
+    """Print what exists now; the exit code: 0 running, 1 partial, 3 stopped."""
     nodes, has_switch = existing(prefix)
     if not nodes and not has_switch:
-        return f"no cluster with prefix {prefix!r}"
-    lines = []
+        NETNS.log(f"stopped: no cluster with prefix {prefix!r}")
+        return EXIT["stopped"]
+    lines, links_up = [], 0
     for ns in nodes:
         addr = run(["ip", "-n", ns, "-4", "-o", "addr", "show", "dev", IFNAME], check=False).stdout.split()
         state = run(["ip", "-n", ns, "-o", "link", "show", "dev", IFNAME], check=False).stdout
         qdisc = run(["tc", "-n", ns, "qdisc", "show", "dev", IFNAME], check=False).stdout
         rate = re.search(r"tbf .*?rate (\S+)", qdisc)
-        lines.append(f"{ns}: {IFNAME} {addr[3] if len(addr) > 3 else '-'} "
-                     f"{'UP' if 'state UP' in state or ',UP' in state else 'DOWN'} "
+        up = "state UP" in state or ",UP" in state
+        links_up += up
+        lines.append(f"{ns}: {IFNAME} {addr[3] if len(addr) > 3 else '-'} {'UP' if up else 'DOWN'} "
                      f"rate {rate.group(1) if rate else 'unshaped'}, {len(ns_pids(ns))} processes")
     if has_switch:
         lines.append(f"{switch_name(prefix)}: bridge br0 joining {len(nodes)} ports")
-    return "\n".join(lines)
+    running = (len(nodes) >= 2 and nodes == [ns_name(prefix, i) for i in range(len(nodes))]
+               and links_up == len(nodes) and has_switch == (len(nodes) > 2))
+    NETNS.log(f"{'running' if running else 'partial'} with prefix {prefix!r}: {len(nodes)} nodes")
+    print("\n".join(f"  {line}" for line in lines))
+    return EXIT["running" if running else "partial"]
+
+
+def command(args):
+    """Carry out the parsed `up`, `down`, `status` or `exec`; the exit code."""
+    need_root("ip netns, tc")
+    if args.cmd == "up":
+        took = up(args.nodes, args.rate, args.prefix, args.subnet)
+        shaped = f", links shaped to {format_rate(parse_rate(args.rate))}" if args.rate else ""
+        NETNS.log(f"{args.nodes} nodes {ns_name(args.prefix, 0)}..{args.nodes - 1} "
+                  f"on {args.subnet}{shaped} (up in {took:.2f} s)")
+    elif args.cmd == "down":
+        took, ended = down(args.prefix)
+        NETNS.log(f"removed prefix {args.prefix!r}{f', ended {ended} processes' if ended else ''} "
+                  f"(down in {took:.2f} s)")
+    elif args.cmd == "status":
+        return status(args.prefix)
+    else:
+        cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
+        if not cmd:
+            raise Fail("exec needs a command: exec NODE -- CMD...")
+        if ns_name(args.prefix, args.node) not in existing(args.prefix)[0]:
+            raise Fail(f"no node {args.node} (run: netns-cluster up)")
+        argv = exec_argv(args.node, cmd, args.prefix)
+        os.execvp(argv[0], argv)
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="netns-cluster", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--prefix", default=DEFAULT_PREFIX,
-                        help="namespace name prefix (default %(default)s; env NETNS_CLUSTER_PREFIX)")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    p_up = sub.add_parser("up", parents=[common], help="create or reshape the cluster")
+    cli = Cli(NETNS.prog, __doc__, None, "--prefix", default=DEFAULT_PREFIX,
+              help="namespace name prefix (default %(default)s; env NETNS_CLUSTER_PREFIX)")
+    p_up = cli.command("up", "create or reshape the cluster")
     p_up.add_argument("--nodes", type=int, default=2)
     p_up.add_argument("--rate", default=None, help="tbf rate of every node's link, e.g. 500mbit, 1gbit")
     p_up.add_argument("--subnet", default=DEFAULT_SUBNET)
-    sub.add_parser("down", parents=[common], help="remove the cluster")
-    sub.add_parser("status", parents=[common], help="show the cluster")
-    p_exec = sub.add_parser("exec", parents=[common], help="run a command on a node: exec NODE -- CMD...")
+    cli.command("down", "remove the cluster")
+    cli.command("status", "show the cluster (exit 0 running, 1 partial, 3 stopped)")
+    p_exec = cli.command("exec", "run a command on a node: exec NODE -- CMD...")
     p_exec.add_argument("node", type=int)
     p_exec.add_argument("command", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
-    try:
-        if os.geteuid() != 0:
-            raise ClusterError("netns-cluster needs root (ip netns, tc)")
-        if args.cmd == "up":
-            took = up(args.nodes, args.rate, args.prefix, args.subnet)
-            shaped = f", links shaped to {format_rate(parse_rate(args.rate))}" if args.rate else ""
-            print(f"netns-cluster: {args.nodes} nodes {ns_name(args.prefix, 0)}..{args.nodes - 1} "
-                  f"on {args.subnet}{shaped} (up in {took:.2f} s)")
-        elif args.cmd == "down":
-            took, ended = down(args.prefix)
-            print(f"netns-cluster: removed prefix {args.prefix!r}"
-                  f"{f', ended {ended} processes' if ended else ''} (down in {took:.2f} s)")
-        elif args.cmd == "status":
-            print(status(args.prefix))
-        else:
-            cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
-            if not cmd:
-                raise ClusterError("exec needs a command: exec NODE -- CMD...")
-            if ns_name(args.prefix, args.node) not in existing(args.prefix)[0]:
-                raise ClusterError(f"no node {args.node} (run: netns-cluster up)")
-            argv = exec_argv(args.node, cmd, args.prefix)
-            os.execvp(argv[0], argv)
-    except (ClusterError, OSError, subprocess.TimeoutExpired) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return cli.main(argv, command)

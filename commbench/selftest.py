@@ -18,17 +18,20 @@ import time
 
 import click
 
+from benchcore import schema
 from benchcore.errors import UserError
 from benchcore.records import read_records
 from benchcore.report import console, print_table
 from benchcore.units import format_size, parse_size, size_range
 from commbench import netns
+from commbench.case import TOTAL
+from commbench.registry import CASES, case_of, record_label
 
 CEILING = 1448 / 1514      # TCP payload per Ethernet frame at MTU 1500 (timestamps on), as tbf counts it
 PASS_RANGE = (0.90, 1.00)  # of the ceiling
 JUDGED = "all_reduce"      # other collectives are reported, not judged (Gloo's all_gather does not overlap
 #                            its two directions and reaches about half the link)
-KINDS = ("all_reduce", "all_gather", "chunked")
+KINDS = tuple(CASES)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -37,16 +40,14 @@ def selftest():
 
 
 def _node_command(kinds, node, port, args, out):
-    """commbench argv for one node of one launch (a launch measures all_reduce/all_gather, or chunked)."""
+    """commbench argv for one node of one launch (collectives in one launch, strategies in another)."""
     launch = ["--nodes", "2", "--rdzv-endpoint", f"{netns.node_addr(0)}:{port}", "--node-rank", str(node),
               "--timeout", str(args["timeout"]), "--rdzv-timeout", str(args["rdzv_timeout"])]
     sizes = ["-b", args["min_bytes"], "-e", args["max_bytes"], "-f", str(args["step_factor"]),
              "-n", str(args["iters"]), "-w", str(args["warmup"])]
-    if kinds == ["chunked"]:
-        cmd = ["compare", "--strategies", "chunked", "--chunk-size", args["chunk_size"],
+    if CASES[kinds[0]].kind == "strategy":
+        cmd = ["compare", "--strategies", ",".join(kinds), "--baseline", kinds[0], "--chunk-size", args["chunk_size"],
                "--threshold", args["threshold"]]
-    elif kinds == ["all_reduce"]:
-        cmd = ["ring"]
     else:
         cmd = ["run", "-c", ",".join(kinds), "--place", "in"]
     return [sys.executable, "-m", "commbench.cli", *cmd, *sizes, *launch, "--format", "json",
@@ -78,8 +79,7 @@ def _launch(kinds, port, args, out, prefix, deadline_s):
 
 
 def _row(rec, bits):
-    kind = "chunked" if rec.get("strategy") == "chunked" else rec["collective"]
-    label = kind if kind != "chunked" else f"chunked {format_size(rec['chunk_bytes'])} all_gather"
+    kind, label = case_of(rec).name, record_label(rec)
     link_gbps = rec["busbw_gbps"] * 8  # GB/s (1e9 B/s) -> Gbit/s
     of_rate = link_gbps * 1e9 / bits
     of_ceiling = of_rate / CEILING
@@ -139,8 +139,8 @@ def link(rate, collectives, out, fmt, port, **args):
     for tool in ("ip", "tc", "unshare"):
         if not shutil.which(tool):
             raise UserError(f"selftest link needs `{tool}` (Debian: apt-get install iproute2 util-linux)")
-    launches = [k for k in (["all_reduce", "all_gather"]) if k in kinds]
-    launches = ([launches] if launches else []) + ([["chunked"]] if "chunked" in kinds else [])
+    by_kind = [[k for k in kinds if CASES[k].kind == kind] for kind in ("collective", "strategy")]
+    launches = [group for group in by_kind if group]
     per_op = sum(sizes) * 8 / (bits * 0.5)  # all_gather runs at about half the link
     deadline = args["rdzv_timeout"] + 60 + 3 * per_op * (args["iters"] + args["warmup"] + 1) * len(kinds)
     netns.reap("cbst")
@@ -168,15 +168,16 @@ def link(rate, collectives, out, fmt, port, **args):
             signal.signal(signal.SIGTERM, previous)
         records = read_records(tmp)
         os.unlink(tmp)
-    rows = [_row(r, bits) for r in records if not r.get("event") and r.get("phase") in (None, "total")]
+    rows = [_row(r, bits) for r in records if not r.get("event") and r.get("phase") in (None, TOTAL)]
     judged = [r for r in rows if r["verdict"] != "info"]
     passed = (not errors and bool(rows) and (bool(judged) or JUDGED not in kinds)
               and all(r["verdict"] in ("ok", "info") for r in rows) and not any(r["wrong"] for r in rows))
-    verdict = {"tool": "commbench", "event": "verdict", "check": "selftest link", "passed": passed,
-               "rate_bps": bits, "ceiling_fraction": CEILING, "pass_range": list(PASS_RANGE),
-               "run_id": records[0]["run_id"] if records else None, "seconds": round(time.monotonic() - t0, 1),
-               "rows": [{k: r[k] for k in ("kind", "size_bytes", "busbw_gbps", "of_rate", "of_ceiling", "verdict")}
-                        for r in rows], "reason": "; ".join(errors) or None}
+    verdict = schema.event("commbench", "verdict", "; ".join(errors) or None,
+                           run_id=records[0]["run_id"] if records else None, check="selftest link", passed=passed,
+                           rate_bps=bits, ceiling_fraction=CEILING, pass_range=list(PASS_RANGE),
+                           seconds=round(time.monotonic() - t0, 1),
+                           rows=[{k: r[k] for k in ("kind", "size_bytes", "busbw_gbps", "of_rate", "of_ceiling",
+                                                     "verdict")} for r in rows])
     if out:
         with open(out, "a", encoding="utf-8") as f:
             for rec in records + [verdict]:

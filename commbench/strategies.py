@@ -17,19 +17,25 @@ rank owning disjoint slices of T (1/n of it) and ends with every rank holding al
   compressed  all_gather of the owned slices cast to bf16, or fp8 e4m3 with a per-rank
               scale, cast back to float32; casts are inside the timed loop. Records the
               wire bytes and the numeric error against the exact T. size N, factor (n-1)/n.
+  hierarchical  two levels, as NCCL, Horovod and Megatron do across NVLink islands:
+              reduce_scatter inside each node, all_reduce of each shard across nodes among
+              the ranks with the same local rank, all_gather inside each node. Phases are
+              timed apart and together (total, factor 2(n-1)/n like ring).
+
+Each strategy is a Case (commbench/case.py): one row in STRATEGY_CASES plus its functions here.
 
 Payloads need not divide by n or by the chunk: the last piece is padded, the payload
 is the first N bytes of the buffer, and the check covers exactly those.
 """
 import collections
-from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.distributed as dist
 
-from commbench.collectives import DTYPES, _all_gather, _reduce_scatter
-from commbench.context import agg_time, measure, summed
+from benchcore.errors import UserError
+from benchcore.units import format_size
+from commbench.case import TOTAL, Case, Timed
+from commbench.collectives import COLLECTIVES, DTYPES, POISON, _all_gather, _reduce_scatter
 
 FILL_PERIOD = 251  # T[i] = i % 251 + 1: exact in every dtype, and a misplaced element shows
 COMPRESS = {"bf16": torch.bfloat16, "fp8": getattr(torch, "float8_e4m3fn", None)}
@@ -44,6 +50,11 @@ def truth(start, length, dtype, device):
     """T[start:start+length]."""
     idx = torch.arange(start, start + length, device=device, dtype=torch.int64)
     return (idx % FILL_PERIOD + 1).to(dtype)
+
+
+def factor(name, n):
+    """nccl-tests' bus factor of collective name on n ranks."""
+    return COLLECTIVES[name].bus_factor(n)
 
 
 class Payload:
@@ -68,6 +79,56 @@ class Payload:
     def wrong(self, result):
         return int((result[:self.count] != truth(0, self.count, result.dtype, result.device)).sum().item())
 
+    def timed(self, phases, factors, refill, result, poison=lambda: None, **more):
+        """A Timed whose check counts the elements of result() that differ from T."""
+        return Timed(phases, factors, refill, poison, result, lambda: (self.wrong(result()), {}), **more)
+
+
+def _places(opts):
+    return [p == "in" for p in ("out", "in") if p in opts.places]
+
+
+def _ring(ctx, cfg, count, dtype, shared):
+    p = Payload(ctx, count, dtype)
+    buf = p.empty(p.count)
+    own = [(p.rank * p.piece, (p.rank + 1) * p.piece)]
+    return p.timed({TOTAL: lambda a: dist.all_reduce(buf, async_op=a)}, {TOTAL: factor("all_reduce", p.n)},
+                   lambda: p.fill_owned(buf, own), lambda: buf)
+
+
+def _rs_ag(ctx, cfg, count, dtype, shared):
+    p = Payload(ctx, count, dtype)
+    padded = p.piece * p.n
+    send = p.empty(padded)
+    mine = slice(p.rank * p.piece, (p.rank + 1) * p.piece)
+    if cfg["in_place"]:  # reduce_scatter into this rank's slice of send, gather back over send
+        piece, out = send[mine], send
+    else:
+        piece, out = p.empty(p.piece), p.empty(padded)
+
+    def rs(a):
+        return _reduce_scatter(piece, send, async_op=a)
+
+    def ag(a):
+        return _all_gather(out, piece, async_op=a)
+
+    def total(a):
+        rs(False)
+        return ag(a)
+    return p.timed({"reduce_scatter": rs, "all_gather": ag, TOTAL: total},
+                   {"reduce_scatter": factor("reduce_scatter", p.n), "all_gather": factor("all_gather", p.n),
+                    TOTAL: factor("all_reduce", p.n)},
+                   lambda: p.fill_owned(send, [(mine.start, mine.stop)]), lambda: out,
+                   poison=lambda: (piece.fill_(POISON), out.fill_(POISON)))
+
+
+def chunk_layout(count, n, elt, chunk_bytes, threshold_bytes):
+    """[(start, padded length)] of each chunk all_gather; one chunk at or below the threshold."""
+    if count * elt <= threshold_bytes:
+        return [(0, ceil_div(count, n) * n)]
+    full = max(1, chunk_bytes // elt // n) * n
+    return [(s, min(full, ceil_div(count - s, n) * n)) for s in range(0, count, full)]
+
 
 class Counter:
     """Counts chunk operations and the most that were issued and not yet complete at once."""
@@ -80,45 +141,10 @@ class Counter:
         self.max_inflight = max(self.max_inflight, sum(1 for w in pending if not w.is_completed()))
 
 
-def _ring(p, cfg, groups):
-    buf = p.empty(p.count)
-    own = [(p.rank * p.piece, (p.rank + 1) * p.piece)]
-    return {"total": lambda a: dist.all_reduce(buf, async_op=a)}, lambda: p.fill_owned(buf, own), lambda: buf, {}
-
-
-def _rs_ag(p, cfg, groups):
-    padded = p.piece * p.n
-    send = p.empty(padded)
-    mine = slice(p.rank * p.piece, (p.rank + 1) * p.piece)
-    if cfg["in_place"]:  # reduce_scatter into this rank's slice of send, gather back over send
-        piece, out = send[mine], send
-    else:
-        piece, out = p.empty(p.piece), p.empty(padded)
-    own = [(mine.start, mine.stop)]
-
-    def rs(a):
-        return _reduce_scatter(piece, send, async_op=a)
-
-    def ag(a):
-        return _all_gather(out, piece, async_op=a)
-
-    def total(a):
-        rs(False)
-        return ag(a)
-    return {"reduce_scatter": rs, "all_gather": ag, "total": total}, lambda: p.fill_owned(send, own), lambda: out, {}
-
-
-def chunk_layout(count, n, elt, chunk_bytes, threshold_bytes):
-    """[(start, padded length)] of each chunk all_gather; one chunk at or below the threshold."""
-    if count * elt <= threshold_bytes:
-        return [(0, ceil_div(count, n) * n)]
-    full = max(1, chunk_bytes // elt // n) * n
-    return [(s, min(full, ceil_div(count - s, n) * n)) for s in range(0, count, full)]
-
-
-def _chunked(p, cfg, groups):
-    elt = torch.empty((), dtype=p.dtype).element_size()
-    chunks = chunk_layout(p.count, p.n, elt, cfg["chunk_bytes"], cfg["threshold"])
+def _chunked(ctx, cfg, count, dtype, groups):
+    p = Payload(ctx, count, dtype)
+    elt = torch.empty((), dtype=dtype).element_size()
+    chunks = chunk_layout(p.count, p.n, elt, cfg["chunk_bytes"], cfg["threshold_bytes"])
     start_last, len_last = chunks[-1]
     buf = p.empty(start_last + len_last)
     own = [(s + p.rank * (ln // p.n), s + (p.rank + 1) * (ln // p.n)) for s, ln in chunks]
@@ -131,7 +157,7 @@ def _chunked(p, cfg, groups):
         inputs = [shard[o:o + b - a] for o, (a, b) in zip(offsets, own)]
 
         def refill():
-            buf.zero_()
+            buf.fill_(POISON)
             for piece, (a, b) in zip(inputs, own):
                 piece.zero_()
                 valid = max(0, min(b, p.count) - a)
@@ -149,14 +175,28 @@ def _chunked(p, cfg, groups):
             counter.issued(pending)
         for work in pending:
             work.wait()
-    return {"total": run}, refill, lambda: buf, {"chunks": len(chunks), "counter": counter}
+
+    def fields(phase):  # chunk operations actually issued per iteration, and the overlap seen
+        out = {"chunks": len(chunks), "chunk_ops": counter.ops // (ctx.plan.iters + ctx.plan.warmup),
+               "max_inflight": counter.max_inflight, "blocking": k == 1}
+        counter.ops = counter.max_inflight = 0
+        return out
+    return p.timed({TOTAL: run}, {TOTAL: factor("all_gather", p.n)}, refill, lambda: buf, fields=fields,
+                   blocking=True)
 
 
-def _compressed(p, cfg, groups):
+def inflight_groups(ctx, cfgs):
+    """One process group per in-flight slot (all ranks), so chunk operations can overlap."""
+    k = max([cfg["inflight"] for cfg in cfgs] + [1])
+    return [dist.group.WORLD] + [dist.new_group() for _ in range(k - 1)]
+
+
+def _compressed(ctx, cfg, count, dtype, shared):
+    p = Payload(ctx, count, dtype)
     narrow = COMPRESS[cfg["compress"]]
     padded = p.piece * p.n
     own_start = p.rank * p.piece
-    exact = torch.randn(padded, generator=torch.Generator().manual_seed(1234), dtype=torch.float32).to(p.ctx.device)
+    exact = torch.randn(padded, generator=torch.Generator().manual_seed(1234), dtype=torch.float32).to(ctx.device)
     exact[p.count:] = 0
     shard = exact[own_start:own_start + p.piece].clone()
     wire = p.empty(padded, narrow)
@@ -177,86 +217,101 @@ def _compressed(p, cfg, groups):
             _all_gather(wire, mine)
             out.copy_(wire.to(torch.float32))
 
-    def wrong(result):
-        err = (result[:p.count] - exact[:p.count]).abs()
+    def check():
+        """Elements outside the wire type's rounding bound; max errors over every rank."""
+        err = (out[:p.count] - exact[:p.count]).abs()
         ref = exact[:p.count].abs()
         if fp8:
             bound = ref * 2.0 ** -4 + scales.repeat_interleave(p.piece)[:p.count] * 2.0 ** -9
         else:
             bound = ref * 2.0 ** -8
-        info = {"max_abs_error": float(err.max().item()) if p.count else 0.0,
-                "max_rel_error": float(err.max().item() / ref.max().item()) if p.count else 0.0}  # normwise
-        return int((err > bound).sum().item()), info
-    wire_bytes = p.count * torch.empty((), dtype=narrow).element_size()
-    return {"total": run}, lambda: None, lambda: out, {"wrong": wrong, "wire_bytes": wire_bytes}
-
-
-@dataclass(frozen=True)
-class Strategy:
-    name: str
-    collective: str                       # the underlying collective, for nccl-tests' rules
-    factor: Callable[[int], float]        # busbw factor of the whole strategy
-    build: Callable                       # build(payload, cfg, groups) -> (runs, refill, result, extras)
-
-
-STRATEGIES = {s.name: s for s in [
-    Strategy("ring", "all_reduce", lambda n: 2 * (n - 1) / n, _ring),
-    Strategy("rs-ag", "all_reduce", lambda n: 2 * (n - 1) / n, _rs_ag),
-    Strategy("chunked", "all_gather", lambda n: (n - 1) / n, _chunked),
-    Strategy("compressed", "all_gather", lambda n: (n - 1) / n, _compressed),
-]}
-IN_PLACE_ONLY = {"ring": True, "compressed": False}  # torch all_reduce is in place; compressed casts apart
-
-
-PHASE_FACTOR = {"reduce_scatter": lambda n: (n - 1) / n, "all_gather": lambda n: (n - 1) / n}
-
-
-def inflight_groups(ctx, plan):
-    """One process group per in-flight slot (all ranks), so chunk operations can overlap."""
-    k = max([cfg.get("inflight", 1) for cfg in plan["strategies"]] + [1])
-    return [dist.group.WORLD] + [dist.new_group() for _ in range(k - 1)]
-
-
-def measure_strategy(ctx, cfg, size, groups):
-    """Records (one per phase) for strategy cfg at payload `size` bytes."""
-    plan, strategy = ctx.plan, STRATEGIES[cfg["name"]]
-    dtype = DTYPES[plan["dtype"]]
-    count = size // torch.empty((), dtype=dtype).element_size()
-    payload = Payload(ctx, count, dtype)
-    runs, refill, result, extras = strategy.build(payload, cfg, groups)
-    records = []
-    for phase, run_once in runs.items():
-        refill()
-        t, t_min, t_max = agg_time(plan, measure(ctx, run_once, plan["iters"], plan["warmup"], True))
-        factor = strategy.factor if phase == "total" else PHASE_FACTOR[phase]
-        algbw = size / t / 1e9
-        fields = dict(collective=strategy.collective if phase == "total" else phase, strategy=cfg["name"],
-                      phase=phase, size_bytes=size, count=count, dtype=plan["dtype"], op=None,
-                      blocking=cfg.get("inflight", 1) == 1, chunk_bytes=cfg.get("chunk_bytes"),
-                      threshold_bytes=cfg.get("threshold"), inflight=cfg.get("inflight"),
-                      compress=cfg.get("compress"), in_place=cfg.get("in_place", IN_PLACE_ONLY.get(cfg["name"])),
-                      time_us=t * 1e6, time_us_min=t_min * 1e6, time_us_max=t_max * 1e6, algbw_gbps=algbw, busbw_gbps=algbw * factor(ctx.world_size),
-                      iters=plan["iters"], warmup=plan["warmup"], agg=plan["agg"])
-        if "counter" in extras:  # chunk operations actually issued per iteration, and overlap seen
-            counter = extras["counter"]
-            fields.update(chunks=extras["chunks"], chunk_ops=counter.ops // (plan["iters"] + plan["warmup"]),
-                          max_inflight=counter.max_inflight)
-            counter.ops = counter.max_inflight = 0
-        if "wire_bytes" in extras:
-            fields["wire_bytes"] = extras["wire_bytes"]
-            fields["wire_busbw_gbps"] = extras["wire_bytes"] / t / 1e9 * factor(ctx.world_size)
-        records.append(fields)
-    if not plan["check"]:
-        return [ctx.record(**fields, wrong=None) for fields in records]
-    refill()
-    runs["total"](False)
-    if ctx.device.type == "cuda":
-        torch.cuda.synchronize()
-    checker = extras.get("wrong")
-    mine, info = checker(result()) if checker else (payload.wrong(result()), {})
-    wrong = summed(ctx, mine)
-    if info:
-        errs = torch.tensor([info["max_abs_error"], info["max_rel_error"]], dtype=torch.float64, device=ctx.device)
+        errs = torch.tensor([err.max().item() if p.count else 0.0,
+                             err.max().item() / ref.max().item() if p.count else 0.0],  # normwise
+                            dtype=torch.float64, device=ctx.device)
         dist.all_reduce(errs, op=dist.ReduceOp.MAX)
-        info = {"max_abs_error": errs[0].item(), "max_rel_error": errs[1].item()}
-    return [ctx.record(**fields, wrong=wrong, **info) for fields in records]
+        return int((err > bound).sum().item()), {"max_abs_error": errs[0].item(), "max_rel_error": errs[1].item()}
+    wire_bytes = p.count * torch.empty((), dtype=narrow).element_size()
+    return Timed({TOTAL: run}, {TOTAL: factor("all_gather", p.n)}, lambda: None, lambda: out.fill_(POISON),
+                 lambda: out, check, lambda phase: {"wire_bytes": wire_bytes}, blocking=True)
+
+
+def node_groups(ctx, cfgs):
+    """(group of this rank's node, group of the ranks with its local rank on every node, L, M)."""
+    nodes = sorted(set(ctx.node_of))
+    members = [[r for r in range(ctx.world_size) if ctx.node_of[r] == node] for node in nodes]
+    local = len(members[0])
+    if any(len(m) != local for m in members):
+        raise RuntimeError("hierarchical needs the same number of ranks on every node")
+    intra, _ = dist.new_subgroups_by_enumeration(members)
+    inter, _ = dist.new_subgroups_by_enumeration([[m[j] for m in members] for j in range(local)])
+    return intra, inter, local, len(nodes)
+
+
+def _hierarchical(ctx, cfg, count, dtype, groups):
+    intra, inter, local, nodes = groups
+    p = Payload(ctx, count, dtype)
+    buf = p.empty(p.piece * p.n)
+    shard = p.empty(p.piece * p.n // local)
+    own = [(p.rank * p.piece, (p.rank + 1) * p.piece)]
+
+    def rs(a):
+        return _reduce_scatter(shard, buf, group=intra, async_op=a)
+
+    def ar(a):
+        return dist.all_reduce(shard, group=inter, async_op=a)
+
+    def ag(a):
+        return _all_gather(buf, shard, group=intra, async_op=a)
+
+    def total(a):
+        rs(False)
+        ar(False)
+        return ag(a)
+    # busbw of each step on its own group, counted against the payload N (the inter-node step moves N/L)
+    factors = {"reduce_scatter": factor("reduce_scatter", local),
+               "all_reduce": factor("all_reduce", nodes) / local,
+               "all_gather": factor("all_gather", local), TOTAL: factor("all_reduce", p.n)}
+    return p.timed({"reduce_scatter": rs, "all_reduce": ar, "all_gather": ag, TOTAL: total}, factors,
+                   lambda: p.fill_owned(buf, own), lambda: buf, fields=lambda phase: {"groups": f"{nodes}x{local}"})
+
+
+def _chunked_configs(opts, dtype):
+    elt = torch.empty((), dtype=DTYPES[dtype]).element_size()
+    for chunk in opts.chunk_sizes:
+        if chunk > opts.threshold:
+            raise UserError(f"--chunk-size {format_size(chunk)} is larger than --threshold "
+                            f"{format_size(opts.threshold)}")
+        if chunk % elt:
+            raise UserError(f"--chunk-size {chunk} B is not a multiple of the {elt} B {dtype} element")
+    return [{"case": "chunked", "chunk_bytes": c, "threshold_bytes": opts.threshold, "inflight": k, "in_place": ip}
+            for c in opts.chunk_sizes for k in opts.inflights for ip in _places(opts)]
+
+
+def _compressed_configs(opts, dtype):
+    if dtype != "float32":
+        raise UserError("the compressed strategy casts float32 down; use --dtype float32")
+    if COMPRESS[opts.compress] is None:
+        raise UserError(f"this torch build has no {opts.compress} type")
+    return [{"case": "compressed", "compress": opts.compress, "in_place": False}]
+
+
+def _payload_size(size, elt, n):
+    if size % elt:
+        raise UserError(f"payload {size} B is not a multiple of the {elt} B element")
+
+
+STRATEGY_CASES = {c.name: c for c in [
+    Case("ring", "strategy", "all_reduce", (TOTAL,), _ring, lambda o, d: [{"case": "ring", "in_place": True}],
+         check_size=_payload_size, nccl_env={"NCCL_ALGO": "Ring"}),
+    Case("rs-ag", "strategy", "all_reduce", ("reduce_scatter", "all_gather", TOTAL), _rs_ag,
+         lambda o, d: [{"case": "rs-ag", "in_place": ip} for ip in _places(o)], check_size=_payload_size,
+         both_places=True),
+    Case("chunked", "strategy", "all_gather", (TOTAL,), _chunked, _chunked_configs,
+         describe=lambda c: f"{format_size(c['chunk_bytes'])} x{c['inflight']}", check_size=_payload_size,
+         setup=inflight_groups, both_places=True),
+    Case("compressed", "strategy", "all_gather", (TOTAL,), _compressed, _compressed_configs,
+         describe=lambda c: c["compress"], check_size=_payload_size),
+    Case("hierarchical", "strategy", "all_reduce", ("reduce_scatter", "all_reduce", "all_gather", TOTAL),
+         _hierarchical, lambda o, d: [{"case": "hierarchical", "in_place": True}], check_size=_payload_size,
+         setup=node_groups),
+]}

@@ -1,4 +1,5 @@
 """`commbench sweep` and `commbench env`: environment matrices, one launch per config."""
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -10,16 +11,16 @@ import click
 import yaml
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from benchcore import schema
 from benchcore.errors import UserError
-from benchcore.records import RecordWriter, new_run_id, read_records, timestamp
+from benchcore.records import RecordWriter, new_run_id, output_file, read_records
 from benchcore.report import console, emit, line_plot, print_table
-from benchcore.units import format_size
 from commbench import launch
-from commbench.collectives import COLLECTIVES, parse_collectives
-from commbench.compare import label, strategy_configs, strategy_options
+from commbench.case import TOTAL
 from commbench.envvars import CATALOGUE, validate
-from commbench.measure import base_plan, collective_plan, measure_options, output_path
-from commbench.strategies import STRATEGIES
+from commbench.plan import CaseOptionsText, MeasureOptions, build_plan, case_options, measure_options, no_leftovers, take
+from commbench.registry import COLLECTIVE_NAMES, STRATEGY_NAMES, parse_names, record_label
+from commbench.runner import launches
 
 BUCKETS = [("small", 0, 1 << 20), ("medium", 1 << 20, 64 << 20), ("large", 64 << 20, float("inf"))]
 BASELINE = "baseline"
@@ -89,27 +90,22 @@ def config_key(config):
 
 def fingerprint(plan, spec):
     """What makes two sweeps the same measurement (for --resume)."""
-    keys = ("sizes", "dtype", "op", "iters", "warmup", "collectives", "places", "strategies")
-    basis = {k: plan.get(k) for k in keys}
+    keys = ("sizes", "dtype", "op", "iters", "warmup", "configs")
+    basis = {k: getattr(plan, k) for k in keys}
     basis.update(world_size=spec.world_size, nodes=spec.nodes)
     return hashlib.sha1(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def item_label(rec):
-    return label(rec) if rec.get("strategy") and rec.get("phase") else rec["collective"] + (
-        "" if rec.get("in_place") else " out-of-place")
-
-
-def rank(records, keys):
+def rank_configs(records, keys):
     """Per (item, size bucket): mean busbw of each config; best, gain over baseline, slower ones."""
     rows = []
-    measured = [r for r in records if not r.get("event") and r.get("phase", "total") == "total"]
-    items = list(dict.fromkeys(item_label(r) for r in measured))
+    measured = [r for r in records if not r.get("event") and r.get("phase", TOTAL) == TOTAL]
+    items = list(dict.fromkeys(record_label(r) for r in measured))
     for item in items:
         for bucket, lo, hi in BUCKETS:
             per_config = {}
             for rec in measured:
-                if item_label(rec) == item and lo <= rec["size_bytes"] < hi:
+                if record_label(rec) == item and lo <= rec["size_bytes"] < hi:
                     per_config.setdefault(rec["sweep_config"], []).append(rec["busbw_gbps"])
             if not per_config:
                 continue
@@ -123,7 +119,7 @@ def rank(records, keys):
 
 
 def print_ranking(records, keys, failed):
-    print_table(rank(records, keys), [("item", "measured", None), ("bucket", "sizes", None),
+    print_table(rank_configs(records, keys), [("item", "measured", None), ("bucket", "sizes", None),
                                       ("best", "best config", None), ("busbw", "busbw GB/s", ".3f"),
                                       ("gain", "gain vs baseline %", "+.1f"), ("slower", "slower than baseline", None)],
                 title="sweep ranking (small < 1M <= medium < 64M <= large)")
@@ -135,8 +131,8 @@ def print_ranking(records, keys, failed):
 def plot_sweep(records, path):
     series = {}
     for rec in records:
-        if not rec.get("event") and rec.get("phase", "total") == "total":
-            series.setdefault(f"{rec['sweep_config']} [{item_label(rec)}]", []).append(
+        if not rec.get("event") and rec.get("phase", TOTAL) == TOTAL:
+            series.setdefault(f"{rec['sweep_config']} [{record_label(rec)}]", []).append(
                 (rec["size_bytes"], rec["busbw_gbps"]))
     line_plot(path, series, "size (bytes)", "busbw (GB/s)", "commbench sweep")
 
@@ -147,12 +143,13 @@ def plot_sweep(records, path):
 @click.option("--matrix", type=click.Path(dir_okay=False), default=None,
               help="YAML with env (crossed), configs (explicit), exclude, baseline.")
 @click.option("-c", "--collective", "collectives", default="all_reduce", show_default=True,
-              help="Comma list: " + ",".join(COLLECTIVES))
-@click.option("--strategy", default=None, help="Sweep a strategy instead: " + ",".join(STRATEGIES))
+              help="Comma list: " + ",".join(COLLECTIVE_NAMES))
+@click.option("--strategy", default=None, help="Sweep a strategy instead: " + ",".join(STRATEGY_NAMES))
 @click.option("--allow-unknown", is_flag=True, help="Pass variables and values the catalogue does not know.")
 @click.option("--resume", is_flag=True, help="Skip configs already done or failed in --out.")
 @click.option("--per-config-timeout", type=float, default=None, help="Seconds before a config counts as hung.")
-@strategy_options
+@case_options(place_default="both")
+@click.option("--plot", type=click.Path(dir_okay=False), default=None, help="busbw vs size PNG, one line per config.")
 @measure_options("1M", "1G")
 @launch.launch_options
 def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per_config_timeout, plot,
@@ -174,30 +171,26 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
     swept = {name for config in configs for name in config}
     for name in sorted(swept & set(os.environ)):  # the baseline means: none of the swept variables set
         console(stderr=True).print(f"note: {name}={os.environ.pop(name)} from the shell is not used by the sweep")
-    if strategy:
-        plan = base_plan(kw, spec)
-        plan["strategies"] = strategy_configs([strategy], kw, plan["dtype"])
-        expected = len(plan["sizes"]) * (3 if strategy == "rs-ag" else 1) * len(plan["strategies"])
-    else:
-        for k in ("chunk_sizes", "threshold", "inflight", "compress", "place"):
-            kw.pop(k, None)
-        plan, expected = collective_plan(kw, spec, parse_collectives(collectives), ["out", "in"])
-    out_file, _ = output_path(out or "commbench-sweep.jsonl")
+    names = parse_names(strategy, "strategy", "--strategy") if strategy else \
+        parse_names(collectives, "collective", "--collective")
+    plan = build_plan(names, take(kw, MeasureOptions), take(kw, CaseOptionsText).parse(), spec)
+    no_leftovers(kw)
+    out_file = output_file(out or "commbench-sweep.jsonl")
     fp = fingerprint(plan, spec)
-    previous = [r for r in read_records(out_file) if r.get("sweep_fingerprint") == fp]
-    settled = {r["sweep_config"] for r in previous if r.get("event") in ("config_done", "failed")} if resume else set()
+    previous = [r for r in read_records(out_file) if r.get("sweep_fingerprint") == fp] if resume and out_file else []
+    settled = {r["sweep_config"] for r in previous if r.get("event") in ("config_done", "failed")}
+    previous = [r for r in previous if r["sweep_config"] in settled]  # a config cut short runs again, whole
     todo = [c for c in configs if config_key(c) not in settled]
     keys = [config_key(c) for c in configs]
     if spec.dry_run:
         for config in todo:
-            spec.env = dict(config)
-            launch.execute(spec, dict(plan, run_id=new_run_id(), out=out_file), expected)
+            for part_spec, part in launches(dataclasses.replace(spec, env=dict(config)), plan):
+                launch.execute(part_spec, part)
         return
     if resume:
         console(stderr=True).print(f"resuming: {len(configs) - len(todo)} of {len(configs)} configs done, "
                                    f"{len(todo)} to run")
-    failed = run_configs(spec, plan, todo, expected, out_file, fp, per_config_timeout)
-    records = [r for r in read_records(out_file) if r.get("sweep_fingerprint") == fp]
+    records = previous + run_configs(spec, plan, todo, out_file, fp, per_config_timeout)
     failed = {r["sweep_config"]: r["reason"] for r in records if r.get("event") == "failed"}
     good = [r for r in records if not r.get("event") and r["sweep_config"] not in failed]
     if fmt == "table":
@@ -211,10 +204,30 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
         sys.exit(1)
 
 
-def run_configs(spec, plan, todo, expected, out_file, fp, per_config_timeout):
-    """Launch each config; write a config_done or failed event after it."""
-    writer = RecordWriter(out_file)
-    failed = {}
+def run_config(spec, plan, writer, max_seconds):
+    """(records, reason it failed or None) of one config's launches."""
+    records = []
+    try:
+        parts = launches(spec, plan)
+    except UserError as exc:
+        return records, f"refused: {exc}"
+    for part_spec, part in parts:
+        result = launch.execute(part_spec, part, writer, progress=False, max_seconds=max_seconds)
+        records += result.records
+        if result.returncode or result.hung:
+            return records, ("hang: " if result.hung else "crash: ") + "; ".join(result.errors)
+    wrong = sum(r.get("wrong") or 0 for r in records)
+    if wrong:
+        return records, f"wrong results: {wrong} elements"
+    if len(records) < plan.records_expected():
+        return records, f"only {len(records)} of {plan.records_expected()} measurements recorded"
+    return records, None
+
+
+def run_configs(spec, plan, todo, out_file, fp, per_config_timeout):
+    """Launch each config; a config_done or failed event after it. Returns every record, events included."""
+    writer = RecordWriter(out_file) if out_file else None
+    records = []
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} configs"),
                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
     try:
@@ -223,29 +236,21 @@ def run_configs(spec, plan, todo, expected, out_file, fp, per_config_timeout):
             for config in todo:
                 key = config_key(config)
                 bar.update(task, description=key)
-                spec.env = dict(config)
-                run_plan = dict(plan, run_id=new_run_id(), out=out_file, sweep_config=key, sweep_fingerprint=fp)
+                tags = {"sweep_config": key, "sweep_fingerprint": fp}
+                run = dataclasses.replace(plan, run_id=new_run_id(), tags=tags)
                 started = time.monotonic()
-                result = launch.execute(spec, run_plan, expected, progress=False, max_seconds=per_config_timeout)
-                reason = None
-                wrong = sum(r.get("wrong") or 0 for r in result.records)
-                if result.returncode or result.hung:
-                    reason = ("hang: " if result.hung else "crash: ") + "; ".join(result.errors)
-                elif wrong:
-                    reason = f"wrong results: {wrong} elements"
-                elif len(result.records) < expected:
-                    reason = f"only {len(result.records)} of {expected} measurements recorded"
-                event = {"tool": "commbench", "event": "failed" if reason else "config_done", "reason": reason,
-                         "run_id": run_plan["run_id"], "sweep_config": key, "sweep_fingerprint": fp,
-                         "config_env": config, "seconds": round(time.monotonic() - started, 1),
-                         "timestamp": timestamp()}
-                writer.write(event)
-                if reason:
-                    failed[key] = reason
+                measured, reason = run_config(dataclasses.replace(spec, env=dict(config)), run, writer,
+                                              per_config_timeout)
+                event = schema.event("commbench", "failed" if reason else "config_done", reason, run_id=run.run_id,
+                                     config_env=config, seconds=round(time.monotonic() - started, 1), **tags)
+                if writer:
+                    writer.write(event)
+                records += measured + [event]
                 bar.advance(task)
     finally:
-        writer.close()
-    return failed
+        if writer:
+            writer.close()
+    return records
 
 
 @click.command(name="env")

@@ -1,0 +1,59 @@
+"""What commbench times: a case. A collective is a one-phase case, a strategy a case with phases.
+
+A Case row (in the registry, commbench/registry.py) says how CLI options expand into configs
+(dicts with at least "case"), which phases a config times, its label and the environment it
+needs. Built on one rank for one payload it gives a Timed: the functions the one timed path
+(commbench/timing.py) calls. Everything else (compare, sweep, selftest, tables) asks the row.
+"""
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Optional, Tuple
+
+TOTAL = "total"
+
+
+@dataclass
+class Timed:
+    """One case at one payload on this rank."""
+    phases: Dict[str, Callable]           # phase -> run once: run(async_op) -> work or None
+    factors: Dict[str, float]             # phase -> busbw / algbw
+    refill: Callable[[], None]            # input data as before the first run
+    poison: Callable[[], None]            # output set to values no correct result holds
+    result: Callable                      # the tensor the check reads (tests corrupt it)
+    check: Callable[[], Tuple[int, dict]]  # after refill, poison, one run: (wrong on this rank, record fields)
+    fields: Callable[[str], dict] = lambda phase: {}   # extra record fields of a phase, read after it is timed
+    blocking: Optional[bool] = None       # wait for each run before the next; None: the plan's choice
+
+
+@dataclass
+class CaseOptions:
+    """The CLI options that expand into configs (the case decides which it reads)."""
+    places: Tuple[str, ...] = ("out", "in")
+    chunk_sizes: Tuple[int, ...] = (2 << 20,)
+    threshold: int = 16 << 20
+    inflights: Tuple[int, ...] = (1,)
+    compress: str = "bf16"
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    kind: str                                  # "collective" or "strategy"
+    collective: str                            # the nccl-tests collective whose record fields it fills
+    phases: Tuple[str, ...]                    # timed phases; TOTAL is the whole operation
+    build: Callable                            # build(ctx, cfg, count, dtype, shared) -> Timed
+    configs: Callable                          # configs(CaseOptions, dtype) -> [cfg]; UserError on bad options
+    describe: Callable[[dict], str] = lambda cfg: ""   # what tells its configs apart ("2M x4")
+    check_size: Optional[Callable] = None      # check_size(size, elt, world_size) -> None; UserError
+    setup: Optional[Callable] = None           # setup(ctx, cfgs) -> shared state (process groups), once per launch
+    nccl_env: Dict[str, str] = field(default_factory=dict)   # variables it needs under NCCL, its launch alone
+    both_places: bool = False                  # it has in- and out-of-place variants
+
+
+def label(case, rec):
+    """A config's or record's row name: case, its parameters, out-of-place, phase."""
+    parts = [case.name, case.describe(rec)]
+    if case.both_places and rec.get("in_place") is False:
+        parts.append("out-of-place")
+    if rec.get("phase") not in (None, TOTAL):
+        parts.append(f"({rec['phase']})")
+    return " ".join(p for p in parts if p)

@@ -1,0 +1,30 @@
+"""The case registry: every collective and strategy commbench times, by name."""
+from benchcore.errors import UserError
+from commbench.case import label
+from commbench.collectives import COLLECTIVE_CASES
+from commbench.strategies import STRATEGY_CASES
+
+CASES = {**COLLECTIVE_CASES, **STRATEGY_CASES}
+COLLECTIVE_NAMES = list(COLLECTIVE_CASES)
+STRATEGY_NAMES = list(STRATEGY_CASES)
+
+
+def parse_names(text, kind, what):
+    """'a,b' -> ['a', 'b'], each a known case of kind ('collective' or 'strategy')."""
+    names = [part.strip() for part in str(text).split(",") if part.strip()]
+    if not names:
+        raise UserError(f"{what} is empty")
+    known = [n for n, c in CASES.items() if c.kind == kind]
+    for name in names:
+        if name not in known:
+            raise UserError(f"unknown {kind} {name!r}; known: {', '.join(known)}")
+    return names
+
+
+def case_of(rec):
+    """The case a record (or config) belongs to."""
+    return CASES[rec.get("case") or rec.get("strategy") or rec["collective"]]
+
+
+def record_label(rec):
+    return label(case_of(rec), rec)

@@ -1,0 +1,71 @@
+"""Run a plan from the command line: its launches, the records to --out, the rendering, the exit status."""
+import dataclasses
+import os
+import sys
+
+import click
+
+from benchcore.errors import UserError
+from benchcore.records import RecordWriter, output_file
+from benchcore.report import emit
+from commbench import launch
+from commbench.output import print_collective_tables
+from commbench.plan import CaseOptionsText, MeasureOptions, build_plan, no_leftovers, take
+
+
+def launches(spec, plan):
+    """[(spec, plan)] per launch; a case's NCCL variables conflict with none the shell sets."""
+    nccl = spec.may_use_nccl()
+    for env, part in plan.launches(nccl):
+        for name, value in env.items():
+            have = spec.env.get(name, os.environ.get(name))
+            if have is not None and have.lower() != value.lower():
+                who = ", ".join(sorted({c["case"] for c in part.configs}))
+                raise UserError(f"{who} runs {name}={value}, but {name}={have} is set; unset it or use commbench run")
+    return [(dataclasses.replace(spec, env={**spec.env, **env}), part) for env, part in plan.launches(nccl)]
+
+
+def run_plan(spec, plan, out, fmt, table_fn, label="measuring", plot=None, plot_fn=None):
+    """Launch, render (and plot), and exit non-zero on failure or wrong results."""
+    parts = launches(spec, plan)
+    if spec.dry_run:
+        for part_spec, part in parts:
+            launch.execute(part_spec, part)
+        return
+    path = output_file(out)
+    writer = RecordWriter(path) if path else None
+    records, errors, code = [], [], 0
+    try:
+        for part_spec, part in parts:
+            result = launch.execute(part_spec, part, writer, label)
+            records += result.records
+            if result.returncode:
+                code, errors = result.returncode, result.errors
+                break
+    finally:
+        if writer:
+            writer.close()
+    if records:
+        emit(records, fmt, table_fn)
+        if plot:
+            plot_fn(records, plot)
+    wrong = sum(r.get("wrong") or 0 for r in records)
+    if wrong:
+        click.echo(f"error: {wrong} wrong elements: the collective returned incorrect data", err=True)
+        sys.exit(1)
+    if code:
+        for reason in errors:
+            click.echo(f"error: {reason}", err=True)
+        sys.exit(code if code > 0 else 1)
+    if len(records) < plan.records_expected() and spec.launcher != "torchrun":
+        click.echo(f"error: only {len(records)} of {plan.records_expected()} measurements were recorded", err=True)
+        sys.exit(1)
+
+
+def measure(names, kw, table_fn=print_collective_tables, label="measuring", plot_fn=None):
+    """Build the plan of the named cases from the command's options and run it."""
+    spec = launch.spec_from_options(kw)
+    plan = build_plan(names, take(kw, MeasureOptions), take(kw, CaseOptionsText).parse(), spec)
+    out, fmt, plot = kw.pop("out"), kw.pop("fmt"), kw.pop("plot", None)
+    no_leftovers(kw)
+    run_plan(spec, plan, out, fmt, table_fn, label, plot, plot_fn)
