@@ -31,7 +31,6 @@ EXTENSIONS = {
         "compress": "compressed: wire type", "wire_bytes": "compressed: bytes on the wire",
         "wire_busbw_gbps": "compressed: busbw counted in wire bytes",
         "max_abs_error": "compressed: largest absolute error", "max_rel_error": "compressed: normwise relative error",
-        "groups": "hierarchical: nodes x ranks per node of the two levels",
         "sweep_config": "sweep: the config's key", "sweep_fingerprint": "sweep: what makes two sweeps the same",
     },
     "iobench": {

@@ -145,7 +145,7 @@ def measure_options(min_bytes="8", max_bytes="256M"):
         click.option("--agg", type=click.Choice(["avg", "min", "max"]), default="avg", show_default=True,
                      help="How per-rank times combine (nccl-tests -a); min and max are always kept."),
         click.option("--blocking/--no-blocking", default=None, help=BLOCKING_HELP),
-        click.option("--out", type=click.Path(dir_okay=False), default=None,
+        click.option("--out", default=None, metavar="FILE",
                      help="Append records to this JSONL file (never overwritten; /dev/null: none)."),
         click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
                      help="What goes to stdout."),

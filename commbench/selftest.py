@@ -18,9 +18,9 @@ import time
 
 import click
 
-from benchcore import schema
+from benchcore import procs, schema
 from benchcore.errors import UserError
-from benchcore.records import read_records
+from benchcore.records import RecordWriter, output_file, read_records
 from benchcore.report import console, print_table
 from benchcore.units import format_size, parse_size, size_range
 from commbench import netns
@@ -56,25 +56,25 @@ def _node_command(kinds, node, port, args, out):
 
 def _launch(kinds, port, args, out, prefix, deadline_s):
     """Run one measurement on both nodes; returns the error lines (empty when both succeeded)."""
-    procs = []
-    for node in (1, 0):
-        argv = netns.exec_argv(node, _node_command(kinds, node, port, args, out), prefix)
-        procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                      start_new_session=True))
+    nodes = [(node, procs.spawn(netns.exec_argv(node, _node_command(kinds, node, port, args, out), prefix),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)) for node in (1, 0)]
     errors = []
-    for node, proc in zip((1, 0), procs):
-        try:
-            _, err = proc.communicate(timeout=deadline_s)
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                if p.poll() is None:
-                    os.killpg(p.pid, signal.SIGTERM)
-            _, err = proc.communicate(timeout=30)
-            errors.append(f"node {node}: still running after {deadline_s:.0f} s; stopped")
-        if proc.returncode:
-            errors += [f"node {node}: {ln[len('error: '):]}" for ln in err.splitlines() if ln.startswith("error: ")]
-            if not errors:
-                errors.append(f"node {node}: exit {proc.returncode}: {err.strip().splitlines()[-1:]}")
+    try:
+        for node, proc in nodes:
+            try:
+                _, err = proc.communicate(timeout=deadline_s)
+            except subprocess.TimeoutExpired:
+                for _, p in nodes:
+                    procs.stop(p, grace=30)
+                _, err = proc.communicate()
+                errors.append(f"node {node}: still running after {deadline_s:.0f} s; stopped")
+            if proc.returncode:
+                errors += [f"node {node}: {ln[len('error: '):]}" for ln in err.splitlines() if ln.startswith("error: ")]
+                if not errors:
+                    errors.append(f"node {node}: exit {proc.returncode}: {procs.one_line(err)}")
+    finally:
+        for _, p in nodes:
+            procs.stop(p, grace=30)
     return errors
 
 
@@ -108,7 +108,7 @@ def _interrupt(signum, frame):
 @click.option("--timeout", type=float, default=120, show_default=True, help="Process-group timeout (s).")
 @click.option("--rdzv-timeout", type=float, default=60, show_default=True)
 @click.option("--port", type=int, default=29400, show_default=True, help="Rendezvous port on node 0.")
-@click.option("--out", type=click.Path(dir_okay=False), default=None,
+@click.option("--out", default=None, metavar="FILE",
               help="Append the measurements and a verdict record to this JSONL file.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def link(rate, collectives, out, fmt, port, **args):
@@ -143,6 +143,7 @@ def link(rate, collectives, out, fmt, port, **args):
     launches = [group for group in by_kind if group]
     per_op = sum(sizes) * 8 / (bits * 0.5)  # all_gather runs at about half the link
     deadline = args["rdzv_timeout"] + 60 + 3 * per_op * (args["iters"] + args["warmup"] + 1) * len(kinds)
+    out_path = output_file(out)
     netns.reap("cbst")
     prefix = f"cbst{os.getpid()}"  # private to this run: never someone's cluster
     fd, tmp = tempfile.mkstemp(prefix="commbench-selftest-", suffix=".jsonl")
@@ -178,10 +179,10 @@ def link(rate, collectives, out, fmt, port, **args):
                            seconds=round(time.monotonic() - t0, 1),
                            rows=[{k: r[k] for k in ("kind", "size_bytes", "busbw_gbps", "of_rate", "of_ceiling",
                                                      "verdict")} for r in rows])
-    if out:
-        with open(out, "a", encoding="utf-8") as f:
+    if out_path:
+        with RecordWriter(out_path) as writer:
             for rec in records + [verdict]:
-                f.write(json.dumps(rec, default=str) + "\n")
+                writer.write(rec)
     if fmt == "json":
         click.echo(json.dumps(verdict))
     else:

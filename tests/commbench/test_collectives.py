@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from benchcore.errors import UserError
-from commbench.collectives import COLLECTIVES, DTYPES, PERIOD, check_size, fill_values, pattern
+from commbench.collectives import COLLECTIVE_CASES, COLLECTIVES, DTYPES, PERIOD, fill_values, pattern
 
 # nccl-tests doc/PERFORMANCE.md bus factors.
 NCCL_TESTS_FACTOR = {
@@ -83,6 +83,10 @@ def test_fill_sums_stay_exact(dtype):
     for n in (2, 3, 8, 64, 256):
         total = sum(max(fill_values(r, n, dt)) for r in range(n))
         assert torch.tensor(total, dtype=torch.float64).to(dt).item() == total
+
+
+def check_size(name, size, dtype, n):
+    COLLECTIVE_CASES[name].check_size(size, torch.empty((), dtype=DTYPES[dtype]).element_size(), n)
 
 
 def test_sizes_that_do_not_divide_are_refused():

@@ -9,10 +9,9 @@ import time
 import pytest
 import torch
 
-from benchcore.records import read_records
+from tests.conftest import assert_one_line_error, read_records, run_tool
 from commbench.collectives import COLLECTIVES
 from commbench.launch import LaunchSpec, route_to
-from tests.conftest import assert_one_line_error, run_tool
 
 RECORD_FIELDS = ["tool", "run_id", "collective", "strategy", "size_bytes", "count", "dtype", "op", "in_place",
                  "blocking", "chunk_bytes", "time_us", "time_us_min", "time_us_max", "algbw_gbps", "busbw_gbps",
@@ -115,7 +114,9 @@ def test_peer_that_never_arrives_ends_with_a_clear_error():
     (["run", "--node-rank", "1"], "--node-rank only applies"),
     (["run", "--launcher", "torchrun"], "needs --rdzv-endpoint"),
     (["run", "--rdzv-endpoint", "nohost", "--node-rank", "0"], "is not HOST:PORT"),
-    (["run", "--out", "/nonexistent-dir/r.jsonl"], "does not exist"),
+    (["run", "--out", "/dev/full"], "not a regular file"),
+    (["run", "--out", "/"], "is a directory"),
+    (["run", "-b", "1K", "-e", "2K", "-f", "1"], "--step-factor must be at least 2"),
 ])
 def test_bad_input_is_one_line_before_any_launch(args, needle):
     assert_one_line_error(run_tool("commbench", *args, timeout=60), needle)

@@ -1,9 +1,8 @@
 """Strategies end to end on real Gloo process groups: exact results, chunk counts, in-flight depth."""
 import pytest
 
-from benchcore.records import read_records
+from tests.conftest import assert_one_line_error, read_records, run_tool
 from commbench.strategies import chunk_layout
-from tests.conftest import assert_one_line_error, run_tool
 
 
 def test_chunk_layout_covers_the_payload_with_padded_last_chunk():

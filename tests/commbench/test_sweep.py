@@ -6,9 +6,8 @@ import time
 
 import pytest
 
-from benchcore.records import read_records
+from tests.conftest import BIN, assert_one_line_error, read_records, run_tool
 from commbench.sweep import build_configs
-from tests.conftest import BIN, assert_one_line_error, run_tool
 
 SMALL = ["--nproc-per-node", 2, "-b", "4K", "-e", "4K", "-n", 2, "-w", 1]
 

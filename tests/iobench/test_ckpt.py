@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from benchcore.records import read_records
+from tests.conftest import read_records
 from benchcore.schema import DESIGN, problems
 from iobench.profiles import PROFILES
 from tests.iobench.conftest import leftovers, plant_sentinels, snapshot

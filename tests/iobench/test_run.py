@@ -1,8 +1,7 @@
 """`iobench run JOBFILE --directory PATH`: any fio job file through the same checks, parser and records."""
 import pytest
 
-from benchcore.records import read_records
-from tests.conftest import assert_one_line_error
+from tests.conftest import assert_one_line_error, read_records
 from tests.iobench.conftest import assert_failed_run, leftovers
 
 MIXED = "[global]\nioengine=psync\nsize=4m\n\n[mixed]\nrw=randrw\nbs=4k\ntime_based=1\nruntime=1s\n"

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchcore.records import read_records
-from tests.conftest import BIN, assert_one_line_error
+from tests.conftest import BIN, assert_one_line_error, read_records
 from tests.iobench.conftest import assert_failed_run, leftovers, plant_sentinels, snapshot
 
 LONG = ["--profile", "small-random-write", "--runtime", "60", "--size", "8M"]

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from benchcore.records import read_records
+from tests.conftest import BIN, ROOT, read_records
 from commbench import netns
-from tests.conftest import BIN, ROOT
 
 NETNS_CLUSTER = ROOT / "scripts" / "netns-cluster"
 RATE = "1gbit"

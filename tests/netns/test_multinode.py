@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from benchcore.records import read_records
-from tests.conftest import assert_one_line_error, run_tool
+from tests.conftest import assert_one_line_error, read_records, run_tool
 from tests.netns.conftest import errors, needs_netns, wait_all, wait_records
 
 pytestmark = [pytest.mark.slow, pytest.mark.root, needs_netns]
