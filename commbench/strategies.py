@@ -17,6 +17,11 @@ rank owning disjoint slices of T (1/n of it) and ends with every rank holding al
   compressed  all_gather of the owned slices cast to bf16, or fp8 e4m3 with a per-rank
               scale, cast back to float32; casts are inside the timed loop. Records the
               wire bytes and the numeric error against the exact T. size N, factor (n-1)/n.
+  hierarchical  two levels, as NCCL, Horovod and Megatron do across NVLink islands:
+              reduce_scatter inside each node, all_reduce of each shard across nodes among
+              the ranks with the same local rank, all_gather inside each node. Phases are
+              timed apart (each phase's busbw on its own group, counted against N: the
+              inter-node all_reduce moves N/L) and together (total, 2(n-1)/n like ring).
 
 Each strategy is a Case (commbench/case.py): one row in STRATEGY_CASES plus its functions here.
 
@@ -231,6 +236,46 @@ def _compressed(ctx, cfg, count, dtype, shared):
                  lambda: out, check, lambda phase: {"wire_bytes": wire_bytes}, blocking=True)
 
 
+def node_groups(ctx, cfgs):
+    """(group of this rank's node, group of the ranks with its local rank on every node, L, M)."""
+    nodes = sorted(set(ctx.node_of))
+    members = [[r for r in range(ctx.world_size) if ctx.node_of[r] == node] for node in nodes]
+    local = len(members[0])
+    if any(len(m) != local for m in members):
+        raise RuntimeError("hierarchical needs the same number of ranks on every node")
+    intra, _ = dist.new_subgroups_by_enumeration(members)
+    inter, _ = dist.new_subgroups_by_enumeration([[m[j] for m in members] for j in range(local)])
+    return intra, inter, local, len(nodes)
+
+
+def _hierarchical(ctx, cfg, count, dtype, groups):
+    intra, inter, local, nodes = groups
+    p = Payload(ctx, count, dtype)
+    buf = p.empty(p.piece * p.n)
+    shard = p.empty(p.piece * p.n // local)
+    own = [(p.rank * p.piece, (p.rank + 1) * p.piece)]
+
+    def rs(a):
+        return _reduce_scatter(shard, buf, group=intra, async_op=a)
+
+    def ar(a):
+        return dist.all_reduce(shard, group=inter, async_op=a)
+
+    def ag(a):
+        return _all_gather(buf, shard, group=intra, async_op=a)
+
+    def total(a):
+        rs(False)
+        ar(False)
+        return ag(a)
+    # busbw of each step on its own group, counted against the payload N (the inter-node step moves N/L)
+    factors = {"reduce_scatter": factor("reduce_scatter", local),
+               "all_reduce": factor("all_reduce", nodes) / local,
+               "all_gather": factor("all_gather", local), TOTAL: factor("all_reduce", p.n)}
+    return p.timed({"reduce_scatter": rs, "all_reduce": ar, "all_gather": ag, TOTAL: total}, factors,
+                   lambda: p.fill_owned(buf, own), lambda: buf)
+
+
 def _chunked_configs(opts, dtype):
     elt = torch.empty((), dtype=DTYPES[dtype]).element_size()
     for chunk in opts.chunk_sizes:
@@ -267,4 +312,7 @@ STRATEGY_CASES = {c.name: c for c in [
          setup=inflight_groups, both_places=True),
     Case("compressed", "strategy", "all_gather", (TOTAL,), _compressed, _compressed_configs,
          describe=lambda c: c["compress"], check_size=_payload_size),
+    Case("hierarchical", "strategy", "all_reduce", ("reduce_scatter", "all_reduce", "all_gather", TOTAL),
+         _hierarchical, lambda o, d: [{"case": "hierarchical", "in_place": True}], check_size=_payload_size,
+         setup=node_groups),
 ]}
