@@ -97,6 +97,7 @@ def compare(strategies, baseline, **kw):
     \b
     Example:
       commbench compare --strategies ring,rs-ag,chunked,compressed -b 1M -e 1G --chunk-size 1M,4M
+      commbench compare --strategies ring,hierarchical --nodes 2 --nproc-per-node 2 -b 1M -e 256M
     """
     run_strategies(parse_names(strategies, "strategy", "--strategies"), baseline, kw)
 
