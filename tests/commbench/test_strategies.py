@@ -1,8 +1,11 @@
 """Strategies end to end on real Gloo process groups: exact results, chunk counts, in-flight depth."""
+import json
+
 import pytest
 
-from tests.conftest import assert_one_line_error, read_records, run_tool
+from benchcore import schema
 from commbench.strategies import chunk_layout
+from tests.conftest import assert_one_line_error, read_records, run_tool
 
 
 def test_chunk_layout_covers_the_payload_with_padded_last_chunk():
@@ -74,3 +77,16 @@ def test_inflight_really_overlaps_and_compare_runs_on_two_nodes(tmp_path):
 ])
 def test_bad_strategy_input_is_refused_before_launch(args, needle):
     assert_one_line_error(run_tool("commbench", "compare", *args, timeout=60), needle)
+
+
+def test_plot_with_json_output_and_no_records_file(tmp_path):
+    """--plot works with every --format; --out /dev/null means no file; the records still come back."""
+    plot = tmp_path / "p.png"
+    proc = run_tool("commbench", "compare", "--strategies", "ring,rs-ag", "--nproc-per-node", 2, "-b", "4K",
+                    "-e", "16K", "-f", 4, "-n", 2, "-w", 1, "--format", "json", "--plot", plot, "--out", "/dev/null")
+    assert proc.returncode == 0, proc.stderr
+    printed = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [(r["strategy"], r["phase"]) for r in printed[:4]] == [
+        ("ring", "total"), ("rs-ag", "reduce_scatter"), ("rs-ag", "all_gather"), ("rs-ag", "total")]
+    assert len(printed) == 8 and all(not schema.problems(r) and r["wrong"] == 0 for r in printed)
+    assert plot.stat().st_size > 10_000
