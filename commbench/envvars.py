@@ -9,8 +9,6 @@ from typing import Optional, Tuple
 
 from benchcore.errors import UserError
 
-PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_")
-TEST_PREFIX = "COMMBENCH_TEST_"
 LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
 
 
@@ -75,7 +73,8 @@ CATALOGUE = {v.name: v for v in [
     Var("GLOO_SOCKET_IFNAME", "Interface Gloo binds, e.g. eth0 (commbench picks the one that routes to the peer)."),
     Var("COMMBENCH_TEST_EXIT_RANK", "Test only: this rank exits with status 17 right after start-up.",
         int_range=(0, 1 << 20)),
-    Var("COMMBENCH_TEST_CORRUPT", "Test only: corrupt one element of this collective's result on rank 0."),
+    Var("COMMBENCH_TEST_CORRUPT", "Test only: corrupt one element of this case's result on rank 0."),
+    Var("COMMBENCH_TEST_SKIP", "Test only: this case's check run does nothing (the check must catch it)."),
 ]}
 
 

@@ -8,12 +8,12 @@ import os
 import shutil
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import BIN, ROOT, read_records
+from benchcore import procs
 from commbench import netns
+from tests.conftest import BIN, ROOT, read_records
 
 NETNS_CLUSTER = ROOT / "scripts" / "netns-cluster"
 RATE = "1gbit"
@@ -56,7 +56,7 @@ class Pair:
         n = len(self.procs)
         out, err = self.logdir / f"{n}.out", self.logdir / f"{n}.err"
         with open(out, "w") as fo, open(err, "w") as fe:  # files, not pipes: nothing blocks while we wait
-            proc = subprocess.Popen(argv, stdout=fo, stderr=fe, start_new_session=True)
+            proc = procs.spawn(argv, stdout=fo, stderr=fe)
         proc.out, proc.err = out, err
         self.procs.append(proc)
         return proc
@@ -70,11 +70,8 @@ class Pair:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for pid in netns.ns_pids(self.ns(node)):
-                try:
-                    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-                except OSError:
-                    continue
-                if b"commbench.worker" in argv and b"torch.distributed.run" not in argv:
+                argv = procs.proc_cmdline(pid) or []
+                if "commbench.worker" in argv and "torch.distributed.run" not in argv:
                     return pid
             time.sleep(0.1)
         raise AssertionError(f"no worker in {self.ns(node)} after {timeout} s")
@@ -85,9 +82,7 @@ class Pair:
     def finish(self):
         """End whatever a test left running, and restore the links."""
         for proc in self.procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, 9)
-            proc.wait(timeout=30)
+            procs.stop(proc, grace=0)
         self.procs.clear()
         netns.end_processes([self.ns(0), self.ns(1)], grace=2)
         netns.up(2, RATE, self.prefix)
