@@ -1,6 +1,7 @@
 """`commbench compare` and `commbench chunked`: strategies side by side on the same payloads."""
 import click
 
+from benchcore.errors import UserError
 from benchcore.report import console, line_plot, print_table
 from benchcore.units import format_size
 from commbench import launch
@@ -99,7 +100,10 @@ def compare(strategies, baseline, **kw):
       commbench compare --strategies ring,rs-ag,chunked,compressed -b 1M -e 1G --chunk-size 1M,4M
       commbench compare --strategies ring,hierarchical --nodes 2 --nproc-per-node 2 -b 1M -e 256M
     """
-    run_strategies(parse_names(strategies, "strategy", "--strategies"), baseline, kw)
+    names = parse_names(strategies, "strategy", "--strategies")
+    if baseline not in names:
+        raise UserError(f"--baseline {baseline} is not one of --strategies {','.join(names)}")
+    run_strategies(names, baseline, kw)
 
 
 @click.command()

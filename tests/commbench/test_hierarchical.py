@@ -38,7 +38,8 @@ def test_exact_on_emulated_nodes(tmp_path, nodes, local):
 def test_a_skipped_step_is_caught(tmp_path):
     """The check runs the whole operation into a fresh buffer: without it, the result is wrong."""
     out = tmp_path / "h.jsonl"
-    proc = run_tool("commbench", "compare", "--strategies", "hierarchical", "--nodes", 2, "--nproc-per-node", 1,
+    proc = run_tool("commbench", "compare", "--strategies", "hierarchical", "--baseline", "hierarchical",
+                    "--nodes", 2, "--nproc-per-node", 1,
                     "-b", "4K", "-e", "4K", "-n", 1, "-w", 0, "--out", out,
                     env={"COMMBENCH_TEST_SKIP": "hierarchical"})
     assert proc.returncode == 1 and "wrong elements" in proc.stderr

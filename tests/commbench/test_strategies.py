@@ -73,7 +73,8 @@ def test_inflight_really_overlaps_and_compare_runs_on_two_nodes(tmp_path):
     (["--inflight", "0"], "at least 1"),
     (["--inflight", "two"], "whole numbers"),
     (["--strategies", "ring,tree"], "unknown strategy 'tree'"),
-    (["--strategies", "compressed", "--dtype", "bfloat16"], "use --dtype float32"),
+    (["--strategies", "rs-ag,chunked"], "--baseline ring is not one of --strategies"),
+    (["--strategies", "compressed", "--baseline", "compressed", "--dtype", "bfloat16"], "use --dtype float32"),
 ])
 def test_bad_strategy_input_is_refused_before_launch(args, needle):
     assert_one_line_error(run_tool("commbench", "compare", *args, timeout=60), needle)
