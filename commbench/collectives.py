@@ -10,30 +10,64 @@ only, and all_to_all / sendrecv out of place only; commbench measures what the
 API offers and never adds a copy to the timed loop to fake the other variant.
 """
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable, Tuple
 
-import torch
-import torch.distributed as dist
+import math
 
 from benchcore.errors import UserError
+from benchcore.lazy import lazy
 from benchcore.units import format_size
 from commbench.case import TOTAL, Case, Timed
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16,
-          "bfloat16": torch.bfloat16, "int32": torch.int32}
-OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
-_PY_OPS = {"sum": sum, "max": max, "min": min}
-# Largest integer every smaller integer of which the dtype holds exactly.
-_EXACT_INT = {torch.float32: 1 << 24, torch.float16: 1 << 11, torch.bfloat16: 1 << 8, torch.int32: 1 << 31}
+torch = lazy("torch", globals())
+dist = lazy("torch.distributed", globals(), "dist")
+
+
+@dataclass(frozen=True)
+class Dtype:
+    name: str          # torch's name (torch.<name>)
+    nccl_tests: str    # how nccl-tests spells it
+    bytes: int
+    exact: int         # every integer up to this is exact in the type (fill values, sums, products stay below)
+    gloo: bool = True  # Gloo reduces it
+
+
+DTYPES = {d.name: d for d in [
+    Dtype("float32", "float", 4, 1 << 24), Dtype("float16", "half", 2, 1 << 11),
+    Dtype("bfloat16", "bfloat16", 2, 1 << 8), Dtype("float64", "double", 8, 1 << 53),
+    Dtype("int8", "int8", 1, 127), Dtype("uint8", "uint8", 1, 254), Dtype("int32", "int32", 4, (1 << 31) - 1),
+    Dtype("int64", "int64", 8, (1 << 63) - 1), Dtype("float8_e4m3fn", "f8e4m3", 1, 16, gloo=False),
+]}
+OPS = {"sum": "SUM", "prod": "PRODUCT", "max": "MAX", "min": "MIN"}   # nccl-tests name -> torch ReduceOp
+_PY_OPS = {"sum": sum, "prod": math.prod, "max": max, "min": min}
 ROOT = 0
 PERIOD = 5    # the fill pattern repeats every PERIOD elements
-POISON = -1   # what an output holds before the check's run: no fill value, sum, min or max is negative
-
-_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
-def _sendrecv(send, recv, op, async_op):
+def torch_dtype(name):
+    return getattr(torch, name)
+
+
+def reduce_op(name):
+    return getattr(dist.ReduceOp, OPS[name])
+
+
+def poison_value(name):
+    """A value no correct result holds: fill values, sums and products are positive and below `exact`."""
+    return DTYPES[name].exact + 1 if name == "uint8" else -1
+
+
+def all_gather_fn():
+    """torch's single-tensor all_gather (renamed in torch 2.13)."""
+    return getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+def reduce_scatter_fn():
+    return getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
+def _sendrecv(send, recv, async_op):
     rank, n = dist.get_rank(), dist.get_world_size()
     works = dist.batch_isend_irecv([dist.P2POp(dist.isend, send, (rank + 1) % n),
                                     dist.P2POp(dist.irecv, recv, (rank - 1) % n)])
@@ -63,7 +97,7 @@ class Collective:
     send_piece: bool                     # send buffer is one piece (all_gather)
     recv_piece: bool                     # recv buffer is one piece (reduce_scatter)
     placements: Tuple[str, ...]          # "out" and/or "in"
-    run: Callable                        # run(send, recv, op, async_op) -> work or None
+    bind: Callable                       # bind(send, recv, op) -> run(async_op=...) -> work or None
     expected: Callable                   # expected(rank, n, count, op, vals) -> regions to check
     reduces: bool = False                # takes --op (its records carry op)
     rooted: bool = False                 # has a root rank (its records carry root)
@@ -113,32 +147,34 @@ def _exp_sendrecv(rank, n, count, op, vals):
 
 COLLECTIVES = {c.name: c for c in [
     Collective("all_reduce", lambda n: 2 * (n - 1) / n, False, False, False, ("in",),
-               lambda s, r, op, a: dist.all_reduce(r, op=op, async_op=a), _exp_all_reduce, reduces=True),
+               lambda s, r, op: partial(dist.all_reduce, r, op=op), _exp_all_reduce, reduces=True),
     Collective("all_gather", lambda n: (n - 1) / n, True, True, False, ("out", "in"),
-               lambda s, r, op, a: _all_gather(r, s, async_op=a), _exp_all_gather),
+               lambda s, r, op: partial(all_gather_fn(), r, s), _exp_all_gather),
     Collective("reduce_scatter", lambda n: (n - 1) / n, True, False, True, ("out", "in"),
-               lambda s, r, op, a: _reduce_scatter(r, s, op=op, async_op=a), _exp_reduce_scatter, reduces=True),
+               lambda s, r, op: partial(reduce_scatter_fn(), r, s, op=op), _exp_reduce_scatter, reduces=True),
     Collective("broadcast", lambda n: 1.0, False, False, False, ("in",),
-               lambda s, r, op, a: dist.broadcast(r, src=ROOT, async_op=a), _exp_broadcast, rooted=True),
+               lambda s, r, op: partial(dist.broadcast, r, src=ROOT), _exp_broadcast, rooted=True),
     Collective("reduce", lambda n: 1.0, False, False, False, ("in",),
-               lambda s, r, op, a: dist.reduce(r, dst=ROOT, op=op, async_op=a), _exp_reduce, reduces=True,
+               lambda s, r, op: partial(dist.reduce, r, dst=ROOT, op=op), _exp_reduce, reduces=True,
                rooted=True),
     Collective("all_to_all", lambda n: (n - 1) / n, True, False, False, ("out",),
-               lambda s, r, op, a: dist.all_to_all_single(r, s, async_op=a), _exp_all_to_all),
+               lambda s, r, op: partial(dist.all_to_all_single, r, s), _exp_all_to_all),
     Collective("sendrecv", lambda n: 1.0, False, False, False, ("out",),
-               _sendrecv, _exp_sendrecv),
+               lambda s, r, op: partial(_sendrecv, s, r), _exp_sendrecv),
 ]}
 
 
-def fill_values(rank, n, dtype):
-    """Rank r's PERIOD-value fill pattern: small integers, so sums over n ranks are exact in dtype."""
-    top = max(1, min(PERIOD, _EXACT_INT[dtype] // max(n, 1)))
+def fill_values(rank, n, dtype, op="sum"):
+    """Rank r's PERIOD-value fill pattern: small integers whose sum (or product) over n ranks is exact."""
+    exact = DTYPES[dtype].exact
+    top = int(exact ** (1 / max(n, 1))) if op == "prod" else exact // max(n, 1)
+    top = max(1, min(PERIOD, top))
     return [((k + 3 * rank) % top) + 1 for k in range(PERIOD)]
 
 
 def pattern(values, start, length, dtype, device):
-    """Elements start..start+length of the periodic sequence values[i % PERIOD]."""
-    base = torch.tensor(values, dtype=dtype, device=device)
+    """Elements start..start+length of the periodic sequence values[i % PERIOD] (dtype: a torch dtype)."""
+    base = torch.tensor(values, dtype=torch.float64, device=device).to(dtype)
     tiled = base.repeat(length // PERIOD + 2)
     offset = start % PERIOD
     return tiled[offset:offset + length]
@@ -150,7 +186,10 @@ def count_wrong(result, regions, dtype, device):
     wrong = 0
     for offset, length, values, start in regions:
         want = pattern(values, start, length, dtype, device)
-        wrong += int((flat[offset:offset + length] != want).sum().item())
+        got = flat[offset:offset + length]
+        if got.element_size() == 1 and got.is_floating_point():  # fp8 has no comparison kernels everywhere
+            got, want = got.float(), want.float()
+        wrong += int((got != want).sum().item())
     return wrong
 
 
@@ -176,13 +215,13 @@ def _case(coll):
     def build(ctx, cfg, count, dtype, shared):
         n, op_name = ctx.world_size, ctx.plan.op
         send, recv = buffers(coll, cfg["in_place"], count, ctx, dtype)
-        vals = lambda r: fill_values(r, n, dtype)  # noqa: E731
-        op = OPS[op_name]
+        vals = lambda r: fill_values(r, n, ctx.plan.dtype, op_name)  # noqa: E731
+        run = coll.bind(send, recv, reduce_op(op_name))
         return Timed(
-            phases={TOTAL: lambda a: coll.run(send, recv, op, a)},
+            phases={TOTAL: lambda a: run(async_op=a)},
             factors={TOTAL: coll.bus_factor(n)},
             refill=lambda: send.copy_(pattern(vals(ctx.rank), 0, send.numel(), dtype, ctx.device)),
-            poison=lambda: recv.fill_(POISON),
+            poison=lambda: recv.fill_(poison_value(ctx.plan.dtype)),
             result=lambda: recv,
             check=lambda: (count_wrong(recv, coll.expected(ctx.rank, n, count, op_name, vals), dtype, ctx.device),
                            {}),

@@ -9,14 +9,13 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 import click
-import torch
 
 from benchcore.errors import UserError
 from benchcore.records import new_run_id
 from benchcore.report import FORMATS
 from benchcore.units import parse_size, size_list, size_range
 from commbench.case import CaseOptions
-from commbench.collectives import DTYPES, OPS
+from commbench.collectives import COLLECTIVES, DTYPES, OPS
 from commbench.registry import CASES
 from commbench.strategies import COMPRESS
 
@@ -147,7 +146,7 @@ def measure_options(min_bytes="8", max_bytes="256M"):
         click.option("--blocking/--no-blocking", default=None, help=BLOCKING_HELP),
         click.option("--out", default=None, metavar="FILE",
                      help="Append records to this JSONL file (never overwritten; /dev/null: none)."),
-        click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
+        click.option("--format", "fmt", type=click.Choice(FORMATS + ("nccl-tests",)), default="table", show_default=True,
                      help="What goes to stdout."),
     ])
 
@@ -178,7 +177,13 @@ def build_plan(names, measure, case_opts, spec):
         raise UserError("-n/--iters must be at least 1 and -w/--warmup at least 0")
     sizes = size_range(parse_size(measure.min_bytes, "-b/--min-bytes"),
                        parse_size(measure.max_bytes, "-e/--max-bytes"), measure.step_factor)
-    elt = torch.empty((), dtype=DTYPES[measure.dtype]).element_size()
+    dtype = DTYPES[measure.dtype]
+    if not dtype.gloo and not spec.may_use_nccl():
+        raise UserError(f"--dtype {dtype.name} needs NCCL: Gloo has no {dtype.nccl_tests} reductions or transfers")
+    if dtype.exact < spec.world_size and any(CASES[n].kind == "collective" and COLLECTIVES[n].reduces for n in names):
+        raise UserError(f"--dtype {dtype.name} cannot hold a sum over {spec.world_size} ranks exactly "
+                        f"(integers up to {dtype.exact}); use a wider type")
+    elt = dtype.bytes
     configs = []
     for name in names:
         case = CASES[name]

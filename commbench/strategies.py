@@ -30,27 +30,22 @@ is the first N bytes of the buffer, and the check covers exactly those.
 """
 import collections
 
-import torch
-import torch.distributed as dist
-
 from benchcore.errors import UserError
+from benchcore.lazy import lazy
 from benchcore.units import format_size
 from commbench.case import TOTAL, Case, Timed
-from commbench.collectives import COLLECTIVES, DTYPES, POISON, _all_gather, _reduce_scatter
+from commbench.collectives import COLLECTIVES, DTYPES, all_gather_fn, poison_value, reduce_scatter_fn
 
-FILL_PERIOD = 251  # T[i] = i % 251 + 1: exact in every dtype, and a misplaced element shows
-COMPRESS = {"bf16": torch.bfloat16, "fp8": getattr(torch, "float8_e4m3fn", None)}
+torch = lazy("torch", globals())
+dist = lazy("torch.distributed", globals(), "dist")
+
+FILL_PERIOD = 251  # T[i] = i % 251 + 1 (fewer in types that hold fewer integers): a misplaced element shows
+COMPRESS = {"bf16": "bfloat16", "fp8": "float8_e4m3fn"}   # wire type -> torch type name
 FP8_MAX = 448.0
 
 
 def ceil_div(a, b):
     return -(-a // b)
-
-
-def truth(start, length, dtype, device):
-    """T[start:start+length]."""
-    idx = torch.arange(start, start + length, device=device, dtype=torch.int64)
-    return (idx % FILL_PERIOD + 1).to(dtype)
 
 
 def factor(name, n):
@@ -65,6 +60,12 @@ class Payload:
         self.ctx, self.count, self.dtype = ctx, count, dtype
         self.n, self.rank = ctx.world_size, ctx.rank
         self.piece = ceil_div(count, self.n)
+        self.period = min(FILL_PERIOD, DTYPES[ctx.plan.dtype].exact)
+
+    def truth(self, start, length, like):
+        """T[start:start+length], typed and placed like tensor `like`."""
+        idx = torch.arange(start, start + length, device=like.device, dtype=torch.int64)
+        return (idx % self.period + 1).to(like.dtype)
 
     def empty(self, k, dtype=None):
         return torch.empty(k, dtype=dtype or self.dtype, device=self.ctx.device)
@@ -75,10 +76,17 @@ class Payload:
         for start, stop in ranges:
             stop = min(stop, self.count)
             if stop > start:
-                buf[start:stop] = truth(start, stop - start, buf.dtype, buf.device)
+                buf[start:stop] = self.truth(start, stop - start, buf)
 
     def wrong(self, result):
-        return int((result[:self.count] != truth(0, self.count, result.dtype, result.device)).sum().item())
+        got, want = result[:self.count], self.truth(0, self.count, result)
+        if got.element_size() == 1 and got.is_floating_point():  # fp8 has no comparison kernels everywhere
+            got, want = got.float(), want.float()
+        return int((got != want).sum().item())
+
+    def poison(self, *bufs):
+        for buf in bufs:
+            buf.fill_(poison_value(self.ctx.plan.dtype))
 
     def timed(self, phases, factors, refill, result, poison=lambda: None, **more):
         """A Timed whose check counts the elements of result() that differ from T."""
@@ -107,11 +115,13 @@ def _rs_ag(ctx, cfg, count, dtype, shared):
     else:
         piece, out = p.empty(p.piece), p.empty(padded)
 
+    reduce_scatter, all_gather = reduce_scatter_fn(), all_gather_fn()
+
     def rs(a):
-        return _reduce_scatter(piece, send, async_op=a)
+        return reduce_scatter(piece, send, async_op=a)
 
     def ag(a):
-        return _all_gather(out, piece, async_op=a)
+        return all_gather(out, piece, async_op=a)
 
     def total(a):
         rs(False)
@@ -120,7 +130,7 @@ def _rs_ag(ctx, cfg, count, dtype, shared):
                    {"reduce_scatter": factor("reduce_scatter", p.n), "all_gather": factor("all_gather", p.n),
                     TOTAL: factor("all_reduce", p.n)},
                    lambda: p.fill_owned(send, [(mine.start, mine.stop)]), lambda: out,
-                   poison=lambda: (piece.fill_(POISON), out.fill_(POISON)))
+                   poison=lambda: p.poison(piece, out))
 
 
 def chunk_layout(count, n, elt, chunk_bytes, threshold_bytes):
@@ -158,21 +168,22 @@ def _chunked(ctx, cfg, count, dtype, groups):
         inputs = [shard[o:o + b - a] for o, (a, b) in zip(offsets, own)]
 
         def refill():
-            buf.fill_(POISON)
+            p.poison(buf)
             for piece, (a, b) in zip(inputs, own):
                 piece.zero_()
                 valid = max(0, min(b, p.count) - a)
-                piece[:valid] = truth(a, valid, piece.dtype, piece.device)
+                piece[:valid] = p.truth(a, valid, piece)
     views = [(mine, buf[s:s + ln]) for mine, (s, ln) in zip(inputs, chunks)]
     k = cfg["inflight"]
     counter = Counter()
+    all_gather = all_gather_fn()
 
     def run(a):
         pending = collections.deque()
         for i, (mine, whole) in enumerate(views):
             if len(pending) >= k:
                 pending.popleft().wait()
-            pending.append(_all_gather(whole, mine, group=groups[i % k], async_op=True))
+            pending.append(all_gather(whole, mine, group=groups[i % k], async_op=True))
             counter.issued(pending)
         for work in pending:
             work.wait()
@@ -194,7 +205,8 @@ def inflight_groups(ctx, cfgs):
 
 def _compressed(ctx, cfg, count, dtype, shared):
     p = Payload(ctx, count, dtype)
-    narrow = COMPRESS[cfg["compress"]]
+    narrow = getattr(torch, COMPRESS[cfg["compress"]])
+    ag = all_gather_fn()
     padded = p.piece * p.n
     own_start = p.rank * p.piece
     exact = torch.randn(padded, generator=torch.Generator().manual_seed(1234), dtype=torch.float32).to(ctx.device)
@@ -210,12 +222,12 @@ def _compressed(ctx, cfg, count, dtype, shared):
         if fp8:
             scale = shard.abs().max().clamp(min=1e-30) / FP8_MAX
             mine.copy_((shard / scale).to(narrow))
-            _all_gather(scales, scale.reshape(1))
-            _all_gather(wire.view(torch.uint8), mine.view(torch.uint8))
+            ag(scales, scale.reshape(1))
+            ag(wire.view(torch.uint8), mine.view(torch.uint8))
             out.copy_(wire.to(torch.float32).view(p.n, p.piece).mul_(scales.view(p.n, 1)).view(-1))
         else:
             mine.copy_(shard.to(narrow))
-            _all_gather(wire, mine)
+            ag(wire, mine)
             out.copy_(wire.to(torch.float32))
 
     def check():
@@ -232,7 +244,7 @@ def _compressed(ctx, cfg, count, dtype, shared):
         dist.all_reduce(errs, op=dist.ReduceOp.MAX)
         return int((err > bound).sum().item()), {"max_abs_error": errs[0].item(), "max_rel_error": errs[1].item()}
     wire_bytes = p.count * torch.empty((), dtype=narrow).element_size()
-    return Timed({TOTAL: run}, {TOTAL: factor("all_gather", p.n)}, lambda: None, lambda: out.fill_(POISON),
+    return Timed({TOTAL: run}, {TOTAL: factor("all_gather", p.n)}, lambda: None, lambda: p.poison(out),
                  lambda: out, check, lambda phase: {"wire_bytes": wire_bytes}, blocking=True)
 
 
@@ -255,14 +267,16 @@ def _hierarchical(ctx, cfg, count, dtype, groups):
     shard = p.empty(p.piece * p.n // local)
     own = [(p.rank * p.piece, (p.rank + 1) * p.piece)]
 
+    reduce_scatter, all_gather = reduce_scatter_fn(), all_gather_fn()
+
     def rs(a):
-        return _reduce_scatter(shard, buf, group=intra, async_op=a)
+        return reduce_scatter(shard, buf, group=intra, async_op=a)
 
     def ar(a):
         return dist.all_reduce(shard, group=inter, async_op=a)
 
     def ag(a):
-        return _all_gather(buf, shard, group=intra, async_op=a)
+        return all_gather(buf, shard, group=intra, async_op=a)
 
     def total(a):
         rs(False)
@@ -277,7 +291,7 @@ def _hierarchical(ctx, cfg, count, dtype, groups):
 
 
 def _chunked_configs(opts, dtype):
-    elt = torch.empty((), dtype=DTYPES[dtype]).element_size()
+    elt = DTYPES[dtype].bytes
     for chunk in opts.chunk_sizes:
         if chunk > opts.threshold:
             raise UserError(f"--chunk-size {format_size(chunk)} is larger than --threshold "
@@ -291,7 +305,7 @@ def _chunked_configs(opts, dtype):
 def _compressed_configs(opts, dtype):
     if dtype != "float32":
         raise UserError("the compressed strategy casts float32 down; use --dtype float32")
-    if COMPRESS[opts.compress] is None:
+    if not hasattr(torch, COMPRESS[opts.compress]):  # imports torch: only for the compressed strategy
         raise UserError(f"this torch build has no {opts.compress} type")
     return [{"case": "compressed", "compress": opts.compress, "in_place": False}]
 

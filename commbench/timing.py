@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 from benchcore.torchrun import rank_sum
 from commbench.case import TOTAL
-from commbench.collectives import DTYPES
+from commbench.collectives import DTYPES, torch_dtype
 
 CORRUPT_ENV = "COMMBENCH_TEST_CORRUPT"   # test only: corrupt this case's result on rank 0 before the check
 SKIP_ENV = "COMMBENCH_TEST_SKIP"         # test only: this case's check run does nothing
@@ -71,9 +71,8 @@ def check(ctx, case, timed):
 def measure_case(ctx, case, cfg, size, shared):
     """One record per phase of case config cfg at size bytes."""
     plan = ctx.plan
-    dtype = DTYPES[plan.dtype]
-    count = size // torch.empty((), dtype=dtype).element_size()
-    timed = case.build(ctx, cfg, count, dtype, shared)
+    count = size // DTYPES[plan.dtype].bytes
+    timed = case.build(ctx, cfg, count, torch_dtype(plan.dtype), shared)
     blocking = ctx.blocking if timed.blocking is None else timed.blocking
     rows = []
     for phase in case.phases:

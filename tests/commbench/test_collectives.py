@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from benchcore.errors import UserError
-from commbench.collectives import COLLECTIVE_CASES, COLLECTIVES, DTYPES, PERIOD, fill_values, pattern
+from commbench.collectives import (COLLECTIVE_CASES, COLLECTIVES, DTYPES, OPS, PERIOD, fill_values, pattern,
+                                   poison_value)
 
 # nccl-tests doc/PERFORMANCE.md bus factors.
 NCCL_TESTS_FACTOR = {
@@ -35,9 +36,9 @@ def test_bus_factor_and_counts_match_nccl_tests(name, n):
 
 def simulate(name, n, count, op):
     """Every rank's receive buffer, computed from the collective's definition with numpy."""
-    reduce_fn = {"sum": np.sum, "max": np.max, "min": np.min}[op]
+    reduce_fn = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}[op]
     send_n, _ = NCCL_TESTS_COUNTS[name](count, n)
-    inputs = [np.array([fill_values(r, n, torch.float32)[i % PERIOD] for i in range(send_n)], dtype=np.int64)
+    inputs = [np.array([fill_values(r, n, "float32", op)[i % PERIOD] for i in range(send_n)], dtype=np.int64)
               for r in range(n)]
     m = count // n
     if name == "all_reduce":
@@ -60,11 +61,11 @@ def simulate(name, n, count, op):
 
 @pytest.mark.parametrize("name", sorted(COLLECTIVES))
 @pytest.mark.parametrize("n", [1, 2, 3])
-@pytest.mark.parametrize("op", ["sum", "max", "min"])
+@pytest.mark.parametrize("op", OPS)
 def test_expected_result_matches_simulation(name, n, op):
     count = 6 * 7  # divisible by 1, 2, 3; not a multiple of the fill period
     coll = COLLECTIVES[name]
-    vals = lambda r: fill_values(r, n, torch.float32)  # noqa: E731
+    vals = lambda r: fill_values(r, n, "float32", op)  # noqa: E731
     truth = simulate(name, n, count, op)
     for rank in range(n):
         regions = coll.expected(rank, n, count, op, vals)
@@ -78,15 +79,20 @@ def test_expected_result_matches_simulation(name, n, op):
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
-def test_fill_sums_stay_exact(dtype):
-    dt = DTYPES[dtype]
-    for n in (2, 3, 8, 64, 256):
-        total = sum(max(fill_values(r, n, dt)) for r in range(n))
-        assert torch.tensor(total, dtype=torch.float64).to(dt).item() == total
+@pytest.mark.parametrize("op", ["sum", "prod"])
+def test_fill_sums_and_products_stay_exact_and_below_the_poison(dtype, op):
+    dt = getattr(torch, dtype)
+    reduce_fn = {"sum": sum, "prod": np.prod}[op]
+    for n in [n for n in (2, 3, 8, 64, 256) if n <= DTYPES[dtype].exact]:  # more ranks: refused (test_plan)
+        total = int(reduce_fn([max(fill_values(r, n, dtype, op)) for r in range(n)]))
+        assert total <= DTYPES[dtype].exact and total != poison_value(dtype)
+        assert torch.tensor(total, dtype=torch.float64).to(dt).to(torch.float64).item() == total
+    poison = torch.tensor(poison_value(dtype), dtype=torch.float64).to(dt).to(torch.float64).item()
+    assert poison < 1 or poison > DTYPES[dtype].exact  # no fill value, sum or product equals it
 
 
 def check_size(name, size, dtype, n):
-    COLLECTIVE_CASES[name].check_size(size, torch.empty((), dtype=DTYPES[dtype]).element_size(), n)
+    COLLECTIVE_CASES[name].check_size(size, DTYPES[dtype].bytes, n)
 
 
 def test_sizes_that_do_not_divide_are_refused():
