@@ -45,6 +45,7 @@ EXTENSIONS = {
         "tensors": "torch-ckpt: tensors written", "wrong": "torch-ckpt: tensors read back wrong",
         "file_bytes": "torch-ckpt: bytes on disk", "cache_drop": "torch-ckpt: how the page cache was dropped",
         "torch_version": "torch-ckpt: torch version",
+        "concurrent": "another iobench run measured the same mount at the same time (--concurrent)",
     },
 }
 

@@ -1,7 +1,9 @@
 """Check every target first, then run fio jobs in a private directory per mount and make records."""
 import contextlib
 import dataclasses
+import json
 import os
+import shlex
 import sys
 
 import click
@@ -12,8 +14,9 @@ from benchcore.records import git_revision, hostname, timestamp
 from benchcore.report import console
 from iobench import fio
 from iobench.mounts import Mount, mount_of
-from iobench.profiles import fio_path, job_file
-from iobench.safety import ScratchDir, check_target, probe_direct, sigterm_as_interrupt
+from iobench.profiles import fio_directory, job_file
+from iobench.safety import MountLock, ScratchDir, check_target, probe_direct, sigterm_as_interrupt, stale_dirs
+from benchcore.units import format_size
 
 
 @dataclasses.dataclass
@@ -49,39 +52,83 @@ def event(run_id, path, kind, reason):
 
 
 def check_targets(paths, need, run_id, writer):
-    """Resolve and check every PATH before any fio starts; a refusal is recorded, then raised."""
+    """Resolve and check every PATH before any fio starts (need None: --dry-run, no room needed);
+    a refusal is recorded, then raised. Warns about directories a dead run left behind."""
     targets = []
     for path in paths:
         real = os.path.realpath(path)
         try:
+            if any(ord(c) < 32 or c == "\x7f" for c in real):
+                raise UserError(f"{path!r} contains a control character (newline, tab, ...): iobench refuses it, "
+                                f"since its printed fio commands and job files could not carry it unchanged")
+            if real in (t.path for t in targets):
+                raise UserError(f"{path} is given twice (it is {real})")
             mount = mount_of(real)
             check_target(real, need, mount)
         except UserError as exc:
             if writer:
                 writer.write(event(run_id, real, "refused", str(exc)))
             raise
+        for stale, marker, size in stale_dirs(real):
+            say(f"warning: {stale} ({format_size(size, approx=True)}) was left by iobench run {marker['run_id']}, "
+                f"which is no longer running; remove it with: iobench clean {shlex.quote(str(stale))}")
         targets.append(Target(real, mount))
     return targets
 
 
+class JsonKeeper:
+    """--keep-json: fio's raw JSON of each fio run, next to the --out file: OUT.<run-id>.<n>.fio.json."""
+
+    def __init__(self, out, run_id):
+        self.prefix, self.count, self.saved = f"{out}.{run_id}", 0, []
+
+    def save(self, data, profile, mount):
+        self.count += 1
+        path = f"{self.prefix}.{self.count}.fio.json"
+        with open(path, "x") as f:  # never overwrites
+            json.dump({"iobench_profile": profile, "iobench_mount": mount, **data}, f, indent=1)
+        self.saved.append(path)
+
+
+def rerun_line(directory, jobfile, *fio_args):
+    """The shell line (shlex-quoted) that does what iobench does: fresh directory, fio in it, removed."""
+    d = shlex.quote(str(directory))
+    fio = shlex.join(["fio", "--output-format=json", fio_directory(directory), *fio_args, str(jobfile)])
+    return f"mkdir -- {d} && {fio}; rm -r -- {d}"
+
+
 def dry_run(targets, jobs, run_id, command):
-    """Print the fio job file(s) a run would use, runnable with plain fio."""
-    for target in targets:
-        directory = os.path.join(target.path, f"iobench-{run_id}")
-        for job in jobs:
-            header = [f"iobench {command} --dry-run: profile {job.profile} on {target.path} "
-                      f"({target.mount.fs_type}, {target.mount.storage_class})",
-                      f"rerun: mkdir {directory} && fio --output-format=json THIS_FILE; then rm -r {directory}"]
-            if job.direct:
-                header.append("direct=1 assumes the mount accepts O_DIRECT (a real run probes it first)")
-            sys.stdout.write(job_file(job, directory, header) + "\n")
+    """Print one fio job file that plain fio runs as iobench would: the profiles one after another."""
+    header = [f"iobench {command} --dry-run (run {run_id}): profiles {', '.join(j.profile for j in jobs)}, "
+              f"run one after another (stonewall), each reported as its own group (new_group).",
+              "Save this as ckpt.fio and rerun with plain fio, from the directory that holds it:"]
+    header += [f"  {rerun_line(os.path.join(t.path, f'iobench-{run_id}'), 'ckpt.fio')}"
+               f"    # {t.path} ({t.mount.fs_type}, {t.mount.storage_class})" for t in targets]
+    if any(j.direct for j in jobs):
+        header.append("direct=1 assumes the mount accepts O_DIRECT (a real run probes it first)")
+    sys.stdout.write(job_file(jobs, header))
 
 
-def run_jobs(targets, jobs, run_id, timeout, keep, writer):
+def locks(targets, run_id, concurrent):
+    """One MountLock per distinct mount, entered; returns (ExitStack, any mount busy)."""
+    stack = contextlib.ExitStack()
+    held = {}
+    try:
+        for target in targets:
+            if target.mount.dev not in held:
+                held[target.mount.dev] = stack.enter_context(MountLock(target.mount, run_id, concurrent))
+    except BaseException:
+        stack.close()
+        raise
+    return stack, any(lock.busy for lock in held.values())
+
+
+def run_jobs(targets, jobs, run_id, timeout, keep, writer, concurrent=False, keep_json=False):
     """Run every job on every target, one target's private directory at a time; returns the records."""
     version = fio.fio_version()
     records = []
-    with sigterm_as_interrupt():
+    stack, busy = locks(targets, run_id, concurrent)
+    with stack, sigterm_as_interrupt():
         for target in targets:
             with ScratchDir(target.path, run_id, keep) as scratch:
                 direct_ok, why = probe_direct(scratch.path)
@@ -92,53 +139,58 @@ def run_jobs(targets, jobs, run_id, timeout, keep, writer):
                         f"the page cache may flatter them")
                 for i, job in enumerate(jobs, 1):
                     records += _run_one(target, job, direct_ok, scratch, run_id, timeout, version, writer,
-                                        f"[{i}/{len(jobs)}]")
+                                        f"[{i}/{len(jobs)}]", busy, keep_json)
             if keep:
                 say(f"kept {scratch.path}")
     return records
 
 
-def _run_one(target, job, direct_ok, scratch, run_id, timeout, version, writer, step):
+def _run_one(target, job, direct_ok, scratch, run_id, timeout, version, writer, step, busy, keep_json):
     direct_requested = job.direct
     if job.direct and not direct_ok:
         job = dataclasses.replace(job, options={**job.options, "direct": 0})
-    jobpath = scratch.path / f"{job.profile}.fio"
-    jobpath.write_text(job_file(job, scratch.path, [f"iobench ckpt {run_id}: {job.profile} on {target.path}"]))
+    jobname = f"{job.profile}.fio"
+    (scratch.path / jobname).write_text(job_file([job], [f"iobench {run_id}: {job.profile}"]))
     eta = f" ~{job.options['runtime']}" if job.options.get("time_based") else ""
     with progress(f"iobench: {step} {job.profile} on {target.path} ({target.mount.fs_type}, "
                   f"{target.mount.storage_class}){eta}"):
-        return _measure(target, [jobpath], scratch, run_id, timeout, version, writer, job.profile,
-                        direct_requested)
+        return _measure(target, [fio_directory(scratch.path), jobname], scratch, run_id, timeout, version, writer,
+                        job.profile, direct_requested, busy, keep_json)
 
 
-def file_args(directory, jobpath):
-    """fio arguments for a user's job file run inside directory (jobs as threads: see GLOBAL_OPTIONS)."""
-    return [f"--directory={fio_path(str(directory))}", "--thread", "--lat_percentiles=1", jobpath]
+RUN_ARGS = ("--thread", "--lat_percentiles=1")  # a user's jobs as threads of one fio (see GLOBAL_OPTIONS)
 
 
-def run_file(target, jobpath, run_id, timeout, keep, writer):
+def run_file(target, jobpath, run_id, timeout, keep, writer, concurrent=False, keep_json=False):
     """`iobench run`: a user's (checked) job file in a private directory on target; the records."""
     version = fio.fio_version()
-    with sigterm_as_interrupt(), ScratchDir(target.path, run_id, keep) as scratch:
+    stack, busy = locks([target], run_id, concurrent)
+    with stack, sigterm_as_interrupt(), ScratchDir(target.path, run_id, keep) as scratch:
         with progress(f"iobench: {os.path.basename(jobpath)} on {target.path} ({target.mount.fs_type}, "
                       f"{target.mount.storage_class})"):
-            records = _measure(target, file_args(scratch.path, jobpath), scratch, run_id, timeout, version, writer)
+            records = _measure(target, [fio_directory(scratch.path), *RUN_ARGS, jobpath], scratch, run_id, timeout,
+                               version, writer, busy=busy, keep_json=keep_json)
     if keep:
         say(f"kept {scratch.path}")
     return records
 
 
-def _measure(target, args, scratch, run_id, timeout, version, writer, profile=None, direct_requested=None):
-    """Run fio once; records (profile: the job's name unless given); a failure is recorded, then raised."""
+def _measure(target, args, scratch, run_id, timeout, version, writer, profile=None, direct_requested=None,
+             busy=False, keep_json=False):
+    """Run fio once in scratch; records (profile: the job's name unless given); a failure is recorded, then raised."""
     what = f"{profile or 'fio'} on {target.path}"
     try:
-        found = fio.measurements(fio.run_fio(args, timeout, cwd=scratch.path, what=what))
+        data = fio.run_fio(args, timeout, cwd=scratch.path, what=what)
+        if keep_json:
+            keep_json.save(data, profile or "run", target.path)
+        found = fio.measurements(data)
     except UserError as exc:
         if writer:
             writer.write(event(run_id, target.path, "failed", str(exc)))
         raise
     records = [record(run_id, target, profile=profile or m["job"], fio_version=version,
-                      direct_requested=m["direct"] if direct_requested is None else direct_requested, **m)
+                      direct_requested=m["direct"] if direct_requested is None else direct_requested,
+                      concurrent=busy, **m)
                for m in found]
     for rec in records:
         if writer:

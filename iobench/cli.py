@@ -7,12 +7,13 @@ import click
 from benchcore.errors import UserError, run_cli
 from benchcore.records import RecordWriter, new_run_id, output_file
 from benchcore.report import FORMATS, emit
-from benchcore.units import parse_size
+from benchcore.units import format_size, parse_size
 from iobench import bench, torchckpt
 from iobench.jobfile import read_job_file, space_estimate
 from iobench.mounts import all_mounts
 from iobench.output import bar_plot, mount_row, print_mounts, print_results
-from iobench.profiles import PROFILES, build_job, parse_profiles, space_needed
+from iobench.profiles import PROFILES, build_job, parse_profiles, space_needed, unlink_when_done
+from iobench.safety import clean as clean_dirs
 
 DEFAULT_TIMEOUT = 1800
 
@@ -27,6 +28,22 @@ def positive(what):
 
 def size_option(ctx, param, value):
     return None if value is None else parse_size(value, f"--{param.name}")
+
+
+def json_keeper(keep_json, out, run_id):
+    """--keep-json needs a real --out file to sit next to."""
+    if not keep_json:
+        return None
+    path = output_file(out) if out else None
+    if not path:
+        raise UserError("--keep-json keeps fio's JSON next to the records: give --out FILE")
+    return bench.JsonKeeper(path, run_id)
+
+
+def check_timeout(timeout, runtime):
+    if runtime is not None and timeout <= runtime:
+        raise UserError(f"--timeout {timeout} s is not longer than --runtime {runtime} s: fio would be stopped "
+                        f"before it finishes")
 
 
 def open_writer(out):
@@ -44,6 +61,9 @@ def output_options(fn):
                      callback=positive("--timeout"),
                      help="Seconds one fio run (or torch-ckpt's torchrun) may take before it is stopped."),
         click.option("--keep", is_flag=True, help="Leave the iobench-<run-id> directory (and its fio job files)."),
+        click.option("--keep-json", is_flag=True, help="Keep fio's raw JSON next to --out: OUT.<run-id>.<n>.fio.json."),
+        click.option("--concurrent", is_flag=True,
+                     help="Run even while another iobench measures the same mount (records say concurrent)."),
     ]):
         fn = option(fn)
     return fn
@@ -85,7 +105,8 @@ PROFILE_HELP = "Comma list, default all: " + "; ".join(f"{p.name}: {p.about}" fo
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="PNG of MB/s and P99 per mount.")
 @click.option("--dry-run", is_flag=True, help="Print the fio job file(s) and exit; nothing is written.")
 @output_options
-def ckpt(paths, profiles, quick, runtime, size, bs, iodepth, jobs, ranks, plot, dry_run, out, fmt, timeout, keep):
+def ckpt(paths, profiles, quick, runtime, size, bs, iodepth, jobs, ranks, plot, dry_run, out, fmt, timeout, keep,
+         keep_json, concurrent):
     """Checkpoint-shaped fio profiles on each PATH; mounts side by side.
 
     \b
@@ -95,15 +116,17 @@ def ckpt(paths, profiles, quick, runtime, size, bs, iodepth, jobs, ranks, plot, 
       iobench ckpt /mnt/nvme --dry-run > ckpt.fio
     """
     selected = parse_profiles(profiles)
-    job_list = [build_job(p, quick=quick, size=size, runtime=runtime, bs=bs, iodepth=iodepth, jobs=jobs,
-                          ranks=ranks) for p in selected]
+    check_timeout(timeout, runtime)
+    job_list = unlink_when_done([build_job(p, quick=quick, size=size, runtime=runtime, bs=bs, iodepth=iodepth,
+                                           jobs=jobs, ranks=ranks) for p in selected])
     run_id = new_run_id()
     writer = None if dry_run else open_writer(out)
-    targets = bench.check_targets(paths, space_needed(job_list), run_id, writer)
+    keeper = None if dry_run else json_keeper(keep_json, out, run_id)
+    targets = bench.check_targets(paths, None if dry_run else space_needed(job_list), run_id, writer)
     if dry_run:
         bench.dry_run(targets, job_list, run_id, "ckpt")
         return
-    records = bench.run_jobs(targets, job_list, run_id, timeout, keep, writer)
+    records = bench.run_jobs(targets, job_list, run_id, timeout, keep, writer, concurrent, keeper)
     emit(records, fmt, lambda recs: print_results(recs, title=f"iobench ckpt  (run {run_id})"))
     if plot:
         bar_plot(plot, records, title=f"iobench ckpt {run_id}")
@@ -131,11 +154,13 @@ def mounts(show_all, fmt):
               help="Mount (directory) to run in; fio works inside a fresh iobench-<run-id> below it.")
 @click.option("--dry-run", is_flag=True, help="Check the job file and PATH, print the fio command, run nothing.")
 @output_options
-def run_cmd(jobfile, path, dry_run, out, fmt, timeout, keep):
+def run_cmd(jobfile, path, dry_run, out, fmt, timeout, keep, keep_json, concurrent):
     """Any fio job file, through iobench's checks, parser and records.
 
-    Job files that set directory=, name files with a path, include other files or run commands
-    are refused: fio must only write inside iobench's private directory.
+    Only options that shape I/O on files in iobench's private directory are allowed (an allow-list):
+    file-system I/O engines (psync, sync, libaio, io_uring, posixaio, mmap, ...), plain file names.
+    Anything that names a program, library, device setting, trace file, log or path, includes
+    another file or uses ${VAR} is refused with one line before fio starts.
 
     \b
     Example:
@@ -145,13 +170,31 @@ def run_cmd(jobfile, path, dry_run, out, fmt, timeout, keep):
     _, sections = read_job_file(jobpath)
     run_id = new_run_id()
     writer = None if dry_run else open_writer(out)
-    target, = bench.check_targets([path], space_estimate(sections), run_id, writer)
+    keeper = None if dry_run else json_keeper(keep_json, out, run_id)
+    target, = bench.check_targets([path], None if dry_run else space_estimate(sections), run_id, writer)
     if dry_run:
         directory = os.path.join(target.path, f"iobench-{run_id}")
-        click.echo(" ".join(["fio", "--output-format=json", *bench.file_args(directory, jobpath)]))
+        click.echo(bench.rerun_line(directory, jobpath, *bench.RUN_ARGS))
         return
-    records = bench.run_file(target, jobpath, run_id, timeout, keep, writer)
+    records = bench.run_file(target, jobpath, run_id, timeout, keep, writer, concurrent, keeper)
     emit(records, fmt, lambda recs: print_results(recs, title=f"iobench run {Path(jobfile).name}  (run {run_id})"))
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+def clean(paths):
+    """Remove directories iobench made and a killed run left behind.
+
+    PATH is such a directory, or a directory holding them. Only directories with iobench's
+    marker file are removed (never by name alone); a run that is still alive keeps its own.
+
+    \b
+    Example:
+      iobench clean /mnt/nvme
+      iobench clean /mnt/nvme/iobench-20261202T130405-1a2b3c
+    """
+    for directory, size in clean_dirs(paths):
+        click.echo(f"removed {directory} ({format_size(size, approx=True)})")
 
 
 @cli.command("torch-ckpt")
@@ -165,7 +208,7 @@ def run_cmd(jobfile, path, dry_run, out, fmt, timeout, keep):
 @click.option("--fio/--no-fio", "fio_ceiling", default=True, show_default=True,
               help="Measure fio shard-write/restore-read on the same mount first, for the ratio.")
 @output_options
-def torch_ckpt(path, size, ranks, ckpt_formats, fio_ceiling, out, fmt, timeout, keep):
+def torch_ckpt(path, size, ranks, ckpt_formats, fio_ceiling, out, fmt, timeout, keep, keep_json, concurrent):
     """Write a real PyTorch checkpoint, fsync, read it back, verify every tensor; compare with fio.
 
     \b
@@ -178,7 +221,8 @@ def torch_ckpt(path, size, ranks, ckpt_formats, fio_ceiling, out, fmt, timeout, 
         raise UserError(f"--size must give every rank at least 1 MiB ({ranks} ranks)")
     run_id = new_run_id()
     writer = open_writer(out)
-    records = torchckpt.run(path, size, ranks, formats, fio_ceiling, timeout, keep, writer, run_id)
+    keeper = json_keeper(keep_json, out, run_id)
+    records = torchckpt.run(path, size, ranks, formats, fio_ceiling, timeout, keep, writer, run_id, concurrent, keeper)
     emit(records, fmt, torchckpt.print_torch)
     wrong = sum(r.get("wrong") or 0 for r in records)
     if wrong:

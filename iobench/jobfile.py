@@ -1,53 +1,126 @@
-"""A user's fio job file for `iobench run`: refused when it could write outside iobench's directory."""
+"""A user's fio job file for `iobench run`: parsed as fio parses it, then checked against an allow-list.
+
+fio reads a line as: leading blanks dropped; a line starting with ';' or '#' is a comment;
+otherwise the text is cut at the first ';' and at the first '#' (so `rw=write ; note` and
+`[global] ; note` are valid), trailing blanks dropped; `[name]` opens a section, `key=value` or
+`key` sets an option. Only options in ALLOWED may appear, each value checked by its checker:
+no option may name a program, a library, a device setting, a trace file or a path, since fio
+must write only inside the private directory iobench hands it.
+"""
+import re
 from pathlib import Path
 
 from benchcore.errors import UserError
 from benchcore.units import parse_size
 
-# Options that place files or run commands outside the private directory iobench hands fio.
-REFUSED = {"directory", "opendir", "exec_prerun", "exec_postrun", "replay_redirect", "cgroup"}
-# Options whose value names a file fio writes: only plain names (relative to that directory).
-FILE_OPTIONS = {"filename", "filename_format", "write_iolog", "write_bw_log", "write_lat_log",
-                "write_iops_log", "write_hist_log"}
+# I/O engines that test a file system through files in the directory.
+ENGINES = {"psync", "sync", "pvsync", "pvsync2", "vsync", "libaio", "io_uring", "posixaio", "mmap", "splice",
+           "falloc", "ftruncate", "filecreate", "filestat", "filedelete", "dircreate", "dirstat", "dirdelete"}
+_NAME = re.compile(r"^[A-Za-z0-9_.,+=%@$-]+$")   # a plain file name (fio's $jobnum/$filenum allowed)
+_INT = re.compile(r"^\d+$")
+_PLAIN = re.compile(r"^[A-Za-z0-9_.,:%/+-]*$")   # sizes, ranges, percentages, splits, times
+
+
+def _engine(value):
+    return None if value in ENGINES else f"ioengine={value} is not allowed (allowed: {', '.join(sorted(ENGINES))})"
+
+
+def _names(value):
+    parts = value.split(":")
+    bad = [p for p in parts if not _NAME.match(p) or p in (".", "..", "-") or p.startswith("-")]
+    return f"{{key}}={value} names a path or a special file; only plain file names are allowed " \
+           f"(files go into iobench's private directory)" if bad or not value else None
+
+
+def _int(value):
+    return None if _INT.match(value) else f"{{key}}={value} is not a whole number"
+
+
+def _plain(value):
+    return None if _PLAIN.match(value) else f"{{key}}={value}: unexpected characters"
+
+
+def _flag(value):
+    return None if value in ("", "0", "1") else f"{{key}}={value} must be 0 or 1"
+
+
+# option -> value checker (None: the value is fine; else the refusal, {key} filled in).
+ALLOWED = {"ioengine": _engine, "filename": _names, "filename_format": _names, "name": _names,
+           "description": lambda v: None}
+ALLOWED.update(dict.fromkeys((
+    "numjobs", "iodepth", "iodepth_batch", "iodepth_batch_submit", "iodepth_batch_complete",
+    "iodepth_batch_complete_min", "iodepth_batch_complete_max", "iodepth_low", "nrfiles", "openfiles",
+    "fsync", "fdatasync", "loops", "rwmixread", "rwmixwrite", "percentage_random", "randseed",
+    "buffer_compress_percentage", "dedupe_percentage", "thinktime_blocks", "rate_iops", "rate_iops_min",
+    "thinktime", "thinktime_spin", "write_barrier"), _int))
+ALLOWED.update(dict.fromkeys((
+    "direct", "buffered", "sync", "end_fsync", "fsync_on_close", "create_on_open", "create_only",
+    "time_based", "norandommap", "randrepeat", "allrandrepeat", "zero_buffers", "refill_buffers",
+    "scramble_buffers", "invalidate", "pre_read", "unlink", "unlink_each_loop", "overwrite", "file_append",
+    "stonewall", "wait_for_previous", "new_group", "group_reporting", "thread", "lat_percentiles",
+    "clat_percentiles", "slat_percentiles", "disable_lat", "disable_clat", "disable_slat",
+    "disable_bw_measurement", "gtod_reduce", "unique_filename", "hipri", "fixedbufs", "registerfiles",
+    "userspace_reap", "exitall", "exitall_on_error", "serialize_overlap", "do_verify", "verify_fatal",
+    "continue_on_error"), _flag))
+ALLOWED.update(dict.fromkeys((
+    "rw", "readwrite", "bs", "blocksize", "bsrange", "blocksize_range", "bssplit", "ba", "blockalign",
+    "size", "filesize", "io_size", "io_limit", "offset", "offset_increment", "runtime", "ramp_time",
+    "startdelay", "file_service_type", "random_distribution", "random_generator", "fallocate", "rate",
+    "rate_min", "rate_process", "fadvise_hint", "verify", "verify_backlog", "percentile_list", "kb_base",
+    "unit_base", "buffer_compress_chunk", "ignore_error", "lockfile", "max_latency", "sync_file_range",
+    "number_ios"), _plain))
+
+
+def fio_line(raw):
+    """A job-file line as fio reads it: comments cut, blanks stripped ('' when nothing is left)."""
+    line = raw.strip()
+    if line[:1] in (";", "#"):
+        return ""
+    return re.split(r"[;#]", line, maxsplit=1)[0].strip()
 
 
 def read_job_file(path):
-    """(text, sections): sections as [(name, {option: value})], [global] merged into later jobs."""
+    """(text, sections): sections as [(name, {option: value})], [global] merged into later jobs.
+
+    Refuses (UserError, one line) anything outside the allow-list, before fio starts."""
     p = Path(path)
     if not p.is_file():
         raise UserError(f"job file {path} does not exist or is not a file")
     text = p.read_text(errors="replace")
     sections, defaults, current = [], {}, None
     for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line[0] in ";#":
+        where = f"{path}:{number}"
+        if "${" in raw:
+            raise UserError(f"{where}: environment variables (${{...}}) are not allowed; write the value out")
+        line = fio_line(raw)
+        if not line:
             continue
         if line.startswith("[") and line.endswith("]"):
             name = line[1:-1].strip()
             current = defaults if name == "global" else {**defaults}
             if name != "global":
+                if _names(name):
+                    raise UserError(f"{where}: job name [{name}] must be a plain name")
                 sections.append((name, current))
             continue
         key, _, value = (part.strip() for part in line.partition("="))
-        _check_option(path, number, key, value, line)
+        _check_option(where, key, value)
         if current is None:
-            raise UserError(f"{path}:{number}: option {key!r} outside any [section]")
+            raise UserError(f"{where}: option {key!r} outside any [section]")
         current[key] = value
     if not sections:
         raise UserError(f"job file {path} defines no job ([name] section)")
     return text, sections
 
 
-def _check_option(path, number, key, value, line):
-    where = f"{path}:{number}"
-    if line.startswith("include ") or key in REFUSED:
-        raise UserError(f"{where}: {key.split()[0]!r} is not allowed in `iobench run`: it would reach "
-                        f"outside the directory iobench creates (run plain fio for that)")
-    if "${" in line:
-        raise UserError(f"{where}: environment variables (${{...}}) are not allowed; write the value out")
-    if key in FILE_OPTIONS and any("/" in part or part == ".." for part in value.split(":")):
-        raise UserError(f"{where}: {key}={value} names a path; only plain file names are allowed "
-                        f"(files go into iobench's private directory)")
+def _check_option(where, key, value):
+    name = key.split()[0] if key.split() else key
+    if name not in ALLOWED:
+        raise UserError(f"{where}: {name!r} is not allowed in `iobench run` (only options that shape I/O on "
+                        f"files in iobench's private directory are; run plain fio for anything else)")
+    why = ALLOWED[name](value)
+    if why:
+        raise UserError(f"{where}: {why.replace('{key}', name)}")
 
 
 def plain_size(text):

@@ -80,6 +80,8 @@ def build_job(profile, quick=False, size=None, runtime=None, bs=None, iodepth=No
         opts["iodepth"] = iodepth
     numjobs = jobs if jobs is not None else (ranks if profile.ranks else 1)
     block = parse_size(opts["bs"], "--bs")
+    if int(opts.get("direct", 0)) and block % 512:
+        raise UserError(f"--bs {block} is not a multiple of 512 bytes, which O_DIRECT ({profile.name}) needs")
     total = size if size is not None else parse_size(profile.quick_size if quick else profile.size)
     per_job = max(block, total // numjobs // block * block)
     if profile.per_file:
@@ -94,25 +96,38 @@ def build_job(profile, quick=False, size=None, runtime=None, bs=None, iodepth=No
     return Job(profile.name, opts, per_job * numjobs, profile.fileset or profile.name)
 
 
+def unlink_when_done(jobs):
+    """unlink=1 on the last job of each fileset (files gone once nothing later reads them)."""
+    for i, job in enumerate(jobs):
+        if all(later.fileset != job.fileset for later in jobs[i + 1:]):
+            job.options["unlink"] = 1
+    return jobs
+
+
 def space_needed(jobs):
-    """Bytes the jobs leave on the mount: each fileset counted once, at its largest."""
+    """Bytes the jobs hold at once: filesets are unlinked after their last job, so the largest one."""
     sets = {}
     for job in jobs:
         sets[job.fileset] = max(sets.get(job.fileset, 0), job.size_bytes)
-    return sum(sets.values())
+    return max(sets.values(), default=0)
 
 
-def fio_path(path):
-    """fio splits directory= on ':'; a literal colon is written '\\:'."""
-    if "\n" in path:
-        raise UserError(f"path {path!r} contains a newline; fio job files cannot name it")
-    return path.replace(":", "\\:")
+def fio_directory(path):
+    """fio's --directory= argument for path. On the command line fio takes the value verbatim (no
+    comment cut at ';' or '#', no ${VAR} expansion, unlike job-file text) except ':', its list
+    separator, written '\\:'. No path ever goes into job-file text."""
+    return "--directory=" + str(path).replace(":", "\\:")
 
 
-def job_file(job, directory, header=()):
-    """fio job file text for one job that runs in directory."""
+def job_section(job):
+    """One profile's job section; stonewall + new_group: it runs after the one before, reported apart."""
+    return [f"[{job.profile}]"] + [f"{k}={v}" for k, v in job.options.items()] + ["stonewall", "new_group"]
+
+
+def job_file(jobs, header=()):
+    """fio job file text for jobs, run one after the other; the directory comes from fio's command line."""
     lines = [f"; {line}" for line in header]
-    lines += ["[global]", f"directory={fio_path(str(directory))}"]
-    lines += [f"{k}={v}" for k, v in GLOBAL_OPTIONS.items()]
-    lines += ["", f"[{job.profile}]"] + [f"{k}={v}" for k, v in job.options.items()]
+    lines += ["[global]"] + [f"{k}={v}" for k, v in GLOBAL_OPTIONS.items()]
+    for job in jobs:
+        lines += [""] + job_section(job)
     return "\n".join(lines) + "\n"

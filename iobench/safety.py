@@ -6,21 +6,29 @@ PATH is opened for writing, followed through a symlink, or removed.
 """
 import contextlib
 import errno
+import fcntl
+import json
 import mmap
 import os
 import shutil
 import signal
 import stat
+import tempfile
+import time
 from pathlib import Path
 
 from benchcore.errors import UserError
-from benchcore.procs import signals_blocked
+from benchcore.procs import proc_cmdline, proc_stat, signals_blocked
+from benchcore.records import hostname
 from benchcore.units import format_size
+from iobench.mounts import PSEUDO_FS
 
 MARGIN_MIN = 64 << 20     # free space kept beyond what a run needs
 MARGIN_FRACTION = 0.05
 PROBE_BYTES = 4096
 PREFIX = "iobench-"
+MARKER = ".iobench-run"   # written first into every directory iobench makes: who made it
+LOCK_DIRS = ("/run/lock", tempfile.gettempdir())
 
 
 def margin(need):
@@ -40,6 +48,11 @@ def check_target(path, need, mount):
                         f"file system, never to a device")
     if not stat.S_ISDIR(st.st_mode):
         raise UserError(f"{path} is not a directory")
+    if mount.fs_type in PSEUDO_FS:
+        raise UserError(f"{path} is on {mount.fs_type} ({mount.mount_point}), a pseudo file system with no "
+                        f"storage behind it; give a directory on a real file system")
+    if need is None:  # --dry-run: prints, writes nothing, so needs no room
+        return
     vfs = os.statvfs(path)
     if vfs.f_flag & os.ST_RDONLY or mount.read_only:
         raise UserError(f"{path} is on a read-only mount ({mount.mount_point}, {mount.fs_type})")
@@ -58,6 +71,7 @@ class ScratchDir:
     def __init__(self, parent, run_id, keep=False):
         self.path = Path(parent) / f"{PREFIX}{run_id}"
         self.keep = keep
+        self.run_id = run_id
         self._ident = None
 
     def __enter__(self):
@@ -67,6 +81,8 @@ class ScratchDir:
             raise UserError(f"cannot create {self.path}: {exc.strerror}") from None
         st = os.lstat(self.path)
         self._ident = (st.st_dev, st.st_ino)
+        marker = {"run_id": self.run_id, "pid": os.getpid(), "host": hostname(), "started": time.time()}
+        (self.path / MARKER).write_text(json.dumps(marker) + "\n")
         return self
 
     def __exit__(self, *exc):
@@ -114,17 +130,126 @@ def probe_direct(directory):
         buf.close()
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, handled like Ctrl-C so every cleanup runs."""
-
-
 @contextlib.contextmanager
 def sigterm_as_interrupt():
-    """While active, SIGTERM raises Terminated in the main thread (then cleanup runs, exit 130)."""
+    """While active, SIGTERM ends iobench with exit 143 (benchcore.errors): cleanup runs on the way."""
     def handler(signum, frame):
-        raise Terminated()
+        raise SystemExit(128 + signum)
     old = signal.signal(signal.SIGTERM, handler)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, old)
+
+
+def read_marker(directory):
+    """The marker of a directory iobench made (dict), or None (then iobench did not make it)."""
+    try:
+        st = os.lstat(directory)
+        if not stat.S_ISDIR(st.st_mode):
+            return None
+        marker = json.loads((Path(directory) / MARKER).read_text())
+        return marker if isinstance(marker, dict) and "run_id" in marker else None
+    except (OSError, ValueError):
+        return None
+
+
+def owner_alive(marker):
+    """Whether the run that made a directory may still be running (another host: assume it is)."""
+    if marker.get("host") != hostname():
+        return True
+    pid = marker.get("pid")
+    st = proc_stat(pid) if isinstance(pid, int) else None
+    return bool(st and st.state != "Z" and any("iobench" in a for a in proc_cmdline(pid) or []))
+
+
+def du(path):
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+    return total
+
+
+def run_dirs(path):
+    """Directories iobench made at path: path itself when it has the marker, else its iobench-* children that do."""
+    if read_marker(path):
+        return [Path(path)]
+    try:
+        children = sorted(Path(path).glob(PREFIX + "*"))
+    except OSError:
+        return []
+    return [c for c in children if read_marker(c)]
+
+
+def stale_dirs(path):
+    """[(directory, marker, bytes)] under path that a run no longer alive left behind."""
+    return [(d, m, du(d)) for d in run_dirs(path) if not owner_alive(m := read_marker(d))]
+
+
+def clean(paths):
+    """`iobench clean`: remove the directories iobench made at paths; refuse (nothing removed) when a
+    path holds none or its run is alive. Returns [(directory, bytes)] removed."""
+    found = []
+    for path in paths:
+        real = os.path.realpath(path)
+        dirs = run_dirs(real)
+        if not dirs:
+            raise UserError(f"{path}: no directory made by iobench here (none has its {MARKER} marker); "
+                            f"nothing removed")
+        for d in dirs:
+            marker = read_marker(d)
+            if owner_alive(marker):
+                raise UserError(f"{d} belongs to run {marker['run_id']} (pid {marker.get('pid')}, host "
+                                f"{marker.get('host')}), which may still be running; nothing removed")
+        found += dirs
+    removed = []
+    with signals_blocked():
+        for d in dict.fromkeys(found):
+            size = du(d)
+            shutil.rmtree(d)  # never follows symlinks (shutil.rmtree.avoids_symlink_attacks)
+            removed.append((d, size))
+    return removed
+
+
+class MountLock:
+    """A per-mount lock (flock on a file outside the mount, one per device) held for a whole run.
+
+    Busy: refuse naming the run that holds it, or with concurrent=True go on and say so in the records."""
+
+    def __init__(self, mount, run_id, concurrent=False):
+        self.mount, self.run_id, self.concurrent = mount, run_id, concurrent
+        self.busy = False
+        self._file = None
+
+    def _path(self):
+        name = f"iobench-mount-{self.mount.dev.replace(':', '_')}.lock"
+        for d in LOCK_DIRS:
+            if os.access(d, os.W_OK):
+                return os.path.join(d, name)
+        return os.path.join(tempfile.gettempdir(), name)
+
+    def __enter__(self):
+        self._file = open(self._path(), "a+")
+        try:
+            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._file.seek(0)
+            holder = self._file.read().strip() or "unknown run"
+            self._file.close()
+            self._file = None
+            if not self.concurrent:
+                raise UserError(f"{self.mount.mount_point} is being measured by another iobench ({holder}); "
+                                f"wait for it, or pass --concurrent to run anyway (records say concurrent)") from None
+            self.busy = True
+            return self
+        self._file.seek(0)
+        self._file.truncate()
+        self._file.write(f"pid {os.getpid()}, run {self.run_id}\n")
+        self._file.flush()
+        return self
+
+    def __exit__(self, *exc):
+        if self._file:
+            self._file.close()  # closing releases the flock

@@ -9,7 +9,7 @@ from benchcore.procs import one_line
 from benchcore.report import print_table
 from benchcore.torchrun import torchrun_argv
 from iobench import bench
-from iobench.profiles import PROFILES, build_job
+from iobench.profiles import PROFILES, build_job, unlink_when_done
 from iobench.safety import ScratchDir, sigterm_as_interrupt
 
 # Which fio profile is the practical ceiling for each direction.
@@ -60,13 +60,15 @@ def records_from(result, target, run_id, ranks, fio_records):
     return records
 
 
-def run(path, size, ranks, formats, fio_ceiling, timeout, keep, writer, run_id):
+def run(path, size, ranks, formats, fio_ceiling, timeout, keep, writer, run_id, concurrent=False, keeper=None):
     """fio shard-write/restore-read first (in a directory of their own), then the real checkpoints."""
-    jobs = [build_job(PROFILES[name], size=size, ranks=ranks) for name in FIO_CEILING.values()] if fio_ceiling else []
+    jobs = unlink_when_done([build_job(PROFILES[name], size=size, ranks=ranks) for name in FIO_CEILING.values()]
+                            if fio_ceiling else [])
     need = max(size * len(formats), size if jobs else 0)
     target, = bench.check_targets([path], need, run_id, writer)
-    fio_records = bench.run_jobs([target], jobs, run_id, timeout, keep, writer) if jobs else []
-    with sigterm_as_interrupt(), ScratchDir(target.path, f"{run_id}-torch", keep) as scratch:
+    fio_records = bench.run_jobs([target], jobs, run_id, timeout, keep, writer, concurrent, keeper) if jobs else []
+    stack, _ = bench.locks([target], run_id, concurrent)
+    with stack, sigterm_as_interrupt(), ScratchDir(target.path, f"{run_id}-torch", keep) as scratch:
         with bench.progress(f"iobench: torchrun {ranks} ranks: {', '.join(formats)} checkpoint of "
                             f"{size >> 20} MiB on {target.path}"):
             try:

@@ -1,10 +1,12 @@
 """The profile registry and the fio job files built from it (checked by fio's own parser)."""
+import json
+import os
 import subprocess
 
 import pytest
 
 from benchcore.errors import UserError
-from iobench.profiles import PROFILES, build_job, job_file, parse_profiles, space_needed
+from iobench.profiles import PROFILES, build_job, job_file, parse_profiles, space_needed, unlink_when_done
 from tests.conftest import assert_one_line_error
 
 
@@ -28,9 +30,22 @@ def test_quick_and_overrides():
     assert (meta.options["nrfiles"], meta.options["filesize"]) == (64, "16k")
 
 
-def test_space_counts_shared_shard_files_once():
-    jobs = [build_job(PROFILES[n], size=64 << 20, ranks=2) for n in ("shard-write", "restore-read", "metadata")]
-    assert space_needed(jobs) == 128 << 20
+def test_space_is_the_largest_fileset_since_each_is_unlinked_after_its_last_job():
+    jobs = unlink_when_done([build_job(PROFILES[n], size=64 << 20, ranks=2) for n in PROFILES])
+    assert space_needed(jobs) == 64 << 20
+    assert [j.options.get("unlink") for j in jobs] == [1, None, 1, 1]  # shard files live on for restore-read
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_size_is_counted_once_not_once_per_profile(tool, tmpfs):
+    """--size 64M, all four profiles, on a 150M tmpfs: 64M + the 64M margin fit (before: 3 x 64M was asked)."""
+    small = tmpfs("small", size="150M")
+    proc = tool("iobench", "ckpt", small, "--quick", "--size", "64M", "--runtime", "1", "--ranks", "2",
+                "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert [json.loads(line)["profile"] for line in proc.stdout.splitlines()] == list(PROFILES)
+    assert os.listdir(small) == []
 
 
 def test_unknown_profile():
@@ -41,24 +56,49 @@ def test_unknown_profile():
 
 @pytest.mark.parametrize("name", list(PROFILES))
 def test_job_files_parse_with_real_fio(tmp_path, name):
-    text = job_file(build_job(PROFILES[name], quick=True), tmp_path / "a:b", ["header"])
-    assert "directory=" + str(tmp_path) + "/a\\:b" in text
+    text = job_file([build_job(PROFILES[name], quick=True)], ["header"])
+    assert "directory" not in text  # paths go on fio's command line only
     (tmp_path / "job.fio").write_text(text)
     out = subprocess.run(["fio", "--parse-only", str(tmp_path / "job.fio")], capture_output=True, text=True,
                          timeout=30)
     assert out.returncode == 0, out.stderr
 
 
-def test_dry_run_prints_runnable_job_files(tool, tmp_path):
-    proc = tool("iobench", "ckpt", tmp_path, "--quick", "--dry-run", "--ranks", "2")
+def rerun_lines(dry_run_stdout):
+    """The shell lines in a --dry-run header, as printed for pasting."""
+    return [ln[1:].strip() for ln in dry_run_stdout.splitlines() if ln.startswith(";   mkdir -- ")]
+
+
+@pytest.mark.slow
+def test_dry_run_file_reproduces_iobench_runs_with_plain_fio(tool, tmp_path):
+    """The printed file, run by its own pasted rerun line (plain fio), runs the same jobs in the same order,
+    each its own group (before: no stonewall, 4 profiles at once, one merged job); nothing left."""
+    data = tmp_path / "my data"
+    data.mkdir()
+    args = ["--quick", "--size", "4M", "--runtime", "1", "--ranks", "2"]
+    proc = tool("iobench", "ckpt", data, *args, "--dry-run")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.count("[global]") == len(PROFILES)
-    assert list(tmp_path.iterdir()) == []  # nothing written
-    one = proc.stdout.split("\n\n; ")[0]
-    (tmp_path / "one.fio").write_text(one)
-    out = subprocess.run(["fio", "--parse-only", str(tmp_path / "one.fio")], capture_output=True, text=True,
-                         timeout=30)
-    assert out.returncode == 0, out.stderr
+    assert list(data.iterdir()) == []  # nothing written
+    (tmp_path / "ckpt.fio").write_text(proc.stdout)
+    (line,) = rerun_lines(proc.stdout)
+    plain = subprocess.run(["bash", "-c", line], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert plain.returncode == 0, plain.stderr
+    jobs = json.loads(plain.stdout[plain.stdout.index("{"):])["jobs"]
+    real = tool("iobench", "ckpt", data, *args, "--format", "json")
+    assert real.returncode == 0, real.stderr
+    ran = [json.loads(x)["profile"] for x in real.stdout.splitlines()]
+    assert [j["jobname"] for j in jobs] == ran == list(PROFILES)
+    assert [j["groupid"] for j in jobs] == [0, 1, 2, 3]
+    assert list(data.iterdir()) == []
+
+
+@pytest.mark.root
+def test_dry_run_needs_no_free_space_and_prints_one_file(tool, tmpfs):
+    full = tmpfs("full", size="1M")
+    proc = tool("iobench", "ckpt", full, "--size", "64G", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("[global]") == 1 and proc.stdout.count("\nstonewall\n") == len(PROFILES)
+    assert os.listdir(full) == []
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -1,4 +1,8 @@
 """`iobench run JOBFILE --directory PATH`: any fio job file through the same checks, parser and records."""
+import json
+import os
+import subprocess
+
 import pytest
 
 from tests.conftest import assert_one_line_error, read_records
@@ -22,21 +26,57 @@ def test_mixed_job_gives_one_record_per_direction(tool, tmp_path):
     assert leftovers(data) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["data", "mixed.fio", "r.jsonl"]
 
 
-@pytest.mark.parametrize("line,needle", [
+HOSTILE = [
     ("directory=/etc", "'directory' is not allowed"),
+    ("opendir=/etc", "'opendir' is not allowed"),
     ("filename=/dev/sda", "filename=/dev/sda names a path"),
     ("filename=a:../b", "names a path"),
-    ("write_lat_log=/root/lat", "write_lat_log=/root/lat names a path"),
+    ("filename=-", "filename=- names a path or a special file"),
+    ("filename_format=../x.$jobnum", "names a path"),
+    ("write_lat_log=/root/lat", "'write_lat_log' is not allowed"),
+    ("write_iolog=trace", "'write_iolog' is not allowed"),
+    ("read_iolog=/tmp/trace", "'read_iolog' is not allowed"),
     ("exec_postrun=rm -rf /", "'exec_postrun' is not allowed"),
+    ("exec_prerun=touch {canary}", "'exec_prerun' is not allowed"),
+    ("ioengine=exec\nprogram=touch\narguments={canary}", "ioengine=exec is not allowed"),
+    ("ioengine=external:/tmp/x.so", "ioengine=external:/tmp/x.so is not allowed"),
+    ("ioengine=rados\npool=data", "ioengine=rados is not allowed"),
+    ("ioengine=null", "ioengine=null is not allowed"),
+    ("ioengine=sg", "ioengine=sg is not allowed"),
+    ("ioscheduler=none", "'ioscheduler' is not allowed"),
+    ("cgroup=evil", "'cgroup' is not allowed"),
+    ("mem=mmapshared:/dev/shm/x", "'mem' is not allowed"),
+    ("replay_redirect=/dev/sda", "'replay_redirect' is not allowed"),
     ("include other.fio", "'include' is not allowed"),
     ("filename=${HOME}", "environment variables"),
-])
-def test_job_files_that_could_write_elsewhere_are_refused(tool, tmp_path, line, needle):
+    ("numjobs=two", "numjobs=two is not a whole number"),
+    ("direct=yes", "direct=yes must be 0 or 1"),
+]
+
+
+@pytest.mark.parametrize("line,needle", HOSTILE)
+def test_job_files_that_could_reach_outside_are_refused_before_fio(tool, tmp_path, line, needle):
+    """An allow-list: every option that names a program, library, device setting, trace, log or path is
+    refused with one line before fio starts (the canary a program would create never appears)."""
+    canary = tmp_path / "canary"
     job = tmp_path / "bad.fio"
-    job.write_text(f"[job]\nrw=write\nsize=1m\n{line}\n")
+    job.write_text(f"[job]\nrw=write\nsize=1m\n{line.replace('{canary}', str(canary))}\n")
     proc = tool("iobench", "run", job, "--directory", tmp_path)
     assert_one_line_error(proc, needle)
-    assert leftovers(tmp_path) == []
+    assert leftovers(tmp_path) == [] and not canary.exists()
+
+
+@pytest.mark.slow
+def test_comments_are_read_as_fio_reads_them(tool, tmp_path):
+    """fio cuts a line at ';' or '#': `[global] ; note` and `size=2m ; note` are valid and mean what fio runs."""
+    job, data, out = tmp_path / "c.fio", tmp_path / "data", tmp_path / "r.jsonl"
+    job.write_text("[global] ; shared settings\nioengine=psync # engine\nsize=2m ; two MiB\n"
+                   "[c1]   # first\nrw=write;x\nbs=4k\n")
+    data.mkdir()
+    proc = tool("iobench", "run", job, "--directory", data, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    (rec,) = read_records(out)
+    assert (rec["profile"], rec["rw"], rec["io_bytes"], rec["ioengine"]) == ("c1", "write", 2 << 20, "psync")
 
 
 def test_fio_rejecting_the_job_is_one_clear_line(tool, tmp_path):
@@ -64,9 +104,18 @@ def test_direct_job_on_a_mount_without_odirect_fails_clearly(tool, nodirect_fuse
     assert "does not support O_DIRECT" in proc.stderr and leftovers(nodirect_fuse) == []
 
 
-def test_dry_run_prints_the_fio_command(tool, tmp_path):
-    job = tmp_path / "mixed.fio"
+@pytest.mark.slow
+def test_dry_run_prints_a_shell_line_that_does_what_iobench_does(tool, tmp_path):
+    """Shell-quoted (a space and a ';' in the path): pasted into bash it makes the directory, runs fio in it
+    and removes it, and nothing else under the parent changes (before: an unquoted, missing --directory)."""
+    job, data = tmp_path / "mixed.fio", tmp_path / "my data;x"
     job.write_text(MIXED)
-    proc = tool("iobench", "run", job, "--directory", tmp_path, "--dry-run")
-    assert proc.returncode == 0 and proc.stdout.startswith("fio --output-format=json --directory=")
-    assert proc.stdout.strip().endswith(str(job)) and leftovers(tmp_path) == []
+    data.mkdir()
+    (tmp_path / "my").mkdir()
+    proc = tool("iobench", "run", job, "--directory", data, "--dry-run")
+    assert proc.returncode == 0 and proc.stdout.startswith("mkdir -- ")
+    assert leftovers(data) == []
+    done = subprocess.run(["bash", "-c", proc.stdout], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert [j["jobname"] for j in json.loads(done.stdout[done.stdout.index("{"):])["jobs"]] == ["mixed"]
+    assert os.listdir(data) == [] and os.listdir(tmp_path / "my") == []
