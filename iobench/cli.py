@@ -42,8 +42,8 @@ def json_keeper(keep_json, out, run_id):
 
 def check_timeout(timeout, runtime):
     if runtime is not None and timeout <= runtime:
-        raise UserError(f"--timeout {timeout} s is not longer than --runtime {runtime} s: fio would be stopped "
-                        f"before it finishes")
+        bench.say(f"warning: --timeout {timeout} s is not longer than --runtime {runtime} s: fio will be stopped "
+                  f"before it finishes")
 
 
 def open_writer(out):
@@ -118,7 +118,7 @@ def ckpt(paths, profiles, quick, runtime, size, bs, iodepth, jobs, ranks, plot, 
     selected = parse_profiles(profiles)
     check_timeout(timeout, runtime)
     job_list = unlink_when_done([build_job(p, quick=quick, size=size, runtime=runtime, bs=bs, iodepth=iodepth,
-                                           jobs=jobs, ranks=ranks) for p in selected])
+                                           jobs=jobs, ranks=ranks) for p in selected], keep)
     run_id = new_run_id()
     writer = None if dry_run else open_writer(out)
     keeper = None if dry_run else json_keeper(keep_json, out, run_id)

@@ -96,20 +96,23 @@ def build_job(profile, quick=False, size=None, runtime=None, bs=None, iodepth=No
     return Job(profile.name, opts, per_job * numjobs, profile.fileset or profile.name)
 
 
-def unlink_when_done(jobs):
-    """unlink=1 on the last job of each fileset (files gone once nothing later reads them)."""
+def unlink_when_done(jobs, keep=False):
+    """unlink=1 on the last job of each fileset (files gone once nothing later reads them); keep: none."""
     for i, job in enumerate(jobs):
-        if all(later.fileset != job.fileset for later in jobs[i + 1:]):
+        if not keep and all(later.fileset != job.fileset for later in jobs[i + 1:]):
             job.options["unlink"] = 1
     return jobs
 
 
 def space_needed(jobs):
-    """Bytes the jobs hold at once: filesets are unlinked after their last job, so the largest one."""
-    sets = {}
+    """The most bytes the jobs' files hold at once, in order: a fileset is gone after a job with unlink=1."""
+    live, peak = {}, 0
     for job in jobs:
-        sets[job.fileset] = max(sets.get(job.fileset, 0), job.size_bytes)
-    return max(sets.values(), default=0)
+        live[job.fileset] = max(live.get(job.fileset, 0), job.size_bytes)
+        peak = max(peak, sum(live.values()))
+        if job.options.get("unlink"):
+            del live[job.fileset]
+    return peak
 
 
 def fio_directory(path):

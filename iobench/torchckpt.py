@@ -63,7 +63,7 @@ def records_from(result, target, run_id, ranks, fio_records):
 def run(path, size, ranks, formats, fio_ceiling, timeout, keep, writer, run_id, concurrent=False, keeper=None):
     """fio shard-write/restore-read first (in a directory of their own), then the real checkpoints."""
     jobs = unlink_when_done([build_job(PROFILES[name], size=size, ranks=ranks) for name in FIO_CEILING.values()]
-                            if fio_ceiling else [])
+                            if fio_ceiling else [], keep)
     need = max(size * len(formats), size if jobs else 0)
     target, = bench.check_targets([path], need, run_id, writer)
     fio_records = bench.run_jobs([target], jobs, run_id, timeout, keep, writer, concurrent, keeper) if jobs else []

@@ -1,5 +1,7 @@
 """Data safety: refusals before fio starts, cleanup on Ctrl-C / SIGTERM / fio failure, --keep."""
+import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -8,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import BIN, assert_one_line_error, read_records
+from iobench.profiles import fio_directory
+from iobench.safety import MARKER, read_marker
 from tests.iobench.conftest import assert_failed_run, leftovers, plant_sentinels, snapshot
 
 LONG = ["--profile", "small-random-write", "--runtime", "60", "--size", "8M"]
@@ -123,7 +127,8 @@ def fio_processes_in(directory):
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
 def test_interrupt_mid_run_removes_everything(tmp_path, how):
-    """Ctrl-C reaches iobench and fio (the whole process group); SIGTERM only iobench, which stops fio."""
+    """Ctrl-C reaches iobench and fio (the whole process group); SIGTERM only iobench, which stops fio
+    and exits 143 as benchcore documents (before: 130)."""
     data = plant_sentinels(tmp_path)
     before = snapshot(tmp_path)
     proc = start(["ckpt", data, *LONG])
@@ -133,7 +138,7 @@ def test_interrupt_mid_run_removes_everything(tmp_path, how):
     else:
         proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=30)
-    assert proc.returncode == 130 and "aborted" in stderr and "Traceback" not in stderr, stderr
+    assert proc.returncode == {"ctrl-c": 130, "sigterm": 143}[how] and "Traceback" not in stderr, stderr
     assert leftovers(data) == [] and snapshot(tmp_path) == before
     assert fio_processes_in(data) == []
 
@@ -159,6 +164,7 @@ def test_keep_leaves_the_run_directory(tool, tmp_path):
     (kept,) = leftovers(tmp_path)
     assert f"kept {tmp_path / kept}" in proc.stderr
     assert (tmp_path / kept / "metadata.fio").exists() and len(list((tmp_path / kept).glob("metadata.0.*"))) == 16
+    assert read_marker(tmp_path / kept)["run_id"] == kept[len("iobench-"):]
 
 
 def test_symlinked_path_is_resolved_and_reported(tool, tmp_path):
@@ -169,3 +175,148 @@ def test_symlinked_path_is_resolved_and_reported(tool, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert f'"mount": "{tmp_path / "real"}"' in proc.stdout
     assert os.listdir(tmp_path / "real") == [] and (tmp_path / "link").is_symlink()
+
+
+# Paths that fio's job-file syntax would reinterpret (cut at ';' or '#', ${VAR} expanded, ':' a list
+# separator), and other characters a shell or fio treats specially.
+HOSTILE_PATHS = ["ckpt;old", "ckpt#old", "ck${HOME}pt", "ckpt:old", "ckpt old", "back\\slash", "c\\:d",
+                 "-ckpt", "q'uo\"te", "ckpt%s$jobnum", "[ckpt]", "ckpt*"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", HOSTILE_PATHS)
+def test_hostile_path_reaches_fio_exactly(tool, tmp_path, name):
+    """fio writes its files inside PATH/iobench-<run>, by fio's own word (its JSON's directory and the file
+    names its debug output opens, with iobench's own arguments), and nothing else under the parent changes:
+    the directory a cut path would name ('ckpt') keeps its files (before: fio overwrote ckpt/shard.*)."""
+    parent, out = tmp_path / "p", tmp_path / "out" / "r.jsonl"
+    (parent / "ckpt").mkdir(parents=True)
+    (parent / "ckpt" / "shard.0").write_bytes(os.urandom(4096))
+    target = parent / name
+    target.mkdir()
+    before = snapshot(parent / "ckpt")
+    proc = tool("iobench", "ckpt", target, "--profile", "shard-write", "--size", "2M", "--ranks", "2", "--keep",
+                "--keep-json", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    (kept,) = target.iterdir()
+    assert kept.name.startswith("iobench-") and sorted(os.listdir(parent)) == sorted(["ckpt", name])
+    assert sorted(os.listdir(kept)) == [MARKER, "shard-write.fio", "shard.0", "shard.1"]
+    assert snapshot(parent / "ckpt") == before
+    (kept_json,) = out.parent.glob("r.jsonl.*.fio.json")
+    fio_json = json.loads(kept_json.read_text())
+    assert fio_json["global options"]["directory"] == fio_directory(kept)[len("--directory="):]
+    debug = subprocess.run(["fio", "--output-format=json", "--debug=file", fio_directory(kept), "shard-write.fio"],
+                           cwd=kept, capture_output=True, text=True, timeout=60)
+    opened = set(re.findall(r'file 0x[0-9a-f]+ "(.*)" added at', debug.stdout + debug.stderr))
+    assert opened == {f"{kept}/shard.0", f"{kept}/shard.1"}, debug.stdout[-2000:]
+
+
+@pytest.mark.parametrize("path,fs", [("/dev", "devtmpfs"), ("/proc", "proc"), ("/sys", "sysfs"),
+                                     ("/dev/pts", "devpts")])
+def test_pseudo_file_systems_are_refused_by_type(tool, path, fs):
+    """Before: /dev was accepted as a target, /proc refused with 'has 0 free'."""
+    assert_one_line_error(tool("iobench", "ckpt", path, "--quick"), f"is on {fs} ")
+    assert_one_line_error(tool("iobench", "ckpt", path, "--quick", "--dry-run"), "a pseudo file system")
+
+
+def test_same_path_twice_and_control_characters_are_refused(tool, tmp_path):
+    (tmp_path / "l").symlink_to(tmp_path)
+    assert_one_line_error(tool("iobench", "ckpt", tmp_path, tmp_path / "l", "--quick"), "is given twice")
+    bad = tmp_path / "new\nline"
+    bad.mkdir()
+    assert_one_line_error(tool("iobench", "ckpt", bad, "--quick", "--dry-run"), "contains a control character")
+    warned = tool("iobench", "ckpt", tmp_path, "--runtime", "60", "--timeout", "30", "--dry-run")
+    assert warned.stderr == "warning: --timeout 30 s is not longer than --runtime 60 s: fio will be stopped " \
+        "before it finishes\n"
+    assert_one_line_error(tool("iobench", "ckpt", tmp_path, "--profile", "small-random-write", "--bs", "1000"),
+                          "--bs 1000 is not a multiple of 512 bytes, which O_DIRECT (small-random-write) needs")
+    assert leftovers(tmp_path) == []
+
+
+def alive(pids):
+    """Which of pids still run (zombies, already dead, count as gone)."""
+    return [p for p in pids if (st := _stat(p)) and st != "Z"]
+
+
+def _stat(pid):
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2:].split()[0]
+
+
+def wait_gone(pids, seconds=15):
+    deadline = time.monotonic() + seconds
+    while alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return alive(pids)
+
+
+@pytest.mark.slow
+def test_sigkill_of_iobench_kills_fio_then_clean_removes_what_it_left(tool, tmp_path):
+    """fio dies with iobench (PR_SET_PDEATHSIG); the next run warns about the stale directory and its size;
+    `iobench clean` removes only that directory (marker), never a look-alike; the user's files stay."""
+    data = plant_sentinels(tmp_path)
+    before = snapshot(tmp_path)
+    proc = start(["ckpt", data, *LONG])
+    wait_for_fio(data)
+    fios = fio_children(proc.pid)
+    assert fios
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    assert wait_gone(fios, 10) == [] and fio_processes_in(data) == []
+    (stale,) = leftovers(data)
+    warn = tool("iobench", "ckpt", data, "--quick", "--dry-run")
+    assert f"warning: {data / stale} (8M) was left by iobench run {stale[8:]}, which is no longer running" \
+        in warn.stderr
+    done = tool("iobench", "clean", data)
+    assert done.returncode == 0 and done.stdout.strip() == f"removed {data / stale} (8M)", done.stderr
+    assert leftovers(data) == [] and snapshot(tmp_path) == before  # iobench-not-mine (no marker) stays
+    assert_one_line_error(tool("iobench", "clean", data / "iobench-not-mine"), "no directory made by iobench")
+
+
+@pytest.mark.slow
+def test_a_live_run_holds_its_mount_and_its_directory(tool, tmp_path):
+    """While a run measures a mount: a second run on the same mount is refused naming it (pid, run id), or
+    with --concurrent runs and says so in its records; `iobench clean` refuses to touch the live directory."""
+    data = plant_sentinels(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    proc = start(["ckpt", data, *LONG])
+    try:
+        wait_for_fio(data)
+        (live,) = leftovers(data)
+        refused = tool("iobench", "ckpt", other, "--profile", "metadata", "--quick", "--size", "1M")
+        assert_one_line_error(refused, f"is being measured by another iobench (pid {proc.pid}, run {live[8:]})")
+        out = tmp_path / "r.jsonl"
+        forced = tool("iobench", "ckpt", other, "--profile", "metadata", "--quick", "--size", "1M", "--concurrent",
+                      "--out", out)
+        assert forced.returncode == 0, forced.stderr
+        assert [r["concurrent"] for r in read_records(out)] == [True]
+        assert_one_line_error(tool("iobench", "clean", data), "which may still be running; nothing removed")
+        assert leftovers(data) == [live]
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.communicate(timeout=30)
+    assert leftovers(data) == []
+
+
+@pytest.mark.slow
+def test_sigkill_of_torch_ckpt_kills_torchrun_and_its_workers(tmp_path):
+    proc = start(["torch-ckpt", tmp_path, "--size", "256M", "--ranks", "2", "--no-fio"])
+    deadline = time.monotonic() + 90
+    while not list(tmp_path.glob("iobench-*-torch/torch-save")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(tmp_path.glob("iobench-*-torch/torch-save")), "workers never started writing"
+    family = [int(p) for p in filter(str.isdigit, os.listdir("/proc"))
+              if "torch" in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")
+              and str(tmp_path) in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")]
+    assert len(family) >= 3  # torchrun and two workers
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    assert wait_gone(family, 10) == []
+    (stale,) = leftovers(tmp_path)
+    done = subprocess.run([str(BIN / "iobench"), "clean", tmp_path / stale], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and leftovers(tmp_path) == [], done.stderr
