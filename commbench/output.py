@@ -1,17 +1,27 @@
-"""nccl-tests-style tables of commbench records."""
+"""commbench records as nccl-tests prints them: rich tables, and nccl-tests' own plain text (--format nccl-tests)."""
+import io
+import os
+import sys
+
+from rich.console import Console
+
 from benchcore.report import console, print_table
 from benchcore.units import format_size
+from commbench.registry import record_label
 
 PLACE_COLUMNS = [("time_us", "time us", ".1f"), ("algbw_gbps", "algbw GB/s", ".3f"),
                  ("busbw_gbps", "busbw GB/s", ".3f"), ("wrong", "#wrong", "d")]
+SIDES = (("out", "out-of-place"), ("in", "in-place"))
+
+
+def measurements(records):
+    return [r for r in records if not r.get("event") and r.get("collective") is not None]
 
 
 def collective_rows(records):
     """One row per (collective, size): out-of-place and in-place side by side, as nccl-tests prints."""
     rows = {}
-    for rec in records:
-        if rec.get("event") or rec.get("collective") is None:
-            continue
+    for rec in measurements(records):
         key = (rec["collective"], rec["size_bytes"])
         row = rows.setdefault(key, {"collective": rec["collective"], "size": rec["size_bytes"],
                                     "size_h": format_size(rec["size_bytes"]), "count": rec["count"],
@@ -24,27 +34,186 @@ def collective_rows(records):
     return sorted(rows.values(), key=lambda r: (order[r["collective"]], r["size"]))
 
 
-def print_collective_tables(records):
-    rows = collective_rows(records)
-    if not rows:
-        console().print("no measurements")
-        return
+def _layouts(rows, title_bits, sides):
+    """(columns, title bits) from the widest layout to the narrowest: each step folds or drops more columns."""
+    place = [(f"{s}_{key}", f"{label} {head}" if key == "time_us" else head, fmt)
+             for s, label in sides for key, head, fmt in PLACE_COLUMNS]
     columns = [("size", "size (B)", "d"), ("size_h", "", None), ("count", "count", "d"),
-               ("type", "type", None), ("redop", "redop", None), ("root", "root", "d")]
-    for side, label in (("out", "out-of-place"), ("in", "in-place")):
-        if all(r.get(f"{side}_time_us") is None for r in rows):
-            continue
-        columns += [(f"{side}_{key}", f"{label} {head}" if key == "time_us" else head, fmt)
-                    for key, head, fmt in PLACE_COLUMNS]
-    first = next(r for r in records if not r.get("event"))
+               ("type", "type", None), ("redop", "redop", None), ("root", "root", "d")] + place
+    yield columns, list(title_bits)
+    folded = []
+    for key in ("type", "redop", "root"):           # constant in the table: said once in the title
+        values = {r[key] for r in rows}
+        if len(values) == 1:
+            columns = [c for c in columns if c[0] != key]
+            folded += [f"{key} {value}" for value in values if value not in ("none", -1)]
+    bits = title_bits[:1] + folded + title_bits[1:]
+    yield columns, bits
+    for key in ("size_h", "count"):
+        columns = [c for c in columns if c[0] != key]
+        yield columns, bits
+    wrongs = {r.get(f"{s}_wrong") for r in rows for s, _ in sides}
+    if wrongs <= {0} or wrongs == {None}:
+        columns = [c for c in columns if not c[0].endswith("_wrong")]
+        bits = bits + ["0 wrong" if wrongs == {0} else "not checked"]
+    yield columns, bits
+    short = {f"{s}_time_us": f"{s} us" for s, _ in sides}      # "out-of-place time us" -> "out us"
+    columns = [(k, short.get(k, h), f) for k, h, f in columns]
+    yield columns, bits
+    yield [c for c in columns if not c[0].endswith("_algbw_gbps")], bits + ["algbw = busbw / bus factor"]
+
+
+def _fitting(name, rows, title_bits, sides, out):
+    """(columns, title) of the first layout that renders within out's width, or None."""
+    for columns, bits in _layouts(rows, title_bits, sides):
+        title = f"{name}  ({', '.join(bits)})"
+        if _fits(rows, columns, title, out.width):
+            return columns, title
+    return None
+
+
+def _fits(rows, columns, title, width):
+    """Whether the table renders at width with no cell cut short (rich marks a cut with an ellipsis)."""
+    probe = Console(file=io.StringIO(), width=width, highlight=False, markup=False, soft_wrap=False)
+    print_table(rows, columns, title=title, out=probe)
+    return "\u2026" not in probe.file.getvalue()
+
+
+def table_console():
+    """benchcore's console, narrowed to COLUMNS when the user sets it (a pipe otherwise gets 200)."""
+    out = console()
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        out.width = int(columns)
+    return out
+
+
+def print_collective_tables(records, out=None):
+    """One table per collective, folding or dropping columns until it fits the console; numbers stay whole."""
+    out = out or table_console()
+    recs = measurements(records)
+    rows = collective_rows(recs)
+    if not rows:
+        out.print("no measurements")
+        return
+    wide = Console(file=out.file, width=1000, highlight=False, markup=False, soft_wrap=False)
+    first = recs[0]
     title_bits = [f"{first['backend']}", f"{first['world_size']} ranks on {first['nodes']} node(s)",
                   "blocking" if first["blocking"] else "non-blocking", f"agg {first.get('agg', 'avg')}"]
     for name in dict.fromkeys(r["collective"] for r in rows):
-        print_table([r for r in rows if r["collective"] == name], columns,
-                    title=f"{name}  ({', '.join(title_bits)})")
-    busbws = [r["busbw_gbps"] for r in records if not r.get("event") and r.get("busbw_gbps") is not None]
-    wrong = sum(r.get("wrong") or 0 for r in records if not r.get("event"))
-    out = console()
-    out.print(f"# Out of bounds values : {wrong} {'OK' if not wrong else 'FAILED'}")
+        mine = [r for r in rows if r["collective"] == name]
+        sides = [(s, label) for s, label in SIDES if any(r.get(f"{s}_time_us") is not None for r in mine)]
+        found = _fitting(name, mine, title_bits, sides, out)
+        # too narrow for both placements side by side: one table each; failing that, wider than the
+        # terminal rather than a number cut short
+        parts = [found] if found else [_fitting(f"{name} {label}", mine, title_bits, [(s, label)], out) or
+                                       _fitting(f"{name} {label}", mine, title_bits, [(s, label)], wide)
+                                       for s, label in sides]
+        for columns, title in parts:
+            print_table(mine, columns, title=title, out=out if _fits(mine, columns, title, out.width) else wide)
+    busbws = [r["busbw_gbps"] for r in recs if r.get("busbw_gbps") is not None]
+    checked = [r["wrong"] for r in recs if r.get("wrong") is not None]
+    wrong = sum(checked)
+    if not checked:
+        out.print("# Out of bounds values : not checked (--no-check)")
+    else:
+        out.print(f"# Out of bounds values : {wrong} {'OK' if not wrong else 'FAILED'}")
     out.print(f"# Avg bus bandwidth    : {sum(busbws) / len(busbws):.4f} GB/s" if busbws else
               "# Avg bus bandwidth    : n/a")
+
+
+# --format nccl-tests: the plain text of nccl-tests (src/util.cu), one block per collective or strategy label.
+
+NCCL_TYPES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16", "float64": "double",
+              "int8": "int8", "uint8": "uint8", "int32": "int32", "int64": "int64"}
+NCCL_PROGRAMS = {"all_to_all": "alltoall"}             # binary name stem where nccl-tests spells it otherwise
+PIECE_COUNT = ("all_gather", "reduce_scatter", "all_to_all")  # count column: the per-rank piece (paramcount)
+NA = "N/A"
+HEADERS = [
+    "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          " % (("",) * 5),
+    "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s " % (
+        "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong"),
+    "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s " % (
+        "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", ""),
+]
+
+
+def nccl_float(value, width):
+    """nccl-tests' getFloatStr: 2, else 1, else 0 decimals, whichever fits width; else an exponent."""
+    for text in (f"{value:{width}.2f}", f"{value:{width}.1f}", f"{value:{width}.0f}"):
+        if len(text) <= width:
+            return text
+    return f"{value:{width}.{1 if width >= 7 else 0}e}"[:width]
+
+
+def _side(rec):
+    """time algbw busbw #wrong of one placement; N/A for each where the placement was not measured."""
+    if rec is None:
+        return f"  {NA:>7}  {NA:>6}  {NA:>6}  {NA:>6}"
+    wrong = f"{float(rec['wrong']):6g}" if rec.get("wrong") is not None else f"{NA:>6}"
+    return (f"  {nccl_float(rec['time_us'], 7)}  {nccl_float(rec['algbw_gbps'], 6)}"
+            f"  {nccl_float(rec['busbw_gbps'], 6)}  {wrong}")
+
+
+def nccl_count(rec):
+    """nccl-tests' count column: elements per rank-call (the piece for all_gather, reduce_scatter, alltoall)."""
+    return rec["count"] // rec["world_size"] if rec["collective"] in PIECE_COUNT else rec["count"]
+
+
+def nccl_blocks(records):
+    """{name: records}: one block per collective, or per strategy label with both placements together."""
+    blocks = {}
+    for rec in measurements(records):
+        name = record_label({**rec, "in_place": None}) if rec.get("strategy") else rec["collective"]
+        blocks.setdefault(name, []).append(rec)
+    return blocks
+
+
+def nccl_rows(recs):
+    """[(out record or None, in record or None)] by size; a repeated (size, placement) opens a new row."""
+    rows = []
+    for rec in sorted(recs, key=lambda r: r["size_bytes"]):
+        slot = 1 if rec["in_place"] else 0
+        row = next((r for r in rows if r[0]["size_bytes"] == rec["size_bytes"] and r[1][slot] is None), None)
+        if row is None:
+            row = (rec, [None, None])
+            rows.append(row)
+        row[1][slot] = rec
+    return [tuple(pair) for _, pair in rows]
+
+
+def nccl_block(name, recs):
+    first = recs[0]
+    program = name if first.get("strategy") else NCCL_PROGRAMS.get(name, name) + "_perf"
+    sizes = sorted({r["size_bytes"] for r in recs})
+    step = sizes[1] // sizes[0] if len(sizes) > 1 else 1
+    checked = any(r.get("wrong") is not None for r in recs)
+    lines = [f"# Collective test starting: {program}",
+             f"# nThread 1 nGpus 1 minBytes {sizes[0]} maxBytes {sizes[-1]} step: {step}(factor) "
+             f"warmup iters: {first['warmup']} iters: {first['iters']} agg iters: 1 validation: {int(checked)} "
+             f"graph: 0 unalign: 0"]
+    if first.get("blocking"):
+        lines.append("# Blocking Enabled: wait after each inner iteration (-m), no barrier ")
+    lines += ["#", f"# commbench: {first['backend']}, {first['world_size']} ranks on {first['nodes']} node(s) "
+              f"({', '.join(first.get('hosts') or [])}), time over ranks: {first.get('agg', 'avg')}", "#", *HEADERS]
+    for out, inp in nccl_rows(recs):
+        rec = out or inp
+        root = rec.get("root") if rec.get("root") is not None else -1
+        lines.append(f"{rec['size_bytes']:12d}  {nccl_count(rec):12d}  {NCCL_TYPES.get(rec['dtype'], rec['dtype']):>8}"
+                     f"  {rec.get('op') or 'none':>6}  {root:6d}{_side(out)}{_side(inp)}")
+    failed = sum(1 for r in recs if r.get("wrong"))
+    busbws = [r["busbw_gbps"] for r in recs if r.get("busbw_gbps") is not None]
+    lines.append(f"# {'Out of bounds values':<20} : {failed} {'FAILED' if failed else 'OK'}" if checked else
+                 f"# {'Out of bounds values':<20} : {NA} (not checked: --no-check)")
+    lines.append(f"# {'Avg bus bandwidth':<20} : {sum(busbws) / len(busbws) if busbws else 0:g} ")
+    lines += ["#", f"# Collective test concluded: {program}"]
+    return lines
+
+
+def nccl_tests_text(records):
+    return "".join(line + "\n" for name, recs in nccl_blocks(records).items() for line in nccl_block(name, recs))
+
+
+def print_nccl_tests(records):
+    sys.stdout.write(nccl_tests_text(records))
+    sys.stdout.flush()

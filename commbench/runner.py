@@ -9,7 +9,7 @@ from benchcore.errors import UserError
 from benchcore.records import RecordWriter, output_file
 from benchcore.report import emit
 from commbench import launch
-from commbench.output import print_collective_tables
+from commbench.output import print_collective_tables, print_nccl_tests
 from commbench.plan import CaseOptionsText, MeasureOptions, build_plan, no_leftovers, take
 
 
@@ -46,7 +46,10 @@ def run_plan(spec, plan, out, fmt, table_fn, label="measuring", plot=None, plot_
         if writer:
             writer.close()
     if records:
-        emit(records, fmt, table_fn)
+        if fmt == "nccl-tests":
+            print_nccl_tests(records)
+        else:
+            emit(records, fmt, table_fn)
         if plot:
             plot_fn(records, plot)
     wrong = sum(r.get("wrong") or 0 for r in records)
