@@ -102,11 +102,13 @@ PROFILE_HELP = "Comma list, default all: " + "; ".join(f"{p.name}: {p.about}" fo
 @click.option("--jobs", type=int, default=None, callback=positive("--jobs"), help="numjobs override (all profiles).")
 @click.option("--ranks", type=int, default=8, show_default=True, callback=positive("--ranks"),
               help="Ranks per node: numjobs and shard files of shard-write/restore-read.")
+@click.option("--direct", is_flag=True,
+              help="shard-write with O_DIRECT (1 MiB writes, the end fsync kept), as high-end checkpoint writers do.")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="PNG of MB/s and P99 per mount.")
-@click.option("--dry-run", is_flag=True, help="Print the fio job file(s) and exit; nothing is written.")
+@click.option("--dry-run", is_flag=True, help="Print the fio job file and exit; nothing is written (no free space needed).")
 @output_options
-def ckpt(paths, profiles, quick, runtime, size, bs, iodepth, jobs, ranks, plot, dry_run, out, fmt, timeout, keep,
-         keep_json, concurrent):
+def ckpt(paths, profiles, quick, runtime, size, bs, iodepth, jobs, ranks, direct, plot, dry_run, out, fmt, timeout,
+         keep, keep_json, concurrent):
     """Checkpoint-shaped fio profiles on each PATH; mounts side by side.
 
     \b
@@ -118,7 +120,7 @@ def ckpt(paths, profiles, quick, runtime, size, bs, iodepth, jobs, ranks, plot, 
     selected = parse_profiles(profiles)
     check_timeout(timeout, runtime)
     job_list = unlink_when_done([build_job(p, quick=quick, size=size, runtime=runtime, bs=bs, iodepth=iodepth,
-                                           jobs=jobs, ranks=ranks) for p in selected], keep)
+                                           jobs=jobs, ranks=ranks, direct=direct) for p in selected], keep)
     run_id = new_run_id()
     writer = None if dry_run else open_writer(out)
     keeper = None if dry_run else json_keeper(keep_json, out, run_id)

@@ -74,10 +74,33 @@ def _latency(section):
     return "clat", section.get("clat_ns") or {}
 
 
+def percentile(stats, key):
+    """A percentile in us, or None when too few samples lie beyond it (fewer than 1/(1-p) in all)."""
+    fraction = float(key) / 100
+    samples = stats.get("N") or 0
+    value = (stats.get("percentile") or {}).get(key)
+    return _us(value) if value is not None and samples * (1 - fraction) >= 1 - 1e-9 else None
+
+
+def _job_names(jobs):
+    """fio's job names, numbered name.0, name.1, ... where one name has several jobs (numjobs, no group_reporting)."""
+    names = [j.get("jobname") for j in jobs]
+    seen = {}
+    out = []
+    for name in names:
+        if names.count(name) > 1:
+            out.append(f"{name}.{seen.setdefault(name, 0)}")
+            seen[name] += 1
+        else:
+            out.append(name)
+    return out
+
+
 def measurements(data):
     """One dict per job and direction that moved data: the measured fields of a record."""
     out = []
-    for job in data.get("jobs", []):
+    jobs = data.get("jobs", [])
+    for job, name in zip(jobs, _job_names(jobs)):
         if job.get("error"):
             raise UserError(f"fio job {job.get('jobname')!r} ended with error {job['error']}")
         opts = {**data.get("global options", {}), **job.get("job options", {})}
@@ -87,18 +110,29 @@ def measurements(data):
             if not section.get("total_ios"):
                 continue
             kind, lat = _latency(section)
-            pct = lat.get("percentile") or {}
-            rec = {"job": job.get("jobname"), "rw": opts.get("rw", "read"), "direction": direction,
+            numjobs = int(opts.get("numjobs", 1))
+            runtime_s = section["runtime"] / 1000.0
+            rec = {"job": name, "rw": opts.get("rw", "read"), "direction": direction,
                    "bs_bytes": plain_size(opts.get("bs", "4k")), "iodepth": int(opts.get("iodepth", 1)),
-                   "numjobs": int(opts.get("numjobs", 1)), "direct": int(opts.get("direct", 0)),
+                   "numjobs": numjobs, "direct": int(opts.get("direct", 0)),
                    "size_bytes": working_set(opts), "ioengine": opts.get("ioengine"), "io_bytes": section["io_bytes"],
-                   "runtime_s": section["runtime"] / 1000.0, "iops": section["iops"],
-                   "bw_mbps": section["bw_bytes"] / 1e6, "lat_kind": kind, "lat_mean_us": _us(lat.get("mean"))}
-            rec.update({key: _us(pct.get(p)) for key, p in PERCENTILES.items()})
+                   "runtime_s": runtime_s, "iops": section["iops"],
+                   "bw_mbps": section["bw_bytes"] / 1e6, "lat_kind": kind, "lat_mean_us": _us(lat.get("mean")),
+                   "lat_samples": lat.get("N")}
+            rec.update({key: percentile(lat, p) for key, p in PERCENTILES.items()})
             if sync.get("total_ios"):
                 sync_lat = sync.get("lat_ns") or {}
                 rec["fsync_lat_mean_us"] = _us(sync_lat.get("mean"))
-                rec.update({key: _us((sync_lat.get("percentile") or {}).get(p))
-                            for key, p in FSYNC_PERCENTILES.items()})
+                rec["fsync_samples"] = sync_lat.get("N")
+                rec.update({key: percentile(sync_lat, p) for key, p in FSYNC_PERCENTILES.items()})
+            if int(opts.get("end_fsync", 0)) and direction == "write" and job.get("job_runtime"):
+                # fio times the end fsync inside the job but reports no latency for it: a rank's mean
+                # runtime minus the time its write() calls took.
+                per_rank_s = job["job_runtime"] / 1000.0 / numjobs
+                writes_s = section["total_ios"] / numjobs * (rec["lat_mean_us"] or 0) / 1e6
+                rec["end_fsync_s"] = max(0.0, per_rank_s - writes_s)
+            if "nrfiles" in opts and plain_size(opts.get("filesize", "")) == rec["bs_bytes"] and runtime_s:
+                files = int(opts["nrfiles"]) * numjobs  # one write per file: create, write, fsync, close
+                rec.update(files=files, files_per_s=files / runtime_s, file_lat_mean_us=runtime_s * 1e6 * numjobs / files)
             out.append(rec)
     return out

@@ -4,11 +4,45 @@ import os
 from benchcore.report import console, print_table
 from benchcore.units import format_size
 
-RESULT_COLUMNS = [("mount", "mount", None), ("storage_class", "storage class", None), ("fs_type", "fs type", None),
-                  ("profile", "profile", None), ("lat_mean_us", "avg lat us", ".1f"), ("lat_p99_us", "P99 us", ".1f"),
-                  ("lat_p999_us", "P99.9 us", ".1f"), ("bw_mbps", "MB/s", ".1f"), ("iops", "IOPS", ".0f")]
+# What a row's latency columns show, first match wins: (test on the record, what it is, fields
+# avg, P50, P99, P99.9, samples). Every row says what its latency measures (column "latency"):
+# "lat"/"clat": fio's total/completion latency per I/O; "end fsync": mean time per rank in the
+# fsync that makes a shard durable (MB/s includes it); "per file": mean create+write+fsync+close
+# time per file in one job (fio measures no per-file percentile, so P99 is n/a).
+LATENCY_VIEWS = (
+    (lambda r: r.get("file_lat_mean_us") is not None, "per file",
+     ("file_lat_mean_us", None, None, None, "files")),
+    (lambda r: r.get("end_fsync_s") is not None, "end fsync",
+     ("end_fsync_us", None, None, None, "numjobs")),
+    (lambda r: True, None, ("lat_mean_us", "lat_p50_us", "lat_p99_us", "lat_p999_us", "lat_samples")),
+)
+VIEW_KEYS = ("lat_avg", "lat_p50", "lat_p99", "lat_p999", "lat_n")
+
+
+def latency_view(rec):
+    """rec plus the latency its table row shows (keys VIEW_KEYS and 'latency')."""
+    for test, what, fields in LATENCY_VIEWS:
+        if test(rec):
+            row = dict(rec, end_fsync_us=None if rec.get("end_fsync_s") is None else rec["end_fsync_s"] * 1e6)
+            row.update({k: (row.get(f) if f else None) for k, f in zip(VIEW_KEYS, fields)})
+            row["latency"] = what or rec.get("lat_kind")
+            return row
+
+
+RESULT_COLUMNS = [("mount", "mount", None), ("profile", "profile", None), ("bw_mbps", "MB/s", ".1f"),
+                  ("iops", "IOPS", ".0f"), ("latency", "latency", None), ("lat_avg", "avg us", ".1f"),
+                  ("lat_p99", "P99 us", ".1f"), ("lat_p999", "P99.9 us", ".1f"), ("lat_n", "n", "d")]
 MIXED = {"rw", "readwrite", "randrw", "trimwrite", "randtrimwrite"}
-EXTRA_COLUMNS = [("direct", "direct", "d"), ("fsync_lat_p99_us", "fsync P99 us", ".1f")]
+EXTRA_COLUMNS = [("direct", "direct", "d"), ("fsync_lat_mean_us", "fsync avg us", ".1f"),
+                 ("fsync_lat_p99_us", "fsync P99 us", ".1f"), ("fsync_samples", "fsync n", "d"),
+                 ("files_per_s", "files/s", ".0f"), ("concurrent", "concurrent", None)]
+
+
+def columns(rows):
+    """RESULT_COLUMNS, the latency kind in the avg header when every row has the same, and the extras in use."""
+    kinds = {r["latency"] for r in rows}
+    cols = [(k, f"avg {kinds.pop()} us" if k == "lat_avg" and len(kinds) == 1 else h, f) for k, h, f in RESULT_COLUMNS]
+    return cols + [c for c in EXTRA_COLUMNS if any(r.get(c[0]) not in (None, False) for r in rows)]
 
 
 def measured(records):
@@ -28,15 +62,15 @@ def side_by_side(records):
 
 
 def print_results(records, title="iobench"):
-    rows = side_by_side(records)
+    rows = [latency_view(r) for r in side_by_side(records)]
     if not rows:
         console().print("no measurements")
         return
-    extra = [c for c in EXTRA_COLUMNS if any(r.get(c[0]) is not None for r in rows)]
-    print_table(rows, RESULT_COLUMNS + extra, title=title)
+    print_table(rows, columns(rows), title=title)
     out = console()
-    for mount, device in dict.fromkeys((r["mount"], r.get("device")) for r in rows):
-        out.print(f"{mount}: device {device or 'n/a'}")
+    for mount, fs_type, storage, device in dict.fromkeys(
+            (r["mount"], r.get("fs_type"), r.get("storage_class"), r.get("device")) for r in rows):
+        out.print(f"{mount}: {fs_type}, storage class {storage}, device {device or 'n/a'}")
 
 
 def mount_row(mount):

@@ -17,6 +17,7 @@ class Profile:
     ranks: bool = False      # numjobs = --ranks (one file per rank)
     fileset: str = None      # profiles with the same fileset share their files
     per_file: bool = False   # one file per block: nrfiles = size / bs, each written once
+    direct_option: bool = False  # --direct turns O_DIRECT on (what high-end checkpoint writers use)
 
 
 SHARD_FILES = {"filename_format": "shard.$jobnum"}
@@ -31,7 +32,7 @@ PROFILES = {p.name: p for p in (
             "sequential 1 MiB writes, one file per rank, fsync at the end (end_fsync=1)",
             {"rw": "write", "bs": "1m", "ioengine": "psync", "iodepth": 1, "direct": 0, "end_fsync": 1,
              **SHARD_FILES},
-            size="4G", quick_size="256M", ranks=True, fileset="shards"),
+            size="4G", quick_size="256M", ranks=True, fileset="shards", direct_option=True),
     Profile("restore-read",
             "sequential 1 MiB reads of the shard files, O_DIRECT, libaio QD16 (page cache bypassed)",
             {"rw": "read", "bs": "1m", "ioengine": "libaio", "iodepth": 16, "direct": 1, "invalidate": 1,
@@ -71,9 +72,13 @@ class Job:
         return int(self.options.get("direct", 0))
 
 
-def build_job(profile, quick=False, size=None, runtime=None, bs=None, iodepth=None, jobs=None, ranks=8):
-    """The fio job for a profile with --quick and the overrides applied (None: profile default)."""
+def build_job(profile, quick=False, size=None, runtime=None, bs=None, iodepth=None, jobs=None, ranks=8,
+              direct=False):
+    """The fio job for a profile with --quick and the overrides applied (None: profile default);
+    direct: O_DIRECT for the profiles that write buffered by default and allow it (shard-write)."""
     opts = dict(profile.options)
+    if direct and profile.direct_option:
+        opts["direct"] = 1
     if bs is not None:
         opts["bs"] = format_size(bs).lower()
     if iodepth is not None:

@@ -45,13 +45,21 @@ def test_every_profile_on_both_mounts(side_by_side):
         assert list(rec)[:len(DESIGN["iobench"])] == list(DESIGN["iobench"]) and problems(rec) == []
         assert rec["tool"] == "iobench" and rec["fio_version"].startswith("fio-3")
         assert rec["iops"] > 0 and rec["bw_mbps"] > 0 and rec["runtime_s"] > 0
-        assert 0 < rec["lat_p50_us"] <= rec["lat_p99_us"] <= rec["lat_p999_us"]
+        n = rec["lat_samples"]
+        assert n > 0 and (rec["lat_p99_us"] is None) == (n < 100) and (rec["lat_p999_us"] is None) == (n < 1000)
+        assert 0 < rec["lat_p50_us"] <= (rec["lat_p99_us"] or rec["lat_p50_us"])
         assert rec["direct"] == rec["direct_requested"] == PROFILES[rec["profile"]].options["direct"]
         assert rec["size_bytes"] == 16 << 20
     by = {(r["mount"], r["profile"]): r for r in recs}
     assert by[xfs, "small-random-write"]["rw"] == "randwrite" and by[xfs, "small-random-write"]["bs_bytes"] == 4096
     assert by[xfs, "shard-write"]["numjobs"] == 2 and by[xfs, "restore-read"]["rw"] == "read"
-    assert by[xfs, "metadata"]["fsync_lat_p99_us"] > 0
+    meta, shard = by[xfs, "metadata"], by[xfs, "shard-write"]
+    assert meta["fsync_lat_p99_us"] > 0 and meta["files"] == 256 and meta["files_per_s"] > 0
+    # per file: create + write + fsync + close, so more than the write() call and the fsync together
+    assert meta["file_lat_mean_us"] > meta["lat_mean_us"] + meta["fsync_lat_mean_us"]
+    # time to durable: MB/s over the job's whole time, the end fsync in it
+    assert 0 < shard["end_fsync_s"] < shard["runtime_s"]
+    assert shard["bw_mbps"] == pytest.approx(shard["io_bytes"] / shard["runtime_s"] / 1e6, rel=0.05)
     x = by[xfs, "shard-write"]
     assert (x["fs_type"], x["storage_class"]) == ("xfs", "local-disk") and "loop device" in x["device"]
     assert by[local, "shard-write"]["storage_class"] in ("local-disk", "nvme")
@@ -59,11 +67,19 @@ def test_every_profile_on_both_mounts(side_by_side):
 
 def test_table_puts_mounts_side_by_side(side_by_side):
     lines = side_by_side["proc"].stdout.splitlines()
-    header = next(ln for ln in lines if "storage class" in ln)
-    for column in ("mount", "fs type", "profile", "avg lat us", "P99 us", "P99.9 us", "MB/s", "IOPS"):
+    header = next(ln for ln in lines if "profile" in ln)
+    for column in ("mount", "profile", "latency", "avg us", "P99 us", "P99.9 us", " n ", "MB/s", "IOPS",
+                   "fsync avg us", "fsync P99 us", "files/s"):
         assert column in header
     rows = [ln for ln in lines if any(p in ln for p in PROFILES)]
     assert [next(p for p in PROFILES if p in ln) for ln in rows] == [p for p in PROFILES for _ in range(2)]
+    kinds = {p: next(k for k in ("lat", "end fsync", "per file") if f" {k} " in ln) for ln in rows
+             for p in PROFILES if p in ln}
+    assert kinds == {"small-random-write": "lat", "shard-write": "end fsync", "restore-read": "lat",
+                     "metadata": "per file"}
+    assert f"{side_by_side['paths'][1]}: xfs, storage class local-disk, device loop" in "\n".join(lines)
+    restore = next(ln for ln in rows if "restore-read" in ln)
+    assert restore.count(" n/a ") >= 2  # 16 reads: P99 and P99.9 mean nothing
 
 
 def test_user_files_untouched_and_nothing_left(side_by_side):
@@ -99,3 +115,14 @@ def test_json_and_csv_output(tool, tmp_path):
     assert [r["profile"] for r in recs] == ["metadata"]
     csv = tool("iobench", *args, "--format", "csv").stdout.splitlines()
     assert csv[0].startswith("tool,run_id,mount,fs_type,storage_class,profile,rw,bs_bytes") and len(csv) == 2
+
+
+def test_direct_shard_write(tool, loop_xfs, tmp_path):
+    """--direct: shard-write with O_DIRECT 1 MiB writes (the end fsync kept), recorded direct=1."""
+    out = tmp_path / "r.jsonl"
+    proc = tool("iobench", "ckpt", loop_xfs[0], "--profile", "shard-write", "--direct", "--size", "8M", "--ranks", "2",
+                "--out", out, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    (rec,) = read_records(out)
+    assert (rec["direct"], rec["direct_requested"], rec["bs_bytes"]) == (1, 1, 1 << 20) and rec["end_fsync_s"] >= 0
+    assert leftovers(loop_xfs[0]) == []
