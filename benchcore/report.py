@@ -37,11 +37,22 @@ def emit(records, fmt, table_fn):
         for rec in records:
             sys.stdout.write(json.dumps(rec, default=str) + "\n")
     elif fmt == "csv":
-        import pandas as pd  # imported here: it costs ~0.6 s at every start of either tool
-        frame = pd.json_normalize(records) if records else pd.DataFrame()
-        frame.to_csv(sys.stdout, index=False)
+        csv_frame(records).to_csv(sys.stdout, index=False)
     else:
         table_fn(records)
+
+
+def csv_frame(records):
+    """records as a flat DataFrame for CSV: lists and objects as JSON text in one column; a column of whole
+    numbers with missing values stays whole (pandas' Int64, not 1.0 / NaN)."""
+    import pandas as pd  # imported here: it costs ~0.6 s at every start of either tool
+    rows = [{k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in rec.items()} for rec in records]
+    frame = pd.DataFrame(rows)
+    for column in frame.columns:
+        values = [row[column] for row in rows if row.get(column) is not None]
+        if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            frame[column] = pd.array([row.get(column) for row in rows], dtype="Int64")
+    return frame
 
 
 def line_plot(path, series, xlabel, ylabel, title):

@@ -91,8 +91,14 @@ def print_mounts(rows):
                        ("mode", "mode", None), ("free", "free", None)], title="mounts")
 
 
+def log_axis(values, spread=10):
+    """A log axis when the positive values differ by more than spread times (mounts 10x apart stay readable)."""
+    values = [v for v in values if v]
+    return bool(values) and max(values) > spread * min(values)
+
+
 def bar_plot(path, records, title="iobench ckpt"):
-    """PNG: MB/s and P99 latency per profile, one bar per mount."""
+    """PNG: MB/s and P99 latency per profile, one bar per mount; returns each panel's y scale."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -102,6 +108,7 @@ def bar_plot(path, records, title="iobench ckpt"):
     mounts = list(dict.fromkeys(r["mount"] for r in rows))
     fig, axes = plt.subplots(1, 2, figsize=(12, 5))
     width = 0.8 / max(1, len(mounts))
+    scales = {}
     for ax, key, label in ((axes[0], "bw_mbps", "MB/s"), (axes[1], "lat_p99_us", "P99 latency (us)")):
         for i, mount in enumerate(mounts):
             values = [next((r.get(key) or 0 for r in rows if r["profile"] == p and r["mount"] == mount), 0)
@@ -110,11 +117,13 @@ def bar_plot(path, records, title="iobench ckpt"):
         ax.set_xticks([x + width * (len(mounts) - 1) / 2 for x in range(len(profiles))])
         ax.set_xticklabels(profiles, rotation=15)
         ax.set_ylabel(label)
-        if key == "lat_p99_us":
+        if key == "lat_p99_us" or log_axis([r.get(key) for r in rows]):
             ax.set_yscale("log")
+        scales[key] = ax.get_yscale()
         ax.grid(True, axis="y", alpha=0.3)
     axes[0].legend(fontsize="small")
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return scales

@@ -114,3 +114,13 @@ def test_every_command_has_help_with_example(tool):
     for command in ([], ["ckpt"], ["mounts"], ["run"], ["torch-ckpt"]):
         proc = tool("iobench", *command, "--help")
         assert proc.returncode == 0 and "Example:" in proc.stdout, (command, proc.stdout)
+
+
+def test_mb_plot_goes_log_when_mounts_differ_more_than_tenfold(tmp_path):
+    from iobench.output import bar_plot
+    recs = [{"profile": "shard-write", "mount": m, "bw_mbps": bw, "lat_p99_us": 100.0}
+            for m, bw in (("/nvme", 3000.0), ("/cephfs", 120.0))]
+    assert bar_plot(tmp_path / "a.png", recs)["bw_mbps"] == "log"
+    recs[1]["bw_mbps"] = 1500.0
+    assert bar_plot(tmp_path / "b.png", recs)["bw_mbps"] == "linear"
+    assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"

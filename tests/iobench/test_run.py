@@ -119,3 +119,15 @@ def test_dry_run_prints_a_shell_line_that_does_what_iobench_does(tool, tmp_path)
     assert done.returncode == 0, done.stderr
     assert [j["jobname"] for j in json.loads(done.stdout[done.stdout.index("{"):])["jobs"]] == ["mixed"]
     assert os.listdir(data) == [] and os.listdir(tmp_path / "my") == []
+
+
+@pytest.mark.slow
+def test_numjobs_without_group_reporting_gives_one_row_per_job(tool, tmp_path):
+    """fio reports each of numjobs=3 under the same name: records and table name them three.0 .. three.2."""
+    job, data, out = tmp_path / "three.fio", tmp_path / "data", tmp_path / "r.jsonl"
+    job.write_text("[three]\nrw=write\nbs=4k\nsize=1m\nnumjobs=3\n")
+    data.mkdir()
+    proc = tool("iobench", "run", job, "--directory", data, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    assert [r["profile"] for r in read_records(out)] == ["three.0", "three.1", "three.2"]
+    assert all(f"three.{i}" in proc.stdout for i in range(3))
