@@ -47,11 +47,16 @@ class Case:
     setup: Optional[Callable] = None           # setup(ctx, cfgs) -> shared state (process groups), once per launch
     nccl_env: Dict[str, str] = field(default_factory=dict)   # variables it needs under NCCL, its launch alone
     both_places: bool = False                  # it has in- and out-of-place variants
+    reduces: bool = False                      # takes -o/--op (one config per op)
+    rooted: bool = False                       # takes -r/--root (one config per root)
 
 
 def label(case, rec):
-    """A config's or record's row name: case, its parameters, out-of-place, phase."""
+    """A config's or record's row name: case, its parameters, type/op/root when not the default, place, phase."""
     parts = [case.name, case.describe(rec)]
+    parts += [str(rec[k]) for k, default in (("dtype", "float32"), ("op", "sum")) if rec.get(k) not in (None, default)]
+    if rec.get("root"):
+        parts.append(f"root {rec['root']}")
     if case.both_places and rec.get("in_place") is False:
         parts.append("out-of-place")
     if rec.get("phase") not in (None, TOTAL):

@@ -20,7 +20,7 @@ def cli():
 
 
 @cli.command()
-@click.option("-c", "--collective", "collectives", default="all_reduce", show_default=True,
+@click.option("--collective", "collectives", default="all_reduce", show_default=True,
               help="Comma list: " + ",".join(COLLECTIVE_NAMES))
 @click.option("--place", type=click.Choice(list(PLACES)), default="both", show_default=True,
               help="Out-of-place, in-place or both, where torch.distributed offers the variant.")
@@ -29,9 +29,15 @@ def cli():
 def run(collectives, **kw):
     """Measure collectives over a size sweep (nccl-tests style).
 
+    nccl-tests' flags mean what they mean there: -b -e -f sizes, -n -w iterations,
+    -c check, -d type (all), -o op (all), -r root (all), -z blocking, -a aggregation,
+    -m operations per iteration, -G CUDA graph replays, -C CPU time, -N cycles,
+    -T timeout. nccl-tests picks the collective by binary; here it is --collective.
+
     \b
     Example:
       commbench run --collective all_reduce,all_gather -b 8 -e 256M -f 2 -n 20 -w 5 --out results.jsonl
+      commbench run --collective reduce,broadcast -d all -o all -r all --nproc-per-node 3 -b 1K -e 1M
     """
     measure(parse_names(collectives, "collective", "--collective"), kw)
 

@@ -41,7 +41,6 @@ DTYPES = {d.name: d for d in [
 ]}
 OPS = {"sum": "SUM", "prod": "PRODUCT", "max": "MAX", "min": "MIN"}   # nccl-tests name -> torch ReduceOp
 _PY_OPS = {"sum": sum, "prod": math.prod, "max": max, "min": min}
-ROOT = 0
 PERIOD = 5    # the fill pattern repeats every PERIOD elements
 
 
@@ -97,8 +96,8 @@ class Collective:
     send_piece: bool                     # send buffer is one piece (all_gather)
     recv_piece: bool                     # recv buffer is one piece (reduce_scatter)
     placements: Tuple[str, ...]          # "out" and/or "in"
-    bind: Callable                       # bind(send, recv, op) -> run(async_op=...) -> work or None
-    expected: Callable                   # expected(rank, n, count, op, vals) -> regions to check
+    bind: Callable                       # bind(send, recv, op, root) -> run(async_op=...) -> work or None
+    expected: Callable                   # expected(rank, n, count, op, vals, root) -> regions to check
     reduces: bool = False                # takes --op (its records carry op)
     rooted: bool = False                 # has a root rank (its records carry root)
 
@@ -112,55 +111,55 @@ def _reduced(op, n, vals):
     return [_PY_OPS[op](vals(r)[k] for r in range(n)) for k in range(PERIOD)]
 
 
-# expected(rank, n, count, op, vals) -> list of (recv offset, length, 5 pattern values, pattern start index)
+# expected(rank, n, count, op, vals, root) -> list of (recv offset, length, 5 pattern values, pattern start index)
 # vals(r) gives rank r's fill pattern (PERIOD values); input element i of rank r is vals(r)[i % PERIOD].
-def _exp_all_reduce(rank, n, count, op, vals):
+def _exp_all_reduce(rank, n, count, op, vals, root):
     return [(0, count, _reduced(op, n, vals), 0)]
 
 
-def _exp_reduce(rank, n, count, op, vals):
-    return [(0, count, _reduced(op, n, vals), 0)] if rank == ROOT else []
+def _exp_reduce(rank, n, count, op, vals, root):
+    return [(0, count, _reduced(op, n, vals), 0)] if rank == root else []
 
 
-def _exp_broadcast(rank, n, count, op, vals):
-    return [(0, count, vals(ROOT), 0)]
+def _exp_broadcast(rank, n, count, op, vals, root):
+    return [(0, count, vals(root), 0)]
 
 
-def _exp_all_gather(rank, n, count, op, vals):
+def _exp_all_gather(rank, n, count, op, vals, root):
     m = count // n
     return [(q * m, m, vals(q), 0) for q in range(n)]
 
 
-def _exp_reduce_scatter(rank, n, count, op, vals):
+def _exp_reduce_scatter(rank, n, count, op, vals, root):
     m = count // n
     return [(0, m, _reduced(op, n, vals), rank * m)]
 
 
-def _exp_all_to_all(rank, n, count, op, vals):
+def _exp_all_to_all(rank, n, count, op, vals, root):
     m = count // n
     return [(q * m, m, vals(q), rank * m) for q in range(n)]
 
 
-def _exp_sendrecv(rank, n, count, op, vals):
+def _exp_sendrecv(rank, n, count, op, vals, root):
     return [(0, count, vals((rank - 1) % n), 0)]
 
 
 COLLECTIVES = {c.name: c for c in [
     Collective("all_reduce", lambda n: 2 * (n - 1) / n, False, False, False, ("in",),
-               lambda s, r, op: partial(dist.all_reduce, r, op=op), _exp_all_reduce, reduces=True),
+               lambda s, r, op, root: partial(dist.all_reduce, r, op=op), _exp_all_reduce, reduces=True),
     Collective("all_gather", lambda n: (n - 1) / n, True, True, False, ("out", "in"),
-               lambda s, r, op: partial(all_gather_fn(), r, s), _exp_all_gather),
+               lambda s, r, op, root: partial(all_gather_fn(), r, s), _exp_all_gather),
     Collective("reduce_scatter", lambda n: (n - 1) / n, True, False, True, ("out", "in"),
-               lambda s, r, op: partial(reduce_scatter_fn(), r, s, op=op), _exp_reduce_scatter, reduces=True),
+               lambda s, r, op, root: partial(reduce_scatter_fn(), r, s, op=op), _exp_reduce_scatter, reduces=True),
     Collective("broadcast", lambda n: 1.0, False, False, False, ("in",),
-               lambda s, r, op: partial(dist.broadcast, r, src=ROOT), _exp_broadcast, rooted=True),
+               lambda s, r, op, root: partial(dist.broadcast, r, src=root), _exp_broadcast, rooted=True),
     Collective("reduce", lambda n: 1.0, False, False, False, ("in",),
-               lambda s, r, op: partial(dist.reduce, r, dst=ROOT, op=op), _exp_reduce, reduces=True,
+               lambda s, r, op, root: partial(dist.reduce, r, dst=root, op=op), _exp_reduce, reduces=True,
                rooted=True),
     Collective("all_to_all", lambda n: (n - 1) / n, True, False, False, ("out",),
-               lambda s, r, op: partial(dist.all_to_all_single, r, s), _exp_all_to_all),
+               lambda s, r, op, root: partial(dist.all_to_all_single, r, s), _exp_all_to_all),
     Collective("sendrecv", lambda n: 1.0, False, False, False, ("out",),
-               lambda s, r, op: partial(_sendrecv, s, r), _exp_sendrecv),
+               lambda s, r, op, root: partial(_sendrecv, s, r), _exp_sendrecv),
 ]}
 
 
@@ -213,19 +212,18 @@ def buffers(coll, in_place, count, ctx, dtype):
 def _case(coll):
     """The case that times collective coll: one phase, nccl-tests' check of every element."""
     def build(ctx, cfg, count, dtype, shared):
-        n, op_name = ctx.world_size, ctx.plan.op
+        n, op_name, root = ctx.world_size, cfg["op"] or "sum", cfg["root"]
         send, recv = buffers(coll, cfg["in_place"], count, ctx, dtype)
-        vals = lambda r: fill_values(r, n, ctx.plan.dtype, op_name)  # noqa: E731
-        run = coll.bind(send, recv, reduce_op(op_name))
+        vals = lambda r: fill_values(r, n, cfg["dtype"], op_name)  # noqa: E731
+        run = coll.bind(send, recv, reduce_op(op_name), root)
         return Timed(
             phases={TOTAL: lambda a: run(async_op=a)},
             factors={TOTAL: coll.bus_factor(n)},
             refill=lambda: send.copy_(pattern(vals(ctx.rank), 0, send.numel(), dtype, ctx.device)),
-            poison=lambda: recv.fill_(poison_value(ctx.plan.dtype)),
+            poison=lambda: recv.fill_(poison_value(cfg["dtype"])),
             result=lambda: recv,
-            check=lambda: (count_wrong(recv, coll.expected(ctx.rank, n, count, op_name, vals), dtype, ctx.device),
-                           {}),
-            fields=lambda phase: {"op": op_name if coll.reduces else None, "root": ROOT if coll.rooted else None})
+            check=lambda: (count_wrong(recv, coll.expected(ctx.rank, n, count, op_name, vals, root), dtype,
+                                       ctx.device), {}))
 
     def configs(opts, dtype):
         return [{"case": coll.name, "in_place": place == "in"} for place in coll.placements if place in opts.places]
@@ -237,7 +235,7 @@ def _case(coll):
             raise UserError(f"size {format_size(size)} ({size} B) does not suit {coll.name}: "
                             f"needs a multiple of {unit} B ({why})")
     return Case(coll.name, "collective", coll.name, (TOTAL,), build, configs, check_size=check_size,
-                both_places=len(coll.placements) > 1)
+                both_places=len(coll.placements) > 1, reduces=coll.reduces, rooted=coll.rooted)
 
 
 COLLECTIVE_CASES = {name: _case(coll) for name, coll in COLLECTIVES.items()}

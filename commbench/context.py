@@ -60,9 +60,9 @@ class Context:
         strategy = case.name if case.kind == "strategy" else None
         return schema.measurement(
             "commbench", run_id=plan.run_id, collective=case.collective if phase == TOTAL else phase,
-            strategy=strategy, **({"phase": phase} if strategy else {}), dtype=plan.dtype,
+            strategy=strategy, **({"phase": phase} if strategy else {}),
             **{k: v for k, v in cfg.items() if k != "case"}, **row, **fields,
-            iters=plan.iters, warmup=plan.warmup, agg=plan.agg,
+            iters=plan.iters, warmup=plan.warmup, agg=plan.agg, agg_iters=plan.agg_iters,
             world_size=self.world_size, nodes=self.nodes, local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
             backend=self.backend, launcher=plan.launcher, env=self.env, topology=plan.topology,
             hosts=self.hosts, versions=self.versions, timestamp=timestamp(), **plan.tags)

@@ -55,6 +55,7 @@ class LaunchSpec:
     dry_run: bool
     verbose: bool
     env: dict = field(default_factory=dict)   # extra environment for this launch
+    notes: list = field(default_factory=list)  # one-line notices, shown once the plan is accepted
 
     @property
     def world_size(self):
@@ -77,7 +78,7 @@ def launch_options(fn):
         click.option("--node-rank", type=int, default=None, help="This node's rank with --rdzv-endpoint."),
         click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
                      help="auto: NCCL when CUDA is available, else Gloo."),
-        click.option("--timeout", type=float, default=300, show_default=True,
+        click.option("-T", "--timeout", type=float, default=300, show_default=True,
                      help="Process-group timeout in s: a dead or stuck peer ends the run within it."),
         click.option("--rdzv-timeout", type=float, default=120, show_default=True,
                      help="Seconds to wait for every node to join."),
@@ -97,10 +98,15 @@ def spec_from_options(kw):
                       rdzv_timeout=kw.pop("rdzv_timeout"), dry_run=kw.pop("dry_run"), verbose=kw.pop("verbose"))
     if spec.nodes < 1:
         raise UserError(f"--nodes must be at least 1, got {spec.nodes}")
+    gpus = gpu_count()
     if spec.nproc_per_node is None:
-        spec.nproc_per_node = gpu_count() or 1
+        spec.nproc_per_node = gpus or (2 if spec.nodes == 1 else 1)
+        if not gpus and spec.nodes == 1:
+            spec.notes.append("no GPU here: 2 local ranks on Gloo (one rank would measure no communication; "
+                              "--nproc-per-node N chooses)")
     if spec.nproc_per_node < 1:
         raise UserError(f"--nproc-per-node must be at least 1, got {spec.nproc_per_node}")
+
     if spec.timeout <= 0 or spec.rdzv_timeout <= 0:
         raise UserError("--timeout and --rdzv-timeout must be positive")
     if spec.launcher == "auto":
@@ -114,6 +120,10 @@ def spec_from_options(kw):
             raise UserError(f"--node-rank must be in 0..{spec.nodes - 1}, got {spec.node_rank}")
     elif spec.node_rank is not None:
         raise UserError("--node-rank only applies with --rdzv-endpoint (--launcher torchrun)")
+    cores = len(os.sched_getaffinity(0))
+    if not gpus and spec.launcher == "local" and spec.world_size > cores:
+        spec.notes.append(f"{spec.world_size} ranks on {cores} cores: they compete for the CPU and the numbers "
+                          "show it")
     if spec.launcher == "slurm" and not os.environ.get("SLURM_JOB_ID") and not spec.dry_run:
         raise UserError("--launcher slurm needs a Slurm allocation (SLURM_JOB_ID is not set)")
     return spec

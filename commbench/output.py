@@ -18,11 +18,24 @@ def measurements(records):
     return [r for r in records if not r.get("event") and r.get("collective") is not None]
 
 
+def row_key(rec):
+    """What one table row holds (both placements of it)."""
+    return (rec.get("cycle") or 0, rec["dtype"], rec.get("op"), rec.get("root"), rec["size_bytes"])
+
+
+def row_order(recs):
+    """Sort key of row_keys in nccl-tests' order: per cycle, each type/op/root as first measured, sizes within."""
+    first = {}
+    for rec in recs:
+        first.setdefault(row_key(rec)[:4], len(first))
+    return lambda key: (key[0], first[key[:4]], key[4])
+
+
 def collective_rows(records):
-    """One row per (collective, size): out-of-place and in-place side by side, as nccl-tests prints."""
+    """One row per collective and row_key: out-of-place and in-place side by side, as nccl-tests prints."""
     rows = {}
     for rec in measurements(records):
-        key = (rec["collective"], rec["size_bytes"])
+        key = (rec["collective"],) + row_key(rec)
         row = rows.setdefault(key, {"collective": rec["collective"], "size": rec["size_bytes"],
                                     "size_h": format_size(rec["size_bytes"]), "count": rec["count"],
                                     "type": rec["dtype"], "redop": rec.get("op") or "none",
@@ -31,7 +44,8 @@ def collective_rows(records):
         for col, _, _ in PLACE_COLUMNS:
             row[f"{side}_{col}"] = rec.get(col)
     order = {name: i for i, name in enumerate(dict.fromkeys(k[0] for k in rows))}
-    return sorted(rows.values(), key=lambda r: (order[r["collective"]], r["size"]))
+    within = row_order(measurements(records))
+    return [rows[k] for k in sorted(rows, key=lambda k: (order[k[0]], within(k[1:])))]
 
 
 def _layouts(rows, title_bits, sides):
@@ -170,11 +184,11 @@ def nccl_blocks(records):
 
 
 def nccl_rows(recs):
-    """[(out record or None, in record or None)] by size; a repeated (size, placement) opens a new row."""
-    rows = []
-    for rec in sorted(recs, key=lambda r: r["size_bytes"]):
+    """[(out record or None, in record or None)] in row_key order; a repeated placement opens a new row."""
+    rows, within = [], row_order(recs)
+    for rec in sorted(recs, key=lambda r: within(row_key(r))):
         slot = 1 if rec["in_place"] else 0
-        row = next((r for r in rows if r[0]["size_bytes"] == rec["size_bytes"] and r[1][slot] is None), None)
+        row = next((r for r in rows if row_key(r[0]) == row_key(rec) and r[1][slot] is None), None)
         if row is None:
             row = (rec, [None, None])
             rows.append(row)
@@ -190,8 +204,8 @@ def nccl_block(name, recs):
     checked = any(r.get("wrong") is not None for r in recs)
     lines = [f"# Collective test starting: {program}",
              f"# nThread 1 nGpus 1 minBytes {sizes[0]} maxBytes {sizes[-1]} step: {step}(factor) "
-             f"warmup iters: {first['warmup']} iters: {first['iters']} agg iters: 1 validation: {int(checked)} "
-             f"graph: 0 unalign: 0"]
+             f"warmup iters: {first['warmup']} iters: {first['iters']} agg iters: {first.get('agg_iters', 1)} "
+             f"validation: {int(checked)} graph: {int(first.get('time_source') == 'cuda_graph')} unalign: 0"]
     if first.get("blocking"):
         lines.append("# Blocking Enabled: wait after each inner iteration (-m), no barrier ")
     lines += ["#", f"# commbench: {first['backend']}, {first['world_size']} ranks on {first['nodes']} node(s) "

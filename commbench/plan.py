@@ -15,7 +15,7 @@ from benchcore.records import new_run_id
 from benchcore.report import FORMATS
 from benchcore.units import parse_size, size_list, size_range
 from commbench.case import CaseOptions
-from commbench.collectives import COLLECTIVES, DTYPES, OPS
+from commbench.collectives import DTYPES, OPS
 from commbench.registry import CASES
 from commbench.strategies import COMPRESS
 
@@ -32,14 +32,16 @@ class Plan:
     """Sizes x case configs, and how to time them; every rank runs the same plan."""
     run_id: str
     sizes: List[int]
-    configs: List[dict]          # case configs, {"case": name, ...}, run interleaved per size
-    dtype: str = "float32"
-    op: str = "sum"
+    configs: List[dict]          # case configs, {"case", "dtype", "op", "root", ...}, run interleaved per size
     iters: int = 20
     warmup: int = 5
     check: bool = True
     agg: str = "avg"
     blocking: Optional[bool] = None
+    agg_iters: int = 1           # operations per timed iteration (nccl-tests -m)
+    cuda_graph: int = 0          # replays of a CUDA graph of the timed loop (nccl-tests -G; NCCL only)
+    cpu_time: bool = False       # report wall time on the CPU instead of CUDA events (nccl-tests -C)
+    cycles: int = 1              # the whole sweep this many times (nccl-tests -N)
     backend: str = "auto"
     timeout: float = 300
     launcher: str = "local"
@@ -47,7 +49,7 @@ class Plan:
     tags: dict = field(default_factory=dict)   # fields every record carries (a sweep's config)
 
     def records_expected(self):
-        return len(self.sizes) * sum(len(CASES[c["case"]].phases) for c in self.configs)
+        return self.cycles * len(self.sizes) * sum(len(CASES[c["case"]].phases) for c in self.configs)
 
     def to_json(self):
         return json.dumps(dataclasses.asdict(self), separators=(",", ":"))
@@ -77,9 +79,47 @@ class MeasureOptions:
     warmup: int
     dtype: str
     op: str
+    root: str
     check: bool
+    no_check: bool
     agg: str
     blocking: Optional[bool]
+    z_blocking: Optional[bool]
+    agg_iters: int
+    cuda_graph: int
+    cpu_time: bool
+    cycles: int
+
+
+def _choices(text, known, what, aliases=None):
+    """'a,b' or 'all' -> names from known (aliases map other spellings, e.g. nccl-tests')."""
+    names = list(known) if str(text).strip() == "all" else [t.strip() for t in str(text).split(",") if t.strip()]
+    out = []
+    for name in names:
+        name = (aliases or {}).get(name, name)
+        if name not in known:
+            raise UserError(f"unknown {what} {name!r}; known: {', '.join(known)}, all")
+        out.append(name)
+    if not out:
+        raise UserError(f"{what} is empty")
+    return list(dict.fromkeys(out))
+
+
+def roots(text, world_size):
+    if str(text).strip() == "all":
+        return list(range(world_size))
+    try:
+        chosen = [int(r) for r in str(text).split(",") if r.strip()]
+    except ValueError:
+        raise UserError(f"-r/--root takes rank numbers or all, got {text!r}") from None
+    bad = [r for r in chosen if not 0 <= r < world_size]
+    if bad or not chosen:
+        raise UserError(f"-r/--root {text} is not a rank of 0..{world_size - 1}")
+    return chosen
+
+
+NCCL_TESTS_DTYPES = {d.nccl_tests: d.name for d in DTYPES.values()}
+AGG = {"0": "rank0", "1": "avg", "2": "min", "3": "max"}   # nccl-tests -a numbers
 
 
 @dataclass
@@ -107,6 +147,7 @@ class CaseOptionsText:
 
 
 PLACES = {"both": ("out", "in"), "out": ("out",), "in": ("in",)}
+PLACE_WORDS = {"out": "out-of-place", "in": "in-place"}
 
 
 def take(kw, cls):
@@ -129,7 +170,7 @@ def _options(options):
 
 
 def measure_options(min_bytes="8", max_bytes="256M"):
-    """Size, iteration, type and output options shared by the measuring commands."""
+    """Size, iteration, type and output options shared by the measuring commands (nccl-tests' letters)."""
     return _options([
         click.option("-b", "--min-bytes", default=min_bytes, show_default=True,
                      help="Smallest size (8, 1K, 64M, 1G)."),
@@ -137,17 +178,31 @@ def measure_options(min_bytes="8", max_bytes="256M"):
         click.option("-f", "--step-factor", type=int, default=2, show_default=True, help="Size multiplier."),
         click.option("-n", "--iters", type=int, default=20, show_default=True, help="Timed iterations."),
         click.option("-w", "--warmup", type=int, default=5, show_default=True, help="Warm-up iterations."),
-        click.option("--dtype", default="float32", show_default=True, help="/".join(DTYPES)),
-        click.option("--op", default="sum", show_default=True, help="/".join(OPS) + " (reductions)."),
-        click.option("--check/--no-check", default=True, show_default=True,
+        click.option("-d", "--datatype", "--dtype", "dtype", default="float32", show_default=True,
+                     help=f"Comma list or all: {', '.join(DTYPES)} (nccl-tests' names too: "
+                          f"{', '.join(NCCL_TESTS_DTYPES)})."),
+        click.option("-o", "--op", default="sum", show_default=True, help="Comma list or all: " + ", ".join(OPS) + "."),
+        click.option("-r", "--root", default="0", show_default=True, help="Root of broadcast/reduce: ranks or all."),
+        click.option("-c", "--check", type=click.BOOL, default=True, show_default=True, metavar="0|1",
                      help="Check every element of the result against the exact expected value."),
-        click.option("--agg", type=click.Choice(["avg", "min", "max"]), default="avg", show_default=True,
-                     help="How per-rank times combine (nccl-tests -a); min and max are always kept."),
+        click.option("--no-check", is_flag=True, help="Same as -c 0."),
+        click.option("-a", "--agg", default="avg", show_default=True, metavar="avg|min|max|rank0|0-3",
+                     help="How per-rank times combine (nccl-tests -a: 0 rank0, 1 avg, 2 min, 3 max); min and max "
+                          "are always kept."),
         click.option("--blocking/--no-blocking", default=None, help=BLOCKING_HELP),
+        click.option("-z", "z_blocking", type=click.BOOL, default=None, metavar="0|1", help="nccl-tests -z: blocking."),
+        click.option("-m", "--agg-iters", type=int, default=1, show_default=True,
+                     help="Operations per timed iteration (nccl-tests -m)."),
+        click.option("-G", "--cuda-graph", type=int, default=0, show_default=True,
+                     help="Capture the timed loop in a CUDA graph and replay it this many times (NCCL only)."),
+        click.option("-C", "--cpu-time", type=click.BOOL, default=False, show_default=True, metavar="0|1",
+                     help="Report CPU wall time instead of CUDA-event time (nccl-tests -C)."),
+        click.option("-N", "--cycles", type=int, default=1, show_default=True,
+                     help="Run the whole sweep this many times, one record each (nccl-tests -N; 0 is refused)."),
         click.option("--out", default=None, metavar="FILE",
                      help="Append records to this JSONL file (never overwritten; /dev/null: none)."),
-        click.option("--format", "fmt", type=click.Choice(FORMATS + ("nccl-tests",)), default="table", show_default=True,
-                     help="What goes to stdout."),
+        click.option("--format", "fmt", type=click.Choice(FORMATS + ("nccl-tests",)), default="table",
+                     show_default=True, help="What goes to stdout; nccl-tests: nccl-tests' plain text, for its parsers."),
     ])
 
 
@@ -168,30 +223,46 @@ def case_options(place_default="in"):
 
 
 def build_plan(names, measure, case_opts, spec):
-    """A checked Plan of the named cases (every config of each) over the size sweep."""
-    if measure.dtype not in DTYPES:
-        raise UserError(f"unknown dtype {measure.dtype!r}; known: {', '.join(DTYPES)}")
-    if measure.op not in OPS:
-        raise UserError(f"unknown op {measure.op!r}; known: {', '.join(OPS)}")
-    if measure.iters < 1 or measure.warmup < 0:
-        raise UserError("-n/--iters must be at least 1 and -w/--warmup at least 0")
+    """A checked Plan of the named cases (every config of each, per dtype, op and root) over the sizes."""
+    if measure.iters < 1 or measure.warmup < 0 or measure.agg_iters < 1:
+        raise UserError("-n/--iters and -m/--agg-iters must be at least 1 and -w/--warmup at least 0")
+    if measure.cycles < 1:
+        raise UserError("-N/--cycles must be at least 1 (commbench returns its records; it does not run forever)")
+    if measure.cuda_graph < 0 or (measure.cuda_graph and not spec.may_use_nccl()):
+        raise UserError("-G/--cuda-graph replays CUDA graphs: NCCL on GPUs only, not Gloo")
+    agg = AGG.get(measure.agg, measure.agg)
+    if agg not in AGG.values():
+        raise UserError(f"-a/--agg {measure.agg!r}: use avg, min, max, rank0 or nccl-tests' 0-3")
     sizes = size_range(parse_size(measure.min_bytes, "-b/--min-bytes"),
                        parse_size(measure.max_bytes, "-e/--max-bytes"), measure.step_factor)
-    dtype = DTYPES[measure.dtype]
-    if not dtype.gloo and not spec.may_use_nccl():
-        raise UserError(f"--dtype {dtype.name} needs NCCL: Gloo has no {dtype.nccl_tests} reductions or transfers")
-    if dtype.exact < spec.world_size and any(CASES[n].kind == "collective" and COLLECTIVES[n].reduces for n in names):
-        raise UserError(f"--dtype {dtype.name} cannot hold a sum over {spec.world_size} ranks exactly "
-                        f"(integers up to {dtype.exact}); use a wider type")
-    elt = dtype.bytes
+    dtypes = _choices(measure.dtype, DTYPES, "dtype", NCCL_TESTS_DTYPES)
+    if measure.dtype.strip() == "all":  # every type this backend can move
+        dtypes = [d for d in dtypes if DTYPES[d].gloo or spec.may_use_nccl()]
+    ops = _choices(measure.op, OPS, "op")
+    root_list = roots(measure.root, spec.world_size)
     configs = []
-    for name in names:
-        case = CASES[name]
-        for size in sizes:
-            case.check_size(size, elt, spec.world_size)
-        configs += case.configs(case_opts, measure.dtype)
-    if not configs:
-        raise UserError("nothing to measure: no case offers the chosen --place")
-    return Plan(run_id=new_run_id(), sizes=sizes, configs=configs, dtype=measure.dtype, op=measure.op,
-                iters=measure.iters, warmup=measure.warmup, check=measure.check, agg=measure.agg,
-                blocking=measure.blocking, backend=spec.backend, timeout=spec.timeout, launcher=spec.launcher)
+    for dtype in dtypes:
+        if not DTYPES[dtype].gloo and not spec.may_use_nccl():
+            raise UserError(f"--dtype {dtype} needs NCCL: Gloo has no {DTYPES[dtype].nccl_tests} reductions or "
+                            "transfers")
+        for name in names:
+            case = CASES[name]
+            if case.reduces and DTYPES[dtype].exact < spec.world_size:
+                raise UserError(f"--dtype {dtype} cannot hold a sum over {spec.world_size} ranks exactly "
+                                f"(integers up to {DTYPES[dtype].exact}); use a wider type")
+            for size in sizes:
+                case.check_size(size, DTYPES[dtype].bytes, spec.world_size)
+            mine = case.configs(case_opts, dtype)
+            if not mine:
+                wanted = " or ".join(PLACE_WORDS[p] for p in case_opts.places)
+                raise UserError(f"{name} has no {wanted} variant in torch.distributed; see --place")
+            for cfg in mine:
+                configs += [{**cfg, "dtype": dtype, "op": op, "root": root}
+                            for op in (ops if case.reduces else [None])
+                            for root in (root_list if case.rooted else [None])]
+    z = measure.z_blocking
+    return Plan(run_id=new_run_id(), sizes=sizes, configs=configs, iters=measure.iters, warmup=measure.warmup,
+                check=measure.check and not measure.no_check, agg=agg,
+                blocking=z if z is not None else measure.blocking, agg_iters=measure.agg_iters,
+                cuda_graph=measure.cuda_graph, cpu_time=measure.cpu_time, cycles=measure.cycles,
+                backend=spec.backend, timeout=spec.timeout, launcher=spec.launcher)

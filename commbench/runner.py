@@ -28,11 +28,13 @@ def launches(spec, plan):
 def run_plan(spec, plan, out, fmt, table_fn, label="measuring", plot=None, plot_fn=None):
     """Launch, render (and plot), and exit non-zero on failure or wrong results."""
     parts = launches(spec, plan)
+    path = None if spec.dry_run else output_file(out)
+    for text in spec.notes:  # on stderr: stdout stays a table, JSON or CSV
+        click.echo(f"note: {text}", err=True)
     if spec.dry_run:
         for part_spec, part in parts:
             launch.execute(part_spec, part)
         return
-    path = output_file(out)
     writer = RecordWriter(path) if path else None
     records, errors, code = [], [], 0
     try:

@@ -49,7 +49,7 @@ def _node_command(kinds, node, port, args, out):
         cmd = ["compare", "--strategies", ",".join(kinds), "--baseline", kinds[0], "--chunk-size", args["chunk_size"],
                "--threshold", args["threshold"]]
     else:
-        cmd = ["run", "-c", ",".join(kinds), "--place", "in"]
+        cmd = ["run", "--collective", ",".join(kinds), "--place", "in"]
     return [sys.executable, "-m", "commbench.cli", *cmd, *sizes, *launch, "--format", "json",
             *(["--out", out] if node == 0 else [])]
 
@@ -96,7 +96,7 @@ def _interrupt(signum, frame):
 
 @selftest.command()
 @click.option("--rate", default="1gbit", show_default=True, help="tbf rate of the link (500mbit, 1gbit, 2gbit).")
-@click.option("-c", "--collective", "collectives", default="all_reduce", show_default=True,
+@click.option("--collective", "collectives", default="all_reduce", show_default=True,
               help="Comma list of " + ", ".join(KINDS) + "; only all_reduce is judged, the rest is reported.")
 @click.option("-b", "--min-bytes", default="64M", show_default=True)
 @click.option("-e", "--max-bytes", default="256M", show_default=True)
@@ -122,7 +122,7 @@ def link(rate, collectives, out, fmt, port, **args):
     \b
     Example:
       commbench selftest link --rate 1gbit
-      commbench selftest link --rate 500mbit -c all_reduce,all_gather,chunked --out link.jsonl
+      commbench selftest link --rate 500mbit --collective all_reduce,all_gather,chunked --out link.jsonl
     """
     try:
         bits = netns.parse_rate(rate)

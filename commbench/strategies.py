@@ -56,11 +56,11 @@ def factor(name, n):
 class Payload:
     """Buffers and ownership for one strategy at one size on this rank."""
 
-    def __init__(self, ctx, count, dtype):
-        self.ctx, self.count, self.dtype = ctx, count, dtype
+    def __init__(self, ctx, cfg, count, dtype):
+        self.ctx, self.count, self.dtype, self.type_name = ctx, count, dtype, cfg["dtype"]
         self.n, self.rank = ctx.world_size, ctx.rank
         self.piece = ceil_div(count, self.n)
-        self.period = min(FILL_PERIOD, DTYPES[ctx.plan.dtype].exact)
+        self.period = min(FILL_PERIOD, DTYPES[self.type_name].exact)
 
     def truth(self, start, length, like):
         """T[start:start+length], typed and placed like tensor `like`."""
@@ -86,7 +86,7 @@ class Payload:
 
     def poison(self, *bufs):
         for buf in bufs:
-            buf.fill_(poison_value(self.ctx.plan.dtype))
+            buf.fill_(poison_value(self.type_name))
 
     def timed(self, phases, factors, refill, result, poison=lambda: None, **more):
         """A Timed whose check counts the elements of result() that differ from T."""
@@ -98,7 +98,7 @@ def _places(opts):
 
 
 def _ring(ctx, cfg, count, dtype, shared):
-    p = Payload(ctx, count, dtype)
+    p = Payload(ctx, cfg, count, dtype)
     buf = p.empty(p.count)
     own = [(p.rank * p.piece, (p.rank + 1) * p.piece)]
     return p.timed({TOTAL: lambda a: dist.all_reduce(buf, async_op=a)}, {TOTAL: factor("all_reduce", p.n)},
@@ -106,7 +106,7 @@ def _ring(ctx, cfg, count, dtype, shared):
 
 
 def _rs_ag(ctx, cfg, count, dtype, shared):
-    p = Payload(ctx, count, dtype)
+    p = Payload(ctx, cfg, count, dtype)
     padded = p.piece * p.n
     send = p.empty(padded)
     mine = slice(p.rank * p.piece, (p.rank + 1) * p.piece)
@@ -153,7 +153,7 @@ class Counter:
 
 
 def _chunked(ctx, cfg, count, dtype, groups):
-    p = Payload(ctx, count, dtype)
+    p = Payload(ctx, cfg, count, dtype)
     elt = torch.empty((), dtype=dtype).element_size()
     chunks = chunk_layout(p.count, p.n, elt, cfg["chunk_bytes"], cfg["threshold_bytes"])
     start_last, len_last = chunks[-1]
@@ -204,7 +204,7 @@ def inflight_groups(ctx, cfgs):
 
 
 def _compressed(ctx, cfg, count, dtype, shared):
-    p = Payload(ctx, count, dtype)
+    p = Payload(ctx, cfg, count, dtype)
     narrow = getattr(torch, COMPRESS[cfg["compress"]])
     ag = all_gather_fn()
     padded = p.piece * p.n
@@ -262,7 +262,7 @@ def node_groups(ctx, cfgs):
 
 def _hierarchical(ctx, cfg, count, dtype, groups):
     intra, inter, local, nodes = groups
-    p = Payload(ctx, count, dtype)
+    p = Payload(ctx, cfg, count, dtype)
     buf = p.empty(p.piece * p.n)
     shard = p.empty(p.piece * p.n // local)
     own = [(p.rank * p.piece, (p.rank + 1) * p.piece)]

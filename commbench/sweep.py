@@ -18,6 +18,7 @@ from benchcore.report import console, emit, line_plot, print_table
 from commbench import launch
 from commbench.case import TOTAL
 from commbench.envvars import CATALOGUE, validate
+from commbench.output import print_nccl_tests
 from commbench.plan import CaseOptionsText, MeasureOptions, build_plan, case_options, measure_options, no_leftovers, take
 from commbench.registry import COLLECTIVE_NAMES, STRATEGY_NAMES, parse_names, record_label
 from commbench.runner import launches
@@ -90,7 +91,7 @@ def config_key(config):
 
 def fingerprint(plan, spec):
     """What makes two sweeps the same measurement (for --resume)."""
-    keys = ("sizes", "dtype", "op", "iters", "warmup", "configs")
+    keys = ("sizes", "iters", "warmup", "agg_iters", "cuda_graph", "cpu_time", "cycles", "configs")
     basis = {k: getattr(plan, k) for k in keys}
     basis.update(world_size=spec.world_size, nodes=spec.nodes)
     return hashlib.sha1(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:12]
@@ -142,7 +143,7 @@ def plot_sweep(records, path):
               help="A variable and the values to sweep; several --env are crossed.")
 @click.option("--matrix", type=click.Path(dir_okay=False), default=None,
               help="YAML with env (crossed), configs (explicit), exclude, baseline.")
-@click.option("-c", "--collective", "collectives", default="all_reduce", show_default=True,
+@click.option("--collective", "collectives", default="all_reduce", show_default=True,
               help="Comma list: " + ",".join(COLLECTIVE_NAMES))
 @click.option("--strategy", default=None, help="Sweep a strategy instead: " + ",".join(STRATEGY_NAMES))
 @click.option("--allow-unknown", is_flag=True, help="Pass variables and values the catalogue does not know.")
@@ -164,7 +165,7 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
     \b
     Example:
       commbench sweep --env NCCL_ALGO=Ring,Tree --env NCCL_PROTO=LL,LL128,Simple \\
-          -c all_reduce -b 1M -e 1G --nodes 2 --out sweep.jsonl --resume
+          --collective all_reduce -b 1M -e 1G --nodes 2 --out sweep.jsonl --resume
     """
     spec = launch.spec_from_options(kw)
     configs = build_configs(env_options, matrix, allow_unknown)
@@ -195,6 +196,8 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
     good = [r for r in records if not r.get("event") and r["sweep_config"] not in failed]
     if fmt == "table":
         print_ranking(good, keys, failed)
+    elif fmt == "nccl-tests":
+        print_nccl_tests(good)
     else:
         emit(records, fmt, None)
     if plot:

@@ -20,28 +20,54 @@ SKIP_ENV = "COMMBENCH_TEST_SKIP"         # test only: this case's check run does
 
 
 def time_loop(ctx, run_once, iters, blocking):
-    """Seconds per iteration on this rank."""
+    """Seconds per operation on this rank: iters iterations of the plan's agg_iters operations each."""
+    plan = ctx.plan
+    ops = iters * plan.agg_iters
     ctx.barrier()
-    if ctx.device.type == "cuda":
+    if ctx.device.type == "cuda" and plan.cuda_graph:
+        return _graph_loop(ctx, run_once, ops)
+    if ctx.device.type == "cuda" and not plan.cpu_time:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        for _ in range(iters):
+        for _ in range(ops):
             run_once(False)
             if blocking:
                 torch.cuda.synchronize()
         end.record()
         end.synchronize()
-        return start.elapsed_time(end) / 1e3 / iters
+        return start.elapsed_time(end) / 1e3 / ops
     t0 = time.perf_counter()
     if blocking:
-        for _ in range(iters):
+        for _ in range(ops):
             run_once(False)
     else:
-        works = [run_once(True) for _ in range(iters)]
+        works = [run_once(True) for _ in range(ops)]
         for work in works:
             if work is not None:
                 work.wait()
-    return (time.perf_counter() - t0) / iters
+    if ctx.device.type == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / ops
+
+
+def _graph_loop(ctx, run_once, ops):
+    """nccl-tests -G: the ops captured once in a CUDA graph, the graph replayed plan.cuda_graph times."""
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        for _ in range(ops):
+            run_once(False)
+    torch.cuda.synchronize()
+    ctx.barrier()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t0 = time.perf_counter()
+    start.record()
+    for _ in range(ctx.plan.cuda_graph):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    seconds = time.perf_counter() - t0 if ctx.plan.cpu_time else start.elapsed_time(end) / 1e3
+    return seconds / (ops * ctx.plan.cuda_graph)
 
 
 def over_ranks(ctx, seconds):
@@ -51,7 +77,7 @@ def over_ranks(ctx, seconds):
     dist.all_gather_into_tensor(every, mine)
     every = every.cpu().tolist()
     avg, lo, hi = sum(every) / len(every), min(every), max(every)
-    return {"avg": avg, "min": lo, "max": hi}[ctx.plan.agg], lo, hi
+    return {"avg": avg, "min": lo, "max": hi, "rank0": every[0]}[ctx.plan.agg], lo, hi
 
 
 def check(ctx, case, timed):
@@ -68,11 +94,17 @@ def check(ctx, case, timed):
     return rank_sum(mine, ctx.device), fields
 
 
+def time_source(ctx):
+    if ctx.device.type != "cuda" or ctx.plan.cpu_time:
+        return "cpu"
+    return "cuda_graph" if ctx.plan.cuda_graph else "cuda_events"
+
+
 def measure_case(ctx, case, cfg, size, shared):
     """One record per phase of case config cfg at size bytes."""
     plan = ctx.plan
-    count = size // DTYPES[plan.dtype].bytes
-    timed = case.build(ctx, cfg, count, torch_dtype(plan.dtype), shared)
+    count = size // DTYPES[cfg["dtype"]].bytes
+    timed = case.build(ctx, cfg, count, torch_dtype(cfg["dtype"]), shared)
     blocking = ctx.blocking if timed.blocking is None else timed.blocking
     rows = []
     for phase in case.phases:
@@ -82,7 +114,7 @@ def measure_case(ctx, case, cfg, size, shared):
             time_loop(ctx, run_once, plan.warmup, blocking)
         t, t_min, t_max = over_ranks(ctx, time_loop(ctx, run_once, plan.iters, blocking))
         algbw = size / t / 1e9
-        rows.append({"phase": phase, "blocking": blocking, "time_us": t * 1e6, "time_us_min": t_min * 1e6,
+        rows.append({"phase": phase, "blocking": blocking, "time_source": time_source(ctx), "time_us": t * 1e6, "time_us_min": t_min * 1e6,
                      "time_us_max": t_max * 1e6, "algbw_gbps": algbw, "busbw_gbps": algbw * timed.factors[phase],
                      **timed.fields(phase)})
     wrong, fields = check(ctx, case, timed) if plan.check else (None, {})

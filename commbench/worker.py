@@ -29,12 +29,13 @@ def run_plan(ctx, emit):
     names = list(dict.fromkeys(cfg["case"] for cfg in plan.configs))
     shared = {name: CASES[name].setup(ctx, [c for c in plan.configs if c["case"] == name])
               for name in names if CASES[name].setup}
-    for size in plan.sizes:
-        for cfg in plan.configs:
-            case = CASES[cfg["case"]]
-            for rec in measure_case(ctx, case, cfg, size, shared.get(case.name)):
-                wrong += rec["wrong"] or 0
-                emit(rec)
+    for cycle in range(plan.cycles):
+        for size in plan.sizes:
+            for cfg in plan.configs:
+                case = CASES[cfg["case"]]
+                for rec in measure_case(ctx, case, cfg, size, shared.get(case.name)):
+                    wrong += rec["wrong"] or 0
+                    emit({**rec, "cycle": cycle} if plan.cycles > 1 else rec)
     return wrong
 
 

@@ -34,7 +34,7 @@ def test_bus_factor_and_counts_match_nccl_tests(name, n):
     assert coll.counts(count, n) == NCCL_TESTS_COUNTS[name](count, n)
 
 
-def simulate(name, n, count, op):
+def simulate(name, n, count, op, root):
     """Every rank's receive buffer, computed from the collective's definition with numpy."""
     reduce_fn = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}[op]
     send_n, _ = NCCL_TESTS_COUNTS[name](count, n)
@@ -44,9 +44,9 @@ def simulate(name, n, count, op):
     if name == "all_reduce":
         return [reduce_fn(np.stack(inputs), axis=0)] * n
     if name == "reduce":
-        return [reduce_fn(np.stack(inputs), axis=0)] + [None] * (n - 1)
+        return [reduce_fn(np.stack(inputs), axis=0) if r == root else None for r in range(n)]
     if name == "broadcast":
-        return [inputs[0]] * n
+        return [inputs[root]] * n
     if name == "all_gather":
         return [np.concatenate(inputs)] * n
     if name == "reduce_scatter":
@@ -62,13 +62,15 @@ def simulate(name, n, count, op):
 @pytest.mark.parametrize("name", sorted(COLLECTIVES))
 @pytest.mark.parametrize("n", [1, 2, 3])
 @pytest.mark.parametrize("op", OPS)
-def test_expected_result_matches_simulation(name, n, op):
+@pytest.mark.parametrize("last_root", [False, True])
+def test_expected_result_matches_simulation(name, n, op, last_root):
     count = 6 * 7  # divisible by 1, 2, 3; not a multiple of the fill period
     coll = COLLECTIVES[name]
     vals = lambda r: fill_values(r, n, "float32", op)  # noqa: E731
-    truth = simulate(name, n, count, op)
+    root = n - 1 if last_root else 0
+    truth = simulate(name, n, count, op, root)
     for rank in range(n):
-        regions = coll.expected(rank, n, count, op, vals)
+        regions = coll.expected(rank, n, count, op, vals, root)
         if truth[rank] is None:
             assert regions == []
             continue

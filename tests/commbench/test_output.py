@@ -9,7 +9,7 @@ from rich.console import Console
 from commbench.output import nccl_float, nccl_tests_text, print_collective_tables, table_console
 from tests.conftest import read_records, run_tool
 
-RUN = ("run", "-c", "all_reduce,all_gather,sendrecv", "--nproc-per-node", 2, "-b", 8, "-e", "64K", "-f", 32,
+RUN = ("run", "--collective", "all_reduce,all_gather,sendrecv", "--nproc-per-node", 2, "-b", 8, "-e", "64K", "-f", 32,
        "-n", 2, "-w", 1, "--format", "nccl-tests")
 SIZES = [8, 256, 8192]
 # nccl-tests' own lines (src/util.cu writeResultHeader, without -I per-iteration columns or timestamps).

@@ -27,7 +27,7 @@ def expected_rows(sizes):
 @pytest.mark.slow
 def test_every_collective_correct_on_two_ranks(tmp_path):
     out = tmp_path / "r.jsonl"
-    proc = run_tool("commbench", "run", "-c", ALL, "--nproc-per-node", 2, "-b", 8, "-e", "64K", "-f", 32,
+    proc = run_tool("commbench", "run", "--collective", ALL, "--nproc-per-node", 2, "-b", 8, "-e", "64K", "-f", 32,
                     "-n", 5, "-w", 1, "--out", out)
     assert proc.returncode == 0, proc.stderr
     recs = read_records(out)
@@ -46,7 +46,7 @@ def test_every_collective_correct_on_two_ranks(tmp_path):
 def test_three_ranks_catch_a_corrupted_result_and_stay_correct_elsewhere(tmp_path):
     """3 ranks, int32 min, async launches: every collective exact except the one the fault hook corrupts."""
     out = tmp_path / "r.jsonl"
-    proc = run_tool("commbench", "run", "-c", ALL, "--nproc-per-node", 3, "-b", 96, "-e", 6144, "-f", 64,
+    proc = run_tool("commbench", "run", "--collective", ALL, "--nproc-per-node", 3, "-b", 96, "-e", 6144, "-f", 64,
                     "-n", 3, "-w", 1, "--dtype", "int32", "--op", "min", "--no-blocking", "--out", out,
                     env={"COMMBENCH_TEST_CORRUPT": "reduce_scatter"})
     assert proc.returncode == 1
@@ -106,11 +106,17 @@ def test_peer_that_never_arrives_ends_with_a_clear_error():
     (["run", "-b", "0"], "must be positive"),
     (["run", "-e", "-4K"], "must be positive"),
     (["run", "-b", "12Q"], "is not a size"),
-    (["run", "-c", "all_reduce,allgather"], "unknown collective 'allgather'"),
+    (["run", "--collective", "all_reduce,allgather"], "unknown collective 'allgather'"),
     (["run", "--dtype", "float8"], "unknown dtype"),
-    (["run", "--op", "prod"], "unknown op"),
-    (["run", "-c", "all_gather", "--nproc-per-node", "3", "-b", "8", "-e", "8"], "multiple of 12 B"),
-    (["run", "-c", "reduce_scatter", "--nodes", "3", "-b", "16", "-e", "16"], "multiple of 12 B"),
+    (["run", "--op", "avg"], "unknown op 'avg'"),
+    (["run", "-d", "f8e4m3"], "needs NCCL"),
+    (["run", "-d", "int8", "--nproc-per-node", 200, "--dry-run"], "cannot hold a sum over 200 ranks"),
+    (["run", "-G", "5"], "NCCL on GPUs only"),
+    (["run", "-N", "0"], "-N/--cycles must be at least 1"),
+    (["run", "-r", "2"], "not a rank of 0..1"),
+    (["run", "--collective", "all_reduce", "--place", "out"], "all_reduce has no out-of-place variant"),
+    (["run", "--collective", "all_gather", "--nproc-per-node", "3", "-b", "8", "-e", "8"], "multiple of 12 B"),
+    (["run", "--collective", "reduce_scatter", "--nodes", "3", "-b", "16", "-e", "16"], "multiple of 12 B"),
     (["run", "--node-rank", "1"], "--node-rank only applies"),
     (["run", "--launcher", "torchrun"], "needs --rdzv-endpoint"),
     (["run", "--rdzv-endpoint", "nohost", "--node-rank", "0"], "is not HOST:PORT"),
@@ -138,7 +144,7 @@ def test_interface_is_the_one_that_routes_to_the_endpoint():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="NCCL path needs an NVIDIA GPU; CI has none")
 def test_nccl_world_size_one(tmp_path):
     out = tmp_path / "g.jsonl"
-    proc = run_tool("commbench", "run", "-c", ALL, "-b", 8, "-e", "64M", "-f", 8, "--backend", "nccl",
+    proc = run_tool("commbench", "run", "--collective", ALL, "-b", 8, "-e", "64M", "-f", 8, "--backend", "nccl",
                     "--nproc-per-node", 1, "--out", out)
     assert proc.returncode == 0, proc.stderr
     recs = read_records(out)
