@@ -6,20 +6,38 @@ from pathlib import Path
 from benchcore.procs import MountEntry, read_mounts
 
 SYS_DEV_BLOCK = Path("/sys/dev/block")
-SYS_BLOCK = Path("/sys/block")
 
-# Storage classes, first match wins: (class, fs types it covers, backing block device name prefixes).
-# A class with device prefixes matches a mount whose backing disks all start with one of them.
-STORAGE_CLASSES = (
-    ("cephfs", {"ceph", "fuse.ceph-fuse"}, None),
-    ("nfs", {"nfs", "nfs4"}, None),
-    ("lustre", {"lustre"}, None),
-    ("tmpfs", {"tmpfs", "ramfs"}, None),
-    ("overlay", {"overlay"}, None),
-    ("nvme", None, ("nvme",)),
-    ("local-disk", None, ("",)),  # any other block device: sd*, vd*, xvd*, md*, loop*
+# Storage classes by file-system type: network, parallel and memory file systems.
+FS_CLASSES = {
+    "cephfs": {"ceph", "fuse.ceph-fuse", "fuse.ceph"},
+    "nfs": {"nfs", "nfs4"},
+    "smb": {"cifs", "smb3", "smbfs"},
+    "lustre": {"lustre"},
+    "gpfs": {"gpfs"},
+    "beegfs": {"beegfs"},
+    "wekafs": {"wekafs", "fuse.wekafs"},
+    "glusterfs": {"glusterfs", "fuse.glusterfs"},
+    "juicefs": {"juicefs", "fuse.juicefs"},
+    "daos": {"fuse.dfuse", "fuse.daos", "daos"},
+    "virtiofs": {"virtiofs"},
+    "9p": {"9p"},
+    "zfs": {"zfs"},
+    "tmpfs": {"tmpfs", "ramfs"},
+    "overlay": {"overlay"},
+}
+FS_CLASS = {fs: name for name, types in FS_CLASSES.items() for fs in types}
+
+# Block-backed file systems: the class of each backing whole disk, first match wins:
+# (class, disk-name prefixes, rotational as sysfs says (None: either)). dm/md resolve to their members.
+DISK_CLASSES = (
+    ("nvme", ("nvme",), None),
+    ("loop", ("loop",), None),
+    ("virtio", ("vd",), None),
+    ("xen", ("xvd",), None),
+    ("zram", ("zram",), None),
+    ("hdd", ("sd", "hd"), True),
+    ("ssd", ("sd", "hd", "mmcblk"), False),
 )
-
 # File systems that hold no user data; `iobench mounts` hides them unless --all.
 PSEUDO_FS = {"proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "securityfs", "debugfs",
              "tracefs", "bpf", "pstore", "mqueue", "hugetlbfs", "configfs", "fusectl", "binfmt_misc",
@@ -41,32 +59,48 @@ def _block_name(dev):
 
 
 def _whole_disks(sysdir):
-    """Whole disks under a block device: a partition's parent, a dm/md device's slaves, recursively."""
+    """Whole-disk sysfs dirs under a block device: a partition's parent, a dm/md device's members, recursively."""
     if (sysdir / "partition").exists():
         return _whole_disks(sysdir.parent)
     slaves = sorted((sysdir / "slaves").glob("*")) if (sysdir / "slaves").is_dir() else []
     if slaves:
         return tuple(d for s in slaves for d in _whole_disks(Path(os.path.realpath(s))))
-    return (sysdir.name,)
+    return (sysdir,)
 
 
-def _describe(disks):
+def _rotational(disk):
+    try:
+        return (disk / "queue" / "rotational").read_text().strip() == "1"
+    except OSError:
+        return None
+
+
+def disk_class(disk):
+    """The DISK_CLASSES class of one whole disk's sysfs dir, else 'local-disk'."""
+    for name, prefixes, rotational in DISK_CLASSES:
+        if disk.name.startswith(prefixes) and (rotational is None or _rotational(disk) is rotational):
+            return name
+    return "local-disk"
+
+
+def _describe(top, disks):
     parts = []
     for disk in disks:
-        backing = SYS_BLOCK / disk / "loop" / "backing_file"
+        backing = disk / "loop" / "backing_file"
         if backing.exists():
-            parts.append(f"{disk} (loop device, backing file {backing.read_text().strip()})")
+            parts.append(f"{disk.name} (loop device, backing file {backing.read_text().strip()})")
         else:
-            parts.append(disk)
-    return ", ".join(parts)
+            parts.append(f"{disk.name} ({disk_class(disk)})")
+    members = ", ".join(parts)
+    return members if top is None or top in disks else f"{top.name} over {members}"
 
 
 def storage_class(fs_type, disks):
-    """The first STORAGE_CLASSES row that matches the fs type or every backing disk."""
-    for name, fs_types, prefixes in STORAGE_CLASSES:
-        if (fs_types and fs_type in fs_types) or (prefixes and disks and all(d.startswith(prefixes) for d in disks)):
-            return name
-    return "unknown"
+    """By fs type (FS_CLASSES) first; else the class its backing disks share ('mixed' when they differ)."""
+    if fs_type in FS_CLASS:
+        return FS_CLASS[fs_type]
+    classes = {disk_class(d) for d in disks}
+    return classes.pop() if len(classes) == 1 else ("mixed" if classes else "unknown")
 
 
 def classify(entry):
@@ -76,13 +110,16 @@ def classify(entry):
         rdev = os.stat(entry.source).st_rdev
         sysdir = _block_name(f"{os.major(rdev)}:{os.minor(rdev)}")
     disks = _whole_disks(sysdir) if sysdir else ()
-    return Mount(**asdict(entry), disks=disks, device=_describe(disks) if disks else entry.source,
+    return Mount(**asdict(entry), disks=tuple(d.name for d in disks),
+                 device=_describe(sysdir, disks) if disks else entry.source,
                  storage_class=storage_class(entry.fs_type, disks))
 
 
 def all_mounts(include_pseudo=False):
-    """This machine's mounts, classified; pseudo file systems only with include_pseudo."""
-    return [classify(m) for m in read_mounts() if include_pseudo or m.fs_type not in PSEUDO_FS]
+    """This machine's mounts, classified, each mount point once (the mount on top); pseudo file systems only
+    with include_pseudo."""
+    top = {m.mount_point: m for m in read_mounts()}  # later lines are stacked on earlier ones
+    return [classify(m) for m in top.values() if include_pseudo or m.fs_type not in PSEUDO_FS]
 
 
 def mount_of(path):

@@ -1,6 +1,7 @@
 """Mount detection and storage classes: mountinfo parsing, then real tmpfs, XFS-on-loop and the root fs."""
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +21,24 @@ REMOTE = """\
 67 27 0:56 / /mnt/fuse ro - fuse.sshfs host:/ ro
 """
 
+# One synthetic mountinfo line per file-system storage class (fs type as the kernel or the FUSE daemon
+# names it), and the class iobench must give it.
+FS_LINES = [
+    ("ceph", "10.0.0.1:6789:/", "cephfs"), ("fuse.ceph-fuse", "ceph-fuse", "cephfs"),
+    ("nfs", "srv:/export", "nfs"), ("nfs4", "srv:/export", "nfs"), ("cifs", "//srv/share", "smb"),
+    ("smb3", "//srv/share", "smb"), ("lustre", "10.0.0.2@tcp:/fs", "lustre"), ("gpfs", "gpfs0", "gpfs"),
+    ("beegfs", "beegfs_nodev", "beegfs"), ("wekafs", "default", "wekafs"),
+    ("fuse.glusterfs", "srv:/vol", "glusterfs"), ("fuse.juicefs", "redis://srv/1", "juicefs"),
+    ("fuse.dfuse", "dfuse", "daos"), ("virtiofs", "myfs", "virtiofs"), ("9p", "hostshare", "9p"),
+    ("zfs", "tank/ckpt", "zfs"), ("tmpfs", "tmpfs", "tmpfs"), ("overlay", "overlay", "overlay"),
+]
+
+
+@pytest.mark.parametrize("fs_type,source,expected", FS_LINES)
+def test_file_system_storage_classes(fs_type, source, expected):
+    (entry,) = parse_mountinfo(f"70 27 0:60 / /mnt/x rw,relatime - {fs_type} {source} rw\n")
+    assert classify(entry).storage_class == expected
+
 
 def test_parse_and_classify_remote_lines():
     found = {m.mount_point: classify(m) for m in parse_mountinfo(REMOTE)}
@@ -31,7 +50,7 @@ def test_parse_and_classify_remote_lines():
 
 
 def test_nvme_behind_partition_and_lvm(tmp_path, monkeypatch):
-    """A fake /sys tree: dm-0 on nvme0n1p2 (a partition of nvme0n1) is nvme; dm-1 on sda1 + nvme is local-disk."""
+    """A fake /sys tree: dm-0 on nvme0n1p2 (a partition of nvme0n1) is nvme; dm-1 on sda1 + nvme is mixed."""
     devices = tmp_path / "devices"
     for disk, part in (("nvme0n1", "nvme0n1p2"), ("sda", "sda1")):
         (devices / disk / part).mkdir(parents=True)
@@ -48,12 +67,33 @@ def test_nvme_behind_partition_and_lvm(tmp_path, monkeypatch):
     a, b = map(classify, parse_mountinfo("1 0 253:0 / /a rw - xfs /dev/mapper/a rw\n"
                                          "2 0 253:1 / /b rw - ext4 /dev/mapper/b rw\n"))
     assert (a.storage_class, a.disks) == ("nvme", ("nvme0n1",))
-    assert (b.storage_class, b.disks) == ("local-disk", ("nvme0n1", "sda"))
+    assert (b.storage_class, b.disks) == ("mixed", ("nvme0n1", "sda"))
+    assert a.device == "dm-0 over nvme0n1 (nvme)" and b.device == "dm-1 over nvme0n1 (nvme), sda (local-disk)"
+
+
+@pytest.mark.parametrize("disk,rotational,expected", [
+    ("sda", "1", "hdd"), ("sdb", "0", "ssd"), ("vdb", "1", "virtio"), ("nvme1n1", "0", "nvme"),
+    ("loop7", "0", "loop"), ("xvda", "0", "xen"), ("mmcblk0", "0", "ssd")])
+def test_block_storage_classes_from_sysfs(tmp_path, monkeypatch, disk, rotational, expected):
+    """A fake /sys tree: the disk's name (its transport) and queue/rotational (SSD vs HDD)."""
+    (tmp_path / "devices" / disk / "queue").mkdir(parents=True)
+    (tmp_path / "devices" / disk / "queue" / "rotational").write_text(rotational + "\n")
+    (tmp_path / "dev-block").mkdir()
+    (tmp_path / "dev-block" / "8:0").symlink_to(tmp_path / "devices" / disk)
+    monkeypatch.setattr(mounts, "SYS_DEV_BLOCK", tmp_path / "dev-block")
+    (entry,) = parse_mountinfo(f"1 0 8:0 / /data rw - ext4 /dev/{disk} rw\n")
+    assert classify(entry).storage_class == expected
 
 
 def test_root_fs_is_a_local_block_device():
     root = mount_of("/")
-    assert root.mount_point == "/" and root.disks and root.storage_class in ("nvme", "local-disk")
+    assert root.mount_point == "/" and root.disks
+    name = root.disks[0]
+    rotational = Path(f"/sys/block/{name}/queue/rotational").read_text().strip() == "1"
+    prefix = next((p for p in ("nvme", "loop", "vd", "xvd", "zram") if name.startswith(p)), None)
+    expected = {"nvme": "nvme", "loop": "loop", "vd": "virtio", "xvd": "xen", "zram": "zram"}.get(
+        prefix, "hdd" if rotational else "ssd")
+    assert root.storage_class == expected
 
 
 @pytest.mark.root
@@ -65,7 +105,7 @@ def test_real_tmpfs_and_loop_xfs(tmpfs, loop_xfs):
     mnt, device = loop_xfs
     x = mount_of(mnt)
     name = os.path.basename(device)
-    assert (x.fs_type, x.storage_class, x.disks) == ("xfs", "local-disk", (name,))
+    assert (x.fs_type, x.storage_class, x.disks) == ("xfs", "loop", (name,))
     assert f"{name} (loop device, backing file" in x.device and "disk.img" in x.device
 
 
@@ -76,9 +116,11 @@ def test_mounts_command_lists_them(tool, tmpfs, loop_xfs):
     assert proc.returncode == 0, proc.stderr
     rows = {r["mount_point"]: r for r in map(json.loads, proc.stdout.splitlines())}
     xfs = rows[str(loop_xfs[0])]
-    assert (xfs["fs_type"], xfs["storage_class"], xfs["mode"]) == ("xfs", "local-disk", "rw")
+    assert (xfs["fs_type"], xfs["storage_class"], xfs["mode"]) == ("xfs", "loop", "rw")
     assert os.path.basename(loop_xfs[1]) in xfs["device"] and xfs["free_bytes"] > 200 << 20
     assert (rows[str(ro)]["storage_class"], rows[str(ro)]["mode"]) == ("tmpfs", "ro")
     assert "/proc" not in rows
+    listed = [json.loads(ln)["mount_point"] for ln in proc.stdout.splitlines()]
+    assert len(listed) == len(set(listed)) and "/dev/shm" in listed  # once, though mountinfo has it twice
     table = tool("iobench", "mounts", "--all")
     assert table.returncode == 0 and "proc" in table.stdout and "storage class" in table.stdout
