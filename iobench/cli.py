@@ -207,10 +207,14 @@ def clean(paths):
               help="Ranks torchrun starts on this node (each writes its shard).")
 @click.option("--ckpt-format", "ckpt_formats", default="torch-save,dcp", show_default=True,
               help="torch-save (torch.save, one file per rank), dcp (torch.distributed.checkpoint), or both.")
+@click.option("--repeats", type=int, default=torchckpt.DEFAULT_REPEATS, show_default=True,
+              callback=positive("--repeats"),
+              help="Times fio's reference and each format run; MB/s is the median, the ratio has a range.")
 @click.option("--fio/--no-fio", "fio_ceiling", default=True, show_default=True,
-              help="Measure fio shard-write/restore-read on the same mount first, for the ratio.")
+              help="Measure fio's reference first (shard-write, restore-read-buffered: same bytes, buffered, "
+                   "durable write, read after a cache drop), for the ratio.")
 @output_options
-def torch_ckpt(path, size, ranks, ckpt_formats, fio_ceiling, out, fmt, timeout, keep, keep_json, concurrent):
+def torch_ckpt(path, size, ranks, ckpt_formats, repeats, fio_ceiling, out, fmt, timeout, keep, keep_json, concurrent):
     """Write a real PyTorch checkpoint, fsync, read it back, verify every tensor; compare with fio.
 
     \b
@@ -224,7 +228,8 @@ def torch_ckpt(path, size, ranks, ckpt_formats, fio_ceiling, out, fmt, timeout, 
     run_id = new_run_id()
     writer = open_writer(out)
     keeper = json_keeper(keep_json, out, run_id)
-    records = torchckpt.run(path, size, ranks, formats, fio_ceiling, timeout, keep, writer, run_id, concurrent, keeper)
+    records = torchckpt.run(path, size, ranks, formats, fio_ceiling, timeout, keep, writer, run_id, concurrent, keeper,
+                            repeats)
     emit(records, fmt, torchckpt.print_torch)
     wrong = sum(r.get("wrong") or 0 for r in records)
     if wrong:

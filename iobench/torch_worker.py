@@ -3,14 +3,16 @@
 Each rank holds its shard of a model-like state dict (random float32/bfloat16 tensors, so no file
 system can compress or deduplicate them). `torch-save` writes one file per rank with torch.save;
 `dcp` writes the same shards as DTensors (Shard(0) over all ranks) with torch.distributed.checkpoint.
-Files are fsynced before the write clock stops, dropped from the page cache (posix_fadvise
-DONTNEED) before reading, and every tensor read back is compared exactly with a regenerated copy.
-Rank 0 writes the results as JSON to --result.
+Files are fsynced, then their directory by rank 0, before the write clock stops (durable); they are
+dropped from the page cache (posix_fadvise DONTNEED) before the buffered read, and every tensor read
+back is compared exactly with a regenerated copy. Each format is written and read --repeats times,
+each repeat's files removed before the next (unless --keep). Rank 0 writes the results as JSON to --result.
 """
 import argparse
 import datetime
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -94,12 +96,16 @@ def load_dcp(plan, directory, rank, mesh):
 FORMATS = {"torch-save": (save_torch, load_torch), "dcp": (save_dcp, load_dcp)}
 
 
-def timed(fn, *args):
-    """Seconds from a barrier until every rank has finished fn (barrier again)."""
+def timed(fn, *args, then=None):
+    """Seconds from a barrier until every rank has finished fn and rank 0 then() (barriers between)."""
     dist.barrier()
     start = time.perf_counter()
     result = fn(*args)
     dist.barrier()
+    if then:
+        if dist.get_rank() == 0:
+            then()
+        dist.barrier()
     return time.perf_counter() - start, result
 
 
@@ -120,6 +126,8 @@ def main():
     parser.add_argument("--per-rank-bytes", type=int, required=True)
     parser.add_argument("--result", required=True)
     parser.add_argument("--timeout", type=int, default=600)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--keep", action="store_true", help="keep every repeat's files (else each is removed)")
     args = parser.parse_args()
 
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
@@ -131,20 +139,26 @@ def main():
     results = []
     for fmt in args.formats.split(","):
         save, load = FORMATS[fmt]
-        directory = Path(args.dir) / fmt
-        if rank == 0:
-            directory.mkdir()
-        dist.barrier()
-        write_s, _ = timed(save, state, directory, rank, mesh)
-        if rank == 0:
-            fsync_dir(directory)
-        drop_cache(directory)
-        read_s, loaded = timed(load, plan, directory, rank, mesh)
-        wrong = rank_sum(wrong_tensors(loaded, rank, plan))
-        del loaded
-        file_bytes = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
-        results.append({"ckpt_format": fmt, "payload_bytes": payload, "file_bytes": file_bytes,
-                        "tensors": len(plan) * world, "wrong": wrong, "write_s": write_s, "read_s": read_s})
+        res = {"ckpt_format": fmt, "payload_bytes": payload, "tensors": len(plan) * world, "wrong": 0,
+               "write_s": [], "read_s": []}
+        for repeat in range(args.repeats):
+            directory = Path(args.dir) / fmt / str(repeat)
+            if rank == 0:
+                directory.mkdir(parents=True)
+            dist.barrier()
+            # durable: every file fsynced by its rank, then the directory by rank 0, inside the clock
+            write_s, _ = timed(save, state, directory, rank, mesh, then=lambda: fsync_dir(directory))
+            drop_cache(directory)
+            read_s, loaded = timed(load, plan, directory, rank, mesh)
+            res["wrong"] += rank_sum(wrong_tensors(loaded, rank, plan))
+            del loaded
+            res["file_bytes"] = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
+            res["write_s"].append(write_s)
+            res["read_s"].append(read_s)
+            dist.barrier()
+            if rank == 0 and not args.keep:
+                shutil.rmtree(directory)  # the next repeat or format finds the room it needs
+        results.append(res)
     if rank == 0:
         Path(args.result).write_text(json.dumps({"results": results, "torch_version": torch.__version__,
                                                  "world_size": world}))
