@@ -14,15 +14,17 @@ installed by scripts/setup.
 """
 import json
 import mmap
-import sys
 import os
-import signal
-import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from benchcore import procs
+from benchcore.fixture import live_pids
+from scripts.loop_fs import loops_backed_by
 
 ROOT = Path(__file__).resolve().parent.parent
 LOOP_FS = ROOT / "scripts" / "loop-fs"
@@ -30,63 +32,30 @@ CEPHFS_LOCAL = ROOT / "scripts" / "cephfs-local"
 
 
 def run_script(script, *args, timeout=120):
-    """Run scripts/loop-fs or scripts/cephfs-local; CompletedProcess with text output."""
-    return subprocess.run([str(script), *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+    """Run scripts/loop-fs or scripts/cephfs-local; procs.Completed (returncode, stdout, stderr)."""
+    done = procs.run([script, *args], timeout)
+    assert not done.timed_out, f"{script.name} {' '.join(map(str, args))} ran past {timeout} s"
+    return done
 
 
 def mount_entry(path):
-    """(source, fstype, options) of the mount at path in /proc/mounts, or None."""
-    found = None
-    for line in Path("/proc/mounts").read_text().splitlines():
-        src, mnt, fstype, opts = line.split()[:4]
-        if mnt.encode().decode("unicode_escape") == str(path):
-            found = (src, fstype, opts)
-    return found
+    """(source, fs type) of the mount on top at path, or None (tests/iobench/conftest.py reads it)."""
+    m = procs.mount_at(path)
+    return (m.source, m.fs_type) if m else None
 
 
-def live_procs_mentioning(text):
-    """{pid: cmdline} of running (non-zombie) processes whose command line contains text."""
-    found = {}
-    for p in Path("/proc").iterdir():
-        if not p.name.isdigit() or int(p.name) == os.getpid():
-            continue
-        try:
-            cmd = (p / "cmdline").read_bytes().decode(errors="replace").replace("\0", " ")
-            state = (p / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if text in cmd and state != "Z":
-            found[int(p.name)] = cmd.strip()
-    return found
-
-
-def loops_backed_by(image):
-    """/dev/loopN whose backing file is image (also when it was deleted)."""
-    devs = []
-    for b in Path("/sys/block").glob("loop*/loop/backing_file"):
-        backing = b.read_text().strip()
-        if backing in (str(image), f"{image} (deleted)"):
-            devs.append(f"/dev/{b.parent.parent.name}")
-    return sorted(devs)
-
-
-def _one_line(proc):
-    lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
-    return lines[-1] if lines else f"exit {proc.returncode}"
+def _one_line(done):
+    return f"exit {done.returncode}: {procs.one_line(done.stderr or done.stdout)}"
 
 
 def _force_clean(d, conf=None):
     """Last resort after a failed `down`: kill our processes by PID, lazily unmount."""
     if conf:
-        for pid in live_procs_mentioning(str(conf)):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        for pid in live_pids(str(conf)):
+            procs.kill(pid)
     mnt = Path(d) / "mnt"
-    while mount_entry(mnt):
-        if subprocess.run(["umount", "-l", str(mnt)], capture_output=True).returncode:
+    while procs.mount_at(mnt):
+        if procs.run(["umount", "-l", mnt], 60).returncode:
             break
 
 
@@ -96,7 +65,7 @@ def assert_loop_fs_gone(d, wait_s=60):
     A detached loop device can stay listed for a while when another mount namespace still
     held the mount; wait up to wait_s for the kernel to let it go."""
     d = Path(d)
-    assert mount_entry(d / "mnt") is None, f"{d}/mnt still mounted"
+    assert procs.mount_at(d / "mnt") is None, f"{d}/mnt still mounted"
     end = time.monotonic() + wait_s
     while loops_backed_by(d / "disk.img") and time.monotonic() < end:
         time.sleep(0.5)
@@ -107,8 +76,8 @@ def assert_loop_fs_gone(d, wait_s=60):
 def assert_cephfs_gone(d):
     """Nothing of a cephfs-local cluster remains: no process using its conf, no mount, no dir."""
     d = Path(d)
-    assert live_procs_mentioning(str(d / "ceph.conf")) == {}
-    assert mount_entry(d / "mnt") is None, f"{d}/mnt still mounted"
+    assert live_pids(str(d / "ceph.conf")) == []
+    assert procs.mount_at(d / "mnt") is None, f"{d}/mnt still mounted"
     assert not d.exists(), f"{d} left behind: {sorted(os.listdir(d))}"
 
 
@@ -121,12 +90,10 @@ class CephFS:
     dir: Path         # the cluster's state directory (what --dir names)
 
     def ceph(self, *args, timeout=60):
-        return subprocess.run(["ceph", "-c", str(self.conf), *map(str, args)],
-                              capture_output=True, text=True, timeout=timeout)
+        return procs.run(["ceph", "-c", self.conf, *args], timeout)
 
     def rados(self, *args, timeout=60):
-        return subprocess.run(["rados", "-c", str(self.conf), *map(str, args)],
-                              capture_output=True, text=True, timeout=timeout)
+        return procs.run(["rados", "-c", self.conf, *args], timeout)
 
 
 # One of each per session even when several folders' conftest.py import these fixtures

@@ -54,7 +54,9 @@ def test_pair_up_exec_status_reshape_down(prefix, capsys):
     assert cluster("up", "--prefix", prefix, "--nodes", 2, "--rate", "500mbit").returncode == 0  # idempotent
     n0, n1 = netns.ns_name(prefix, 0), netns.ns_name(prefix, 1)
     assert "rate 500Mbit burst 125000b" in qdisc(n0) and "rate 500Mbit" in qdisc(n1)  # 2 ms bucket
-    status = cluster("status", "--prefix", prefix).stdout
+    st = cluster("status", "--prefix", prefix)
+    status = st.stdout
+    assert st.returncode == 0 and status.startswith(f"netns-cluster: running with prefix '{prefix}': 2 nodes")
     assert f"{n0}: eth0 10.213.0.1/24 UP rate 500Mbit" in status and f"{n1}: eth0 10.213.0.2/24 UP" in status
     # the subnet exists only inside the namespaces
     assert "10.213.0." not in subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
@@ -69,6 +71,7 @@ def test_pair_up_exec_status_reshape_down(prefix, capsys):
     down_s = time.monotonic() - t0
     assert down.returncode == 0 and "removed" in down.stdout
     assert not Path(f"/etc/netns/{n0}").exists() and not netns.existing(prefix)[0]
+    assert cluster("status", "--prefix", prefix).returncode == 3
     with capsys.disabled():
         print(f"\n[netns-cluster] up {up_s:.2f} s, down {down_s:.2f} s (wall, including the script's start)")
 
@@ -85,6 +88,7 @@ def test_bridge_for_three_nodes_rebuild_and_down_after_partial_up(prefix):
     assert cluster("down", "--prefix", prefix).returncode == 0
     for name in (netns.ns_name(prefix, 0), netns.ns_name(prefix, 1), netns.switch_name(prefix)):  # a partial up
         subprocess.run(["ip", "netns", "add", name], check=True)
+    assert cluster("status", "--prefix", prefix).returncode == 1  # namespaces without links
     sleeper = subprocess.Popen(["ip", "netns", "exec", netns.ns_name(prefix, 1), "sleep", "300"])
     down = cluster("down", "--prefix", prefix)
     assert down.returncode == 0 and "ended 1 processes" in down.stdout, down.stdout + down.stderr
@@ -95,5 +99,5 @@ def test_bad_input_is_one_line():
     for args, needle in ((["up", "--nodes", 1], "at least 2"), (["up", "--rate", "fast"], "is not a rate"),
                          (["exec", "--prefix", "cbnone", 0, "--", "true"], "no node 0")):
         out = cluster(*args)
-        assert out.returncode == 1 and out.stderr.startswith("error:") and needle in out.stderr, out.stderr
+        assert out.returncode == 1 and out.stderr.startswith("netns-cluster: error:") and needle in out.stderr, out.stderr
         assert len(out.stderr.strip().splitlines()) == 1

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.storage_fixtures import (assert_direct_read_back, CEPHFS_LOCAL, assert_cephfs_gone, live_procs_mentioning,
-                                    mount_entry, run_script)
+from benchcore.fixture import live_pids
+from benchcore.procs import mount_at, spawn
+from tests.storage_fixtures import assert_direct_read_back, CEPHFS_LOCAL, assert_cephfs_gone, run_script
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -52,7 +53,7 @@ def test_ceph_status_is_healthy(cephfs_mount):
     assert [r["status"] for r in s["fsmap"]["by_rank"]] == ["up:active"]
     assert s["mgrmap"]["available"] is True
     assert s["quorum_names"] == ["a"]
-    assert mount_entry(cephfs_mount.path)[1] == "fuse.ceph-fuse"
+    assert mount_at(cephfs_mount.path).fs_type == "fuse.ceph-fuse"
     pools = {p["pool_name"] for p in ceph_json(cephfs_mount, "osd", "pool", "ls", "detail")}
     assert cephfs_mount.data_pool in pools
     fs = ceph_json(cephfs_mount, "fs", "ls")
@@ -152,8 +153,7 @@ def test_status_and_second_up_report_the_running_cluster(cephfs_mount):
 def test_down_cleans_up_after_an_interrupted_up(tmp_path):
     """SIGKILL `up` once the OSD started: status says partial, down removes every trace."""
     d = tmp_path / "half"
-    up = subprocess.Popen([str(CEPHFS_LOCAL), "up", "--dir", str(d)], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL, start_new_session=True)
+    up = spawn([CEPHFS_LOCAL, "up", "--dir", d], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and up.poll() is None:
@@ -168,7 +168,7 @@ def test_down_cleans_up_after_an_interrupted_up(tmp_path):
         rc, st = status_json(d)
         assert rc == 1 and st["state"] == "partial", st
         assert st["daemons"]["mon.a"]["alive"] and st["daemons"]["osd.0"]["alive"]
-        assert live_procs_mentioning(str(d / "ceph.conf"))
+        assert live_pids(str(d / "ceph.conf"))
         down = run_script(CEPHFS_LOCAL, "down", "--dir", d, timeout=120)
         assert down.returncode == 0, down.stderr
         assert_cephfs_gone(d)
@@ -189,7 +189,7 @@ def test_refusals_are_one_line_and_touch_nothing(tmp_path):
         lines = p.stderr.splitlines()
         assert len(lines) == 1 and lines[0].startswith("cephfs-local: error:"), lines
     assert os.listdir(mine) == ["keep.txt"] and (mine / "keep.txt").read_text() == "user data"
-    assert live_procs_mentioning(str(mine)) == {}
+    assert live_pids(str(mine)) == []
     h = run_script(CEPHFS_LOCAL, "--help")
     assert h.returncode == 0 and "examples:" in h.stdout
 
@@ -206,4 +206,4 @@ def test_down_leaves_nothing_and_up_works_again(cephfs_mount):
     finally:  # later tests in the session share this cluster
         up = run_script(CEPHFS_LOCAL, "up", "--dir", d, timeout=300)
     assert up.returncode == 0, up.stderr
-    assert mount_entry(cephfs_mount.path)[1] == "fuse.ceph-fuse"
+    assert mount_at(cephfs_mount.path).fs_type == "fuse.ceph-fuse"

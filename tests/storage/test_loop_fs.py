@@ -3,27 +3,26 @@ import errno
 import json
 import mmap
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.storage_fixtures import (assert_direct_read_back, LOOP_FS, assert_loop_fs_gone, loops_backed_by, mount_entry,
-                                    run_script)
+from benchcore.procs import mount_at, run
+from tests.storage_fixtures import assert_direct_read_back, LOOP_FS, assert_loop_fs_gone, loops_backed_by, run_script
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 
 def test_mount_is_real_xfs_on_a_loop_device_with_direct_io(loop_xfs_mount):
-    src, fstype, _ = mount_entry(loop_xfs_mount)
-    assert fstype == "xfs" and src.startswith("/dev/loop"), (src, fstype)
+    m = mount_at(loop_xfs_mount)
+    src = m.source
+    assert m.fs_type == "xfs" and src.startswith("/dev/loop"), m
     loop = Path("/sys/block") / Path(src).name / "loop"
     assert (loop / "dio").read_text().strip() == "1"  # losetup --direct-io=on took effect
     assert (loop / "backing_file").read_text().strip() == str(loop_xfs_mount.parent / "disk.img")
     # the kernel, not the mount table, says XFS
-    stat = subprocess.run(["stat", "-f", "-c", "%T", str(loop_xfs_mount)], capture_output=True,
-                          text=True, check=True)
-    assert stat.stdout.strip() == "xfs"
+    stat = run(["stat", "-f", "-c", "%T", loop_xfs_mount], 30)
+    assert stat.returncode == 0 and stat.stdout.strip() == "xfs"
 
 
 def test_o_direct_write_and_read_back(loop_xfs_mount):
@@ -46,16 +45,16 @@ def test_o_direct_write_and_read_back(loop_xfs_mount):
 
 def test_second_up_reports_the_running_fs_and_refuses_a_different_one(loop_xfs_mount):
     d = loop_xfs_mount.parent
-    before = mount_entry(loop_xfs_mount)
+    before = mount_at(loop_xfs_mount)
     again = run_script(LOOP_FS, "up", "--dir", d)
     assert again.returncode == 0, again.stderr
-    assert "already up: xfs (4 GiB)" in again.stdout
-    assert mount_entry(loop_xfs_mount) == before and len(loops_backed_by(d / "disk.img")) == 1
+    assert "already up: xfs (4G)" in again.stdout
+    assert mount_at(loop_xfs_mount) == before and len(loops_backed_by(d / "disk.img")) == 1
     other = run_script(LOOP_FS, "up", "--fs", "ext4", "--dir", d)
     assert other.returncode == 1 and other.stderr.count("\n") == 1, other.stderr
     assert "already holds xfs" in other.stderr
     st = run_script(LOOP_FS, "status", "--dir", d)
-    assert st.returncode == 0 and "running" in st.stdout and before[0] in st.stdout
+    assert st.returncode == 0 and "running" in st.stdout and before.source in st.stdout
 
 
 def test_ext4_up_then_down_after_a_half_torn_state(tmp_path):
@@ -64,9 +63,10 @@ def test_ext4_up_then_down_after_a_half_torn_state(tmp_path):
     try:
         up = run_script(LOOP_FS, "up", "--fs", "ext4", "--size", "512M", "--dir", d)
         assert up.returncode == 0, up.stderr
-        src, fstype, _ = mount_entry(d / "mnt")
-        assert fstype == "ext4" and loops_backed_by(d / "disk.img") == [src]
-        subprocess.run(["umount", str(d / "mnt")], check=True)
+        m = mount_at(d / "mnt")
+        src = m.source
+        assert m.fs_type == "ext4" and loops_backed_by(d / "disk.img") == [src]
+        assert run(["umount", d / "mnt"], 60).returncode == 0
         st = run_script(LOOP_FS, "status", "--json", "--dir", d)
         assert st.returncode == 1 and json.loads(st.stdout)["state"] == "partial"
         down = run_script(LOOP_FS, "down", "--dir", d)
@@ -85,7 +85,7 @@ def test_refusals_are_one_line_and_touch_nothing(tmp_path):
     mine.mkdir()
     (mine / "keep.txt").write_text("user data")
     for args, needle in ((["--dir", mine], "not empty"),
-                         (["--size", "10x", "--dir", tmp_path / "a"], "bad --size"),
+                         (["--size", "10x", "--dir", tmp_path / "a"], "--size '10x' is not a size"),
                          (["--size", "100M", "--dir", tmp_path / "b"], "too small for xfs")):
         p = run_script(LOOP_FS, "up", *args)
         assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr

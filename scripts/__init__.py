@@ -1,0 +1,1 @@
+"""The fixture scripts' code (scripts/loop-fs, scripts/cephfs-local run it), importable by tests."""
