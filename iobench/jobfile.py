@@ -44,9 +44,14 @@ def _flag(value):
     return None if value in ("", "0", "1") else f"{{key}}={value} must be 0 or 1"
 
 
+def _thread(value):
+    # iobench runs jobs as threads of one fio (forked jobs call setsid() and would outlive a killed fio)
+    return None if value in ("", "1") else f"{{key}}={value}: iobench runs jobs as threads (thread=1)"
+
+
 # option -> value checker (None: the value is fine; else the refusal, {key} filled in).
 ALLOWED = {"ioengine": _engine, "filename": _names, "filename_format": _names, "name": _names,
-           "description": lambda v: None}
+           "description": lambda v: None, "thread": _thread}
 ALLOWED.update(dict.fromkeys((
     "numjobs", "iodepth", "iodepth_batch", "iodepth_batch_submit", "iodepth_batch_complete",
     "iodepth_batch_complete_min", "iodepth_batch_complete_max", "iodepth_low", "nrfiles", "openfiles",
@@ -57,7 +62,7 @@ ALLOWED.update(dict.fromkeys((
     "direct", "buffered", "sync", "end_fsync", "fsync_on_close", "create_on_open", "create_only",
     "time_based", "norandommap", "randrepeat", "allrandrepeat", "zero_buffers", "refill_buffers",
     "scramble_buffers", "invalidate", "pre_read", "unlink", "unlink_each_loop", "overwrite", "file_append",
-    "stonewall", "wait_for_previous", "new_group", "group_reporting", "thread", "lat_percentiles",
+    "stonewall", "wait_for_previous", "new_group", "group_reporting", "lat_percentiles",
     "clat_percentiles", "slat_percentiles", "disable_lat", "disable_clat", "disable_slat",
     "disable_bw_measurement", "gtod_reduce", "unique_filename", "hipri", "fixedbufs", "registerfiles",
     "userspace_reap", "exitall", "exitall_on_error", "serialize_overlap", "do_verify", "verify_fatal",
@@ -110,6 +115,10 @@ def read_job_file(path):
         current[key] = value
     if not sections:
         raise UserError(f"job file {path} defines no job ([name] section)")
+    for name, opts in sections:
+        block = plain_size(opts.get("bs", opts.get("blocksize", "4k")))
+        if opts.get("direct") == "1" and block and block % 512:
+            raise UserError(f"{path}: job [{name}]: bs={block} is not a multiple of 512 bytes, which O_DIRECT needs")
     return text, sections
 
 

@@ -51,6 +51,8 @@ HOSTILE = [
     ("filename=${HOME}", "environment variables"),
     ("numjobs=two", "numjobs=two is not a whole number"),
     ("direct=yes", "direct=yes must be 0 or 1"),
+    ("thread=0", "thread=0: iobench runs jobs as threads"),
+    ("direct=1\nbs=1000", "bs=1000 is not a multiple of 512 bytes, which O_DIRECT needs"),
 ]
 
 
