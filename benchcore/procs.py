@@ -147,6 +147,15 @@ def run(argv, timeout, *, cwd=None, env=None, grace=STOP_GRACE_S):
     return Completed(proc.returncode, out or "", err or "", timed_out)
 
 
+def mem_available():
+    """Bytes of memory the kernel says can be had without swapping (MemAvailable)."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def one_line(text, limit=600):
     """A child's output squeezed onto one line for an error message."""
     lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]

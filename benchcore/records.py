@@ -32,14 +32,18 @@ def hostname():
 
 
 def git_revision():
-    """The suite's git revision, or 'unknown' outside a checkout."""
-    here = Path(__file__).resolve().parent
+    """The suite's git revision, '-dirty' when tracked files differ from it; 'unknown' outside a checkout."""
+    here = str(Path(__file__).resolve().parent)
     try:
-        out = subprocess.run(["git", "-C", str(here), "rev-parse", "--short=12", "HEAD"],
+        rev = subprocess.run(["git", "-C", here, "rev-parse", "--short=12", "HEAD"],
                              capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
-    return out.stdout.strip() if out.returncode == 0 else "unknown"
+    if rev.returncode:
+        return "unknown"
+    return rev.stdout.strip() + ("-dirty" if dirty.returncode == 0 and dirty.stdout.strip() else "")
 
 
 def output_file(out):

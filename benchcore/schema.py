@@ -27,6 +27,7 @@ EXTENSIONS = {
         "local_world_size": "ranks per node",
         "agg_iters": "operations per timed iteration (nccl-tests -m)",
         "time_source": "cuda_events, cuda_graph (nccl-tests -G) or cpu (perf_counter; nccl-tests -C on GPUs)",
+        "command": "the command line that made the run, as typed",
         "peak_mem_bytes": "most memory any rank held so far (CPU: peak RSS; GPU: peak allocated on the device)",
         "cycle": "which pass over the sweep (nccl-tests -N), when there are several",
         "threshold_bytes": "chunked: payloads above it are chunked", "inflight": "chunked: operations in flight",

@@ -47,6 +47,7 @@ class Case:
     setup: Optional[Callable] = None           # setup(ctx, cfgs) -> shared state (process groups), once per launch
     nccl_env: Dict[str, str] = field(default_factory=dict)   # variables it needs under NCCL, its launch alone
     both_places: bool = False                  # it has in- and out-of-place variants
+    footprint: Optional[Callable] = None       # footprint(cfg, count, n, elt) -> bytes of buffers a rank holds
     reduces: bool = False                      # takes -o/--op (one config per op)
     rooted: bool = False                       # takes -r/--root (one config per root)
 

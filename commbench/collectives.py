@@ -171,6 +171,21 @@ def fill_values(rank, n, dtype, op="sum"):
     return [((k + 3 * rank) % top) + 1 for k in range(PERIOD)]
 
 
+CHUNK = 1 << 22   # elements per piece of the fill and the check: their scratch stays small at any size
+
+
+def pieces(length):
+    """(lo, hi) pieces of range(length), CHUNK elements each."""
+    return [(lo, min(lo + CHUNK, length)) for lo in range(0, length, CHUNK)]
+
+
+def fill_pattern(out, values):
+    """out[i] = values[i % PERIOD], a piece at a time."""
+    flat = out.reshape(-1)
+    for lo, hi in pieces(flat.numel()):
+        flat[lo:hi] = pattern(values, lo, hi - lo, flat.dtype, flat.device)
+
+
 def pattern(values, start, length, dtype, device):
     """Elements start..start+length of the periodic sequence values[i % PERIOD] (dtype: a torch dtype)."""
     base = torch.tensor(values, dtype=torch.float64, device=device).to(dtype)
@@ -184,11 +199,12 @@ def count_wrong(result, regions, dtype, device):
     flat = result.reshape(-1)
     wrong = 0
     for offset, length, values, start in regions:
-        want = pattern(values, start, length, dtype, device)
-        got = flat[offset:offset + length]
-        if got.element_size() == 1 and got.is_floating_point():  # fp8 has no comparison kernels everywhere
-            got, want = got.float(), want.float()
-        wrong += int((got != want).sum().item())
+        for lo, hi in pieces(length):
+            want = pattern(values, start + lo, hi - lo, dtype, device)
+            got = flat[offset + lo:offset + hi]
+            if got.element_size() == 1 and got.is_floating_point():  # fp8 has no comparison kernels everywhere
+                got, want = got.float(), want.float()
+            wrong += int((got != want).sum().item())
     return wrong
 
 
@@ -219,7 +235,7 @@ def _case(coll):
         return Timed(
             phases={TOTAL: lambda a: run(async_op=a)},
             factors={TOTAL: coll.bus_factor(n)},
-            refill=lambda: send.copy_(pattern(vals(ctx.rank), 0, send.numel(), dtype, ctx.device)),
+            refill=lambda: fill_pattern(send, vals(ctx.rank)),
             poison=lambda: recv.fill_(poison_value(cfg["dtype"])),
             result=lambda: recv,
             check=lambda: (count_wrong(recv, coll.expected(ctx.rank, n, count, op_name, vals, root), dtype,
@@ -234,7 +250,11 @@ def _case(coll):
             why = f"{n} ranks x {elt} B elements" if coll.split else f"{elt} B elements"
             raise UserError(f"size {format_size(size)} ({size} B) does not suit {coll.name}: "
                             f"needs a multiple of {unit} B ({why})")
+    def footprint(cfg, count, n, elt):
+        send_n, recv_n = coll.counts(count, n)
+        return (max(send_n, recv_n) if cfg["in_place"] else send_n + recv_n) * elt
     return Case(coll.name, "collective", coll.name, (TOTAL,), build, configs, check_size=check_size,
+                footprint=footprint,
                 both_places=len(coll.placements) > 1, reduces=coll.reduces, rooted=coll.rooted)
 
 

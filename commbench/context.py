@@ -13,6 +13,23 @@ from commbench.case import TOTAL
 ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_")
 
 
+def same_plan(ids):
+    """Every rank learns, at start, when nodes were given different command lines (RuntimeError naming them)."""
+    host0, node0, plan0, _ = ids[0]
+    for host, node, plan, _ in ids[1:]:
+        differ = [k for k in plan0 if plan[k] != plan0[k]]
+        if differ:
+            shown = "; ".join(f"{k} {_short(plan0[k])} on node {node0} ({host0}) but {_short(plan[k])} on node "
+                              f"{node} ({host})" for k in differ)
+            raise RuntimeError(f"the nodes were started with different command lines: {shown} (torchrun's node "
+                               "numbers); run the same command on every node")
+
+
+def _short(value, limit=80):
+    text = str(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 class Context:
     """Process group, device and this run's record context, for a Plan."""
 
@@ -35,12 +52,15 @@ class Context:
             dist.init_process_group("gloo", timeout=timeout)
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.host = hostname()
+        env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
         ids = [None] * self.world_size
-        dist.all_gather_object(ids, (self.host, os.environ.get("GROUP_RANK", "0")))
-        self.hosts = sorted({h for h, _ in ids})
-        self.node_of = [g for _, g in ids]   # rank -> the node (torchrun group rank) it runs on
+        dist.all_gather_object(ids, (self.host, os.environ.get("GROUP_RANK", "0"), plan.what_is_measured(), env))
+        same_plan(ids)
+        self.hosts = sorted({i[0] for i in ids})
+        self.node_of = [i[1] for i in ids]   # rank -> the node (torchrun group rank) it runs on
+        envs = {i[0]: i[3] for i in ids}
+        self.env = env if all(e == env for *_, e in ids) else envs  # per host when the ranks' differ
         self.nodes = len(set(self.node_of))
-        self.env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
         self.blocking = plan.blocking if plan.blocking is not None else backend != "nccl"
         self.versions = {"torch": torch.__version__, "python": platform.python_version(), "suite": git_revision()}
         if backend == "nccl":
@@ -65,4 +85,4 @@ class Context:
             iters=plan.iters, warmup=plan.warmup, agg=plan.agg, agg_iters=plan.agg_iters,
             world_size=self.world_size, nodes=self.nodes, local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
             backend=self.backend, launcher=plan.launcher, env=self.env, topology=plan.topology,
-            hosts=self.hosts, versions=self.versions, timestamp=timestamp(), **plan.tags)
+            hosts=self.hosts, versions=self.versions, command=plan.command, timestamp=timestamp(), **plan.tags)

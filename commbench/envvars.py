@@ -74,7 +74,7 @@ CATALOGUE = {v.name: v for v in [
     Var("COMMBENCH_TEST_EXIT_RANK", "Test only: this rank exits with status 17 right after start-up.",
         int_range=(0, 1 << 20)),
     Var("COMMBENCH_TEST_CORRUPT", "Test only: corrupt one element of this case's result on rank 0."),
-    Var("COMMBENCH_TEST_SKIP", "Test only: this case's check run does nothing (the check must catch it)."),
+    Var("COMMBENCH_TEST_SKIP", "Test only: the check run of these cases (comma list) does nothing (the check must catch it)."),
 ]}
 
 

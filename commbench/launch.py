@@ -9,6 +9,7 @@ The node with node rank 0 (agent 0 locally) hands the records back: its local ra
 each to the launch directory's channel, which the launcher follows and returns (writing each to
 --out as it arrives). Progress comes from the ranks' status files in the same directory.
 """
+import errno
 import fcntl
 import json
 import os
@@ -32,7 +33,7 @@ from benchcore.errors import UserError
 from benchcore.records import hostname
 from benchcore.report import console
 from benchcore.torchrun import torchrun_argv
-from commbench.liveness import ADDR_ENV, CHANNEL, RECORD_NODE_ENV, STATUS_ENV
+from commbench.liveness import ADDR_ENV, CHANNEL, PROBE_TIMEOUT_S, RECORD_NODE_ENV, STATUS_ENV, probe
 from commbench.plan import Plan
 
 LAUNCHERS = ("auto", "local", "torchrun", "slurm")
@@ -68,7 +69,8 @@ class LaunchSpec:
 def launch_options(fn):
     """Click options every measuring command takes (one implementation for all)."""
     options = [
-        click.option("--nodes", type=int, default=1, show_default=True, help="Nodes (torchrun agents)."),
+        click.option("--nodes", type=int, default=None,
+                     help="Nodes (torchrun agents) [default: the Slurm allocation's, else 1]."),
         click.option("--nproc-per-node", type=int, default=None,
                      help="Ranks per node [default: GPUs on this node, else 1]."),
         click.option("--launcher", type=click.Choice(LAUNCHERS), default="auto", show_default=True,
@@ -96,6 +98,11 @@ def spec_from_options(kw):
                       launcher=kw.pop("launcher"), rdzv_endpoint=kw.pop("rdzv_endpoint"),
                       node_rank=kw.pop("node_rank"), backend=kw.pop("backend"), timeout=kw.pop("timeout"),
                       rdzv_timeout=kw.pop("rdzv_timeout"), dry_run=kw.pop("dry_run"), verbose=kw.pop("verbose"))
+    allocation = int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or 0)
+    if spec.nodes is None:
+        spec.nodes = allocation if allocation and spec.launcher in ("auto", "slurm") else 1
+    elif allocation and spec.launcher in ("auto", "slurm") and spec.nodes != allocation:
+        raise UserError(f"--nodes {spec.nodes}, but this Slurm allocation has {allocation} nodes")
     if spec.nodes < 1:
         raise UserError(f"--nodes must be at least 1, got {spec.nodes}")
     gpus = gpu_count()
@@ -129,6 +136,32 @@ def spec_from_options(kw):
     return spec
 
 
+def check_endpoint(spec):
+    """Before launching on node rank 0 (which serves the rendezvous): its endpoint is an address of this
+    node and the port is free. Other nodes: the endpoint resolves and has a route."""
+    if spec.launcher != "torchrun":
+        return
+    host, port = split_endpoint(spec.rdzv_endpoint)
+    try:
+        addr = socket.gethostbyname(host)
+    except OSError:
+        raise UserError(f"--rdzv-endpoint host {host} does not resolve on {hostname()}") from None
+    if spec.node_rank != 0:
+        route_to(host)
+        return
+    for bind_to, refusal in (((addr, 0), f"{host} ({addr}) is not an address of this node ({hostname()}); node "
+                                          "rank 0 serves the rendezvous at one of its own addresses"),
+                             (("", port), f"port {port} is already in use on {hostname()} (another commbench or "
+                                          "service): choose another --rdzv-endpoint port")):
+        with socket.socket() as s:
+            try:
+                s.bind(bind_to)
+            except OSError as exc:
+                if exc.errno in (errno.EADDRNOTAVAIL, errno.EADDRINUSE):
+                    raise UserError(f"--rdzv-endpoint {spec.rdzv_endpoint}: {refusal}") from None
+                raise
+
+
 def split_endpoint(endpoint):
     host, sep, port = endpoint.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -136,17 +169,22 @@ def split_endpoint(endpoint):
     return host, int(port)
 
 
-def gpu_count():
-    """GPUs NVML sees on this node; 0 without a driver (NVML is the hardware boundary)."""
+def gpu_memories():
+    """Total memory of each GPU NVML sees on this node; [] without a driver (NVML is the hardware boundary)."""
     try:
         import pynvml
         pynvml.nvmlInit()
         try:
-            return pynvml.nvmlDeviceGetCount()
+            return [pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).total
+                    for i in range(pynvml.nvmlDeviceGetCount())]
         finally:
             pynvml.nvmlShutdown()
     except Exception:
-        return 0
+        return []
+
+
+def gpu_count():
+    return len(gpu_memories())
 
 
 def route_to(host):
@@ -195,7 +233,13 @@ def agent_argv(spec, endpoint, run_id, is_host, local_addr, plan):
 def node_env(spec, host, record_node):
     """Environment for one node agent: the socket interface that reaches the rendezvous host."""
     env = dict(spec.env)
-    ifname, local = route_to(host)
+    try:
+        ifname, local = route_to(host)
+    except UserError:
+        if not spec.dry_run:
+            raise
+        ifname, local = "IFACE_TO_" + host, "LOCAL_ADDR"  # a dry run prints what it can
+
     for var in IFNAME_VARS:
         if var not in os.environ and var not in env:
             env[var] = ifname
@@ -218,8 +262,13 @@ def commands(spec, plan):
         rdzv_id = f"commbench-{port}"  # every node derives the same id; each one's run_id is its own
         return [(agent_argv(spec, spec.rdzv_endpoint, rdzv_id, spec.node_rank == 0, local, plan), env)]
     agent = {"spec": spec.__dict__, "plan": plan.to_json(), "endpoint": slurm_endpoint()}
-    return [(["srun", "--nodes", str(spec.nodes), "--ntasks-per-node", "1", "--kill-on-bad-exit=1",
-              sys.executable, "-m", "commbench.launch", json.dumps(agent, separators=(",", ":"))], {})]
+    srun = (["srun", "--nodes", str(spec.nodes), "--ntasks-per-node", "1", "--kill-on-bad-exit=1",
+             sys.executable, "-m", "commbench.launch", json.dumps(agent, separators=(",", ":"))], {})
+    if not spec.dry_run:
+        return [srun]
+    host, _ = split_endpoint(agent["endpoint"])  # what each node's agent becomes
+    return [srun] + [(agent_argv(spec, agent["endpoint"], plan.run_id, i == 0, f"NODE{i}_ADDR", plan),
+                      node_env(spec, host, i == 0)[0]) for i in range(spec.nodes)]
 
 
 def first_host(nodelist):
@@ -438,13 +487,25 @@ def _reasons(logs, spec, ranks=None, killed=()):
     if any("RendezvousTimeoutError" in ln for ln in lines):
         return [f"rendezvous at {where} timed out after {spec.rdzv_timeout:.0f} s: "
                 f"not all {spec.nodes} nodes joined (is the peer node started?)"]
-    if any("while trying to connect to" in ln for ln in lines):
-        return [f"could not reach the rendezvous store at {where} within {spec.rdzv_timeout:.0f} s: "
-                f"is node rank 0 started, and reachable from {hostname()}?"]
-    if any("RendezvousConnectionError" in ln for ln in lines):
-        return [f"lost the rendezvous store at {where}: node rank 0 ended or became unreachable"]
+    if any(mark in ln for ln in lines for mark in ("while trying to connect to", "RendezvousConnectionError")):
+        return [f"rendezvous store at {where}: {_store_state(spec)}"]
     tail = [ln for ln in lines if ln.strip()][-8:]
     return tail or ["the launch failed without output"]
+
+
+def _store_state(spec):
+    """Why the rendezvous store cannot be used, from a probe of its endpoint now."""
+    if not spec.rdzv_endpoint:
+        return "the local store ended"
+    host, port = split_endpoint(spec.rdzv_endpoint)
+    state = probe(host, port)
+    if state == "dead":
+        return (f"nothing listens there (checked from {hostname()}): node rank 0 is not started, has ended, "
+                "or uses another port")
+    if state == "unreachable":
+        return (f"no answer from {host} within {PROBE_TIMEOUT_S:g} s (checked from {hostname()}): a wrong "
+                "address, a firewall or a link down")
+    return f"it answers, but the rendezvous failed within {spec.rdzv_timeout:.0f} s: see --verbose"
 
 
 if __name__ == "__main__":

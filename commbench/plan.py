@@ -5,6 +5,8 @@ typed option groups (launch, measurement, case expansion); a keyword nobody take
 """
 import dataclasses
 import json
+import shlex
+import sys
 from dataclasses import dataclass, field
 from typing import List, Optional
 
@@ -46,10 +48,23 @@ class Plan:
     timeout: float = 300
     launcher: str = "local"
     topology: Optional[str] = None
+    command: str = ""            # the command line that made this plan, as typed
     tags: dict = field(default_factory=dict)   # fields every record carries (a sweep's config)
 
     def records_expected(self):
         return self.cycles * len(self.sizes) * sum(len(CASES[c["case"]].phases) for c in self.configs)
+
+    def largest(self, world_size):
+        """(bytes, config, size) of the measurement whose buffers are largest on one rank."""
+        return max(((CASES[c["case"]].footprint(c, size // DTYPES[c["dtype"]].bytes, world_size,
+                                                DTYPES[c["dtype"]].bytes), c, size)
+                    for c in self.configs for size in self.sizes), key=lambda t: t[0])
+
+    def what_is_measured(self):
+        """The fields every node must agree on (not its run id, launcher or tags)."""
+        keep = ("sizes", "configs", "iters", "warmup", "check", "agg", "blocking", "agg_iters", "cuda_graph",
+                "cpu_time", "cycles", "timeout")
+        return {k: getattr(self, k) for k in keep}
 
     def to_json(self):
         return json.dumps(dataclasses.asdict(self), separators=(",", ":"))
@@ -265,4 +280,5 @@ def build_plan(names, measure, case_opts, spec):
                 check=measure.check and not measure.no_check, agg=agg,
                 blocking=z if z is not None else measure.blocking, agg_iters=measure.agg_iters,
                 cuda_graph=measure.cuda_graph, cpu_time=measure.cpu_time, cycles=measure.cycles,
-                backend=spec.backend, timeout=spec.timeout, launcher=spec.launcher)
+                backend=spec.backend, timeout=spec.timeout, launcher=spec.launcher,
+                command=shlex.join(["commbench", *sys.argv[1:]]))

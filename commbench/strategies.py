@@ -34,7 +34,7 @@ from benchcore.errors import UserError
 from benchcore.lazy import lazy
 from benchcore.units import format_size
 from commbench.case import TOTAL, Case, Timed
-from commbench.collectives import COLLECTIVES, DTYPES, all_gather_fn, poison_value, reduce_scatter_fn
+from commbench.collectives import COLLECTIVES, DTYPES, all_gather_fn, pieces, poison_value, reduce_scatter_fn
 
 torch = lazy("torch", globals())
 dist = lazy("torch.distributed", globals(), "dist")
@@ -74,15 +74,22 @@ class Payload:
         """Zero buf, then write T into the [start, stop) ranges this rank owns (clipped to N)."""
         buf.zero_()
         for start, stop in ranges:
-            stop = min(stop, self.count)
-            if stop > start:
-                buf[start:stop] = self.truth(start, stop - start, buf)
+            self.write_truth(buf, start, max(start, min(stop, self.count)))
+
+    def write_truth(self, buf, start, stop, at=None):
+        """buf[at:at + stop - start] = T[start:stop] (at defaults to start), a piece at a time."""
+        at = start if at is None else at
+        for lo, hi in pieces(stop - start):
+            buf[at + lo:at + hi] = self.truth(start + lo, hi - lo, buf)
 
     def wrong(self, result):
-        got, want = result[:self.count], self.truth(0, self.count, result)
-        if got.element_size() == 1 and got.is_floating_point():  # fp8 has no comparison kernels everywhere
-            got, want = got.float(), want.float()
-        return int((got != want).sum().item())
+        wrong = 0
+        for lo, hi in pieces(self.count):
+            got, want = result[lo:hi], self.truth(lo, hi - lo, result)
+            if got.element_size() == 1 and got.is_floating_point():  # fp8 has no comparison kernels everywhere
+                got, want = got.float(), want.float()
+            wrong += int((got != want).sum().item())
+        return wrong
 
     def poison(self, *bufs):
         for buf in bufs:
@@ -171,8 +178,7 @@ def _chunked(ctx, cfg, count, dtype, groups):
             p.poison(buf)
             for piece, (a, b) in zip(inputs, own):
                 piece.zero_()
-                valid = max(0, min(b, p.count) - a)
-                piece[:valid] = p.truth(a, valid, piece)
+                p.write_truth(piece, a, a + max(0, min(b, p.count) - a), at=0)
     views = [(mine, buf[s:s + ln]) for mine, (s, ln) in zip(inputs, chunks)]
     k = cfg["inflight"]
     counter = Counter()
@@ -315,18 +321,25 @@ def _payload_size(size, elt, n):
         raise UserError(f"payload {size} B is not a multiple of the {elt} B element")
 
 
+def _padded(count, n):
+    return ceil_div(count, n) * n
+
+
 STRATEGY_CASES = {c.name: c for c in [
     Case("ring", "strategy", "all_reduce", (TOTAL,), _ring, lambda o, d: [{"case": "ring", "in_place": True}],
-         check_size=_payload_size, nccl_env={"NCCL_ALGO": "Ring"}),
+         check_size=_payload_size, nccl_env={"NCCL_ALGO": "Ring"}, footprint=lambda c, k, n, e: k * e),
     Case("rs-ag", "strategy", "all_reduce", ("reduce_scatter", "all_gather", TOTAL), _rs_ag,
          lambda o, d: [{"case": "rs-ag", "in_place": ip} for ip in _places(o)], check_size=_payload_size,
-         both_places=True),
+         both_places=True,
+         footprint=lambda c, k, n, e: (_padded(k, n) if c["in_place"] else 2 * _padded(k, n) + k // n) * e),
     Case("chunked", "strategy", "all_gather", (TOTAL,), _chunked, _chunked_configs,
          describe=lambda c: f"{format_size(c['chunk_bytes'])} x{c['inflight']}", check_size=_payload_size,
-         setup=inflight_groups, both_places=True),
+         setup=inflight_groups, both_places=True,
+         footprint=lambda c, k, n, e: (_padded(k, n) + (0 if c["in_place"] else _padded(k, n) // n)) * e),
     Case("compressed", "strategy", "all_gather", (TOTAL,), _compressed, _compressed_configs,
-         describe=lambda c: c["compress"], check_size=_payload_size),
+         describe=lambda c: c["compress"], check_size=_payload_size,
+         footprint=lambda c, k, n, e: 8 * _padded(k, n) * e),  # exact, shard, wire, out, and the check's error terms
     Case("hierarchical", "strategy", "all_reduce", ("reduce_scatter", "all_reduce", "all_gather", TOTAL),
          _hierarchical, lambda o, d: [{"case": "hierarchical", "in_place": True}], check_size=_payload_size,
-         setup=node_groups),
+         setup=node_groups, footprint=lambda c, k, n, e: 2 * _padded(k, n) * e),
 ]}

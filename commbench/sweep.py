@@ -25,6 +25,7 @@ from commbench.runner import launches
 
 BUCKETS = [("small", 0, 1 << 20), ("medium", 1 << 20, 64 << 20), ("large", 64 << 20, float("inf"))]
 BASELINE = "baseline"
+DEFAULT_OUT = "commbench-sweep.jsonl"
 
 
 def parse_env_option(text):
@@ -176,7 +177,10 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
         parse_names(collectives, "collective", "--collective")
     plan = build_plan(names, take(kw, MeasureOptions), take(kw, CaseOptionsText).parse(), spec)
     no_leftovers(kw)
-    out_file = output_file(out or "commbench-sweep.jsonl")
+    if out is None and not spec.dry_run:
+        console(stderr=True).print(f"note: records go to {DEFAULT_OUT} (append; --out FILE to choose, --out /dev/null "
+                                   "for none); --resume reads them back")
+    out_file = output_file(out or DEFAULT_OUT)
     fp = fingerprint(plan, spec)
     previous = [r for r in read_records(out_file) if r.get("sweep_fingerprint") == fp] if resume and out_file else []
     settled = {r["sweep_config"] for r in previous if r.get("event") in ("config_done", "failed")}

@@ -6,6 +6,7 @@ The check runs on fresh input into a poisoned output, so a result left over from
 cannot pass.
 """
 import os
+import resource
 import time
 
 import torch
@@ -16,7 +17,7 @@ from commbench.case import TOTAL
 from commbench.collectives import DTYPES, torch_dtype
 
 CORRUPT_ENV = "COMMBENCH_TEST_CORRUPT"   # test only: corrupt this case's result on rank 0 before the check
-SKIP_ENV = "COMMBENCH_TEST_SKIP"         # test only: this case's check run does nothing
+SKIP_ENV = "COMMBENCH_TEST_SKIP"         # test only: the check run of these cases (comma list) does nothing
 
 
 def time_loop(ctx, run_once, iters, blocking):
@@ -84,7 +85,7 @@ def check(ctx, case, timed):
     """(wrong elements over every rank, the case's own check fields)."""
     timed.poison()
     timed.refill()  # in place, the input shares the output's storage: poison first, then the input
-    if os.environ.get(SKIP_ENV) != case.name:
+    if case.name not in os.environ.get(SKIP_ENV, "").split(","):
         timed.phases[TOTAL](False)
     if ctx.device.type == "cuda":
         torch.cuda.synchronize()
@@ -118,4 +119,17 @@ def measure_case(ctx, case, cfg, size, shared):
                      "time_us_max": t_max * 1e6, "algbw_gbps": algbw, "busbw_gbps": algbw * timed.factors[phase],
                      **timed.fields(phase)})
     wrong, fields = check(ctx, case, timed) if plan.check else (None, {})
-    return [ctx.record(case, cfg, row, size_bytes=size, count=count, wrong=wrong, **fields) for row in rows]
+    peak = peak_memory(ctx)
+    return [ctx.record(case, cfg, row, size_bytes=size, count=count, wrong=wrong, peak_mem_bytes=peak, **fields)
+            for row in rows]
+
+
+def peak_memory(ctx):
+    """The most memory any rank has held so far: peak RSS on CPU, peak allocated on the GPU."""
+    if ctx.device.type == "cuda":
+        mine = torch.cuda.max_memory_allocated(ctx.device)
+    else:
+        mine = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    t = torch.tensor([mine], dtype=torch.int64, device=ctx.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())

@@ -1,5 +1,6 @@
 """Shared test helpers: run the real console scripts in subprocesses."""
 import os
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -21,11 +22,15 @@ def read_records(path, **kw):
     return found
 
 
-def run_tool(tool, *args, timeout=300, env=None, cwd=None):
-    """Run `commbench`/`iobench` from this venv; returns CompletedProcess (text)."""
+def run_tool(tool, *args, timeout=300, env=None, cwd=None, memory_limit=None):
+    """Run `commbench`/`iobench` from this venv; returns CompletedProcess (text).
+
+    memory_limit (bytes of address space) caps the tool and its children, so that a runaway fails
+    the test instead of taking the machine down."""
     full_env = {**os.environ, **(env or {})}
+    limit = (lambda: resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))) if memory_limit else None
     return subprocess.run([str(BIN / tool), *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=full_env, cwd=cwd)
+                          timeout=timeout, env=full_env, cwd=cwd, preexec_fn=limit)
 
 
 def assert_one_line_error(proc, needle):

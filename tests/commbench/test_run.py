@@ -12,6 +12,8 @@ import torch
 from tests.conftest import assert_one_line_error, read_records, run_tool
 from commbench.collectives import COLLECTIVES
 from commbench.launch import LaunchSpec, route_to
+from commbench.liveness import CHANNEL, STATUS_ENV
+from commbench.plan import Plan
 
 RECORD_FIELDS = ["tool", "run_id", "collective", "strategy", "size_bytes", "count", "dtype", "op", "in_place",
                  "blocking", "chunk_bytes", "time_us", "time_us_min", "time_us_max", "algbw_gbps", "busbw_gbps",
@@ -152,27 +154,33 @@ def test_nccl_world_size_one(tmp_path):
     assert all("nccl" in r["versions"] for r in recs)
 
 
-def test_slurm_mode_prints_one_srun_line_with_node_zero_as_endpoint():
-    proc = run_tool("commbench", "ring", "--nodes", 2, "--dry-run", "-e", "1K",
-                    env={"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "gpu[07-08]"})
+SLURM = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_JOB_NUM_NODES": "2"}
+
+
+def test_slurm_dry_run_prints_srun_and_the_torchrun_line_of_each_node():
+    """--nodes comes from the allocation; node 0 of it serves the rendezvous."""
+    proc = run_tool("commbench", "ring", "--dry-run", "-e", "1K", env=SLURM)
     assert proc.returncode == 0, proc.stderr
-    (line,) = proc.stdout.splitlines()
-    assert line.startswith("srun --nodes 2 --ntasks-per-node 1") and '"endpoint":"gpu07:29742"' in line
+    srun, node0, node1 = proc.stdout.splitlines()
+    assert srun.startswith("srun --nodes 2 --ntasks-per-node 1") and '"endpoint":"gpu07:29742"' in srun
+    for line, host in ((node0, 1), (node1, 0)):
+        assert "torch.distributed.run --nnodes 2" in line and "--rdzv-endpoint gpu07:29742" in line
+        assert f"is_host={host}" in line
+    assert_one_line_error(run_tool("commbench", "ring", "--nodes", 3, "--dry-run", env=SLURM),
+                          "this Slurm allocation has 2 nodes")
 
 
 @pytest.mark.slow
 def test_slurm_node_agent_becomes_torchrun_and_measures(tmp_path):
     """What srun runs on each node, run here as node 0 of a 1-node allocation (no Slurm on this machine)."""
-    out = tmp_path / "r.jsonl"
     spec = LaunchSpec(nodes=1, nproc_per_node=2, launcher="slurm", rdzv_endpoint=None, node_rank=None,
                       backend="gloo", timeout=60, rdzv_timeout=30, dry_run=False, verbose=False)
-    plan = {"run_id": "agent-test", "sizes": [4096], "dtype": "float32", "op": "sum", "iters": 2, "warmup": 1,
-            "check": True, "agg": "avg", "blocking": None, "backend": "gloo", "timeout": 60, "launcher": "slurm",
-            "topology": None, "collectives": ["all_reduce"], "places": ["in"], "out": str(out)}
-    agent = json.dumps({"spec": spec.__dict__, "plan": plan, "endpoint": f"127.0.0.1:{free_port()}"})
+    plan = Plan(run_id="agent-test", sizes=[4096], iters=2, warmup=1, backend="gloo", timeout=60, launcher="slurm",
+                configs=[{"case": "all_reduce", "in_place": True, "dtype": "float32", "op": "sum", "root": None}])
+    agent = json.dumps({"spec": spec.__dict__, "plan": plan.to_json(), "endpoint": f"127.0.0.1:{free_port()}"})
     proc = subprocess.run([sys.executable, "-m", "commbench.launch", agent], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "SLURM_NODEID": "0"})
+                          timeout=120, env={**os.environ, "SLURM_NODEID": "0", STATUS_ENV: str(tmp_path)})
     assert proc.returncode == 0, proc.stderr[-2000:]
-    (rec,) = read_records(out)
+    (rec,) = read_records(tmp_path / CHANNEL)
     assert rec["launcher"] == "slurm" and rec["world_size"] == 2 and rec["wrong"] == 0
     assert rec["env"]["GLOO_SOCKET_IFNAME"] == "lo"

@@ -1,0 +1,141 @@
+"""What an nccl-tests user runs into first (issue 18): runaway inputs, stale checks, device files, memory,
+different command lines per node, CPU defaults, start-up, rendezvous errors, nccl-tests' flags."""
+import json
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from benchcore import schema
+from commbench.collectives import COLLECTIVES
+from commbench.registry import COLLECTIVE_NAMES
+from tests.conftest import BIN, assert_one_line_error, read_records, run_tool
+
+CLI_MEMORY = 1 << 30   # the command line never imports torch: 1 GiB of address space is plenty
+
+
+@pytest.mark.parametrize("factor", [1, 0, -3])
+def test_one_size_whatever_the_factor_in_bounded_memory(factor):
+    proc = run_tool("commbench", "run", "-b", "1K", "-e", "1K", "-f", factor, "--dry-run", timeout=30,
+                    memory_limit=CLI_MEMORY)
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout.split("--plan ", 1)[1].strip().strip("'"))
+    assert plan["sizes"] == [1024]
+
+
+def test_a_plan_larger_than_memory_is_refused_before_launch():
+    proc = run_tool("commbench", "run", "-b", "10G", "-e", "10G", timeout=30, memory_limit=CLI_MEMORY)
+    assert_one_line_error(proc, "all_reduce at 10G needs about")
+    assert "per rank; there is" in proc.stderr
+
+
+def test_cli_does_not_import_torch():
+    code = "import sys, commbench.cli, iobench.cli; sys.exit(1 if 'torch' in sys.modules else 0)"
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+
+
+@pytest.mark.slow
+def test_a_skipped_collective_is_caught_in_every_placement(tmp_path):
+    """The check's run does nothing: the poisoned output shows it, for every collective and placement."""
+    out = tmp_path / "r.jsonl"
+    every = ",".join(COLLECTIVE_NAMES)
+    proc = run_tool("commbench", "run", "--collective", every, "--nproc-per-node", 2, "-b", "1K", "-e", "1K",
+                    "-n", 1, "-w", 0, "--out", out, env={"COMMBENCH_TEST_SKIP": every})
+    assert proc.returncode == 1 and "wrong elements" in proc.stderr
+    recs = read_records(out)
+    assert {(r["collective"], r["in_place"]) for r in recs} == {
+        (c, p == "in") for c in COLLECTIVE_NAMES for p in COLLECTIVES[c].placements}
+    assert all(r["wrong"] > 0 for r in recs), [(r["collective"], r["in_place"], r["wrong"]) for r in recs]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def node(rank, port, *args):
+    argv = ["run", "--nodes", 2, "--nproc-per-node", 1, "--rdzv-endpoint", f"127.0.0.1:{port}", "--node-rank", rank,
+            "-n", 1, "-w", 0, "--rdzv-timeout", 30, *args]
+    return subprocess.Popen([str(BIN / "commbench"), *map(str, argv)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_nodes_with_different_command_lines_both_stop_naming_the_difference():
+    port = free_port()
+    t0 = time.monotonic()
+    procs = [node(1, port, "-b", "1K", "-e", "16K"), node(0, port, "-b", "1K", "-e", "1K")]
+    results = [p.communicate(timeout=120) for p in procs]
+    took = time.monotonic() - t0
+    assert took < 40, took  # not a hang until --timeout, not a wrong blame
+    for p, (_, err) in zip(procs, results):
+        assert p.returncode != 0 and "Traceback" not in err
+        assert "different command lines: sizes [1024" in err and "16384]" in err, err
+
+
+def test_rendezvous_errors_are_told_apart_before_or_at_launch():
+    port = free_port()
+    with socket.socket() as busy:
+        busy.bind(("", port))
+        busy.listen()
+        proc = run_tool("commbench", "run", "--nodes", 2, "--rdzv-endpoint", f"127.0.0.1:{port}", "--node-rank", 0,
+                        "-e", "1K", timeout=60)
+    assert_one_line_error(proc, f"port {port} is already in use")
+    proc = run_tool("commbench", "run", "--nodes", 2, "--rdzv-endpoint", "192.0.2.1:29500", "--node-rank", 0,
+                    "-e", "1K", timeout=60)   # TEST-NET-1: never an address of this machine; nothing is sent
+    assert_one_line_error(proc, "192.0.2.1 (192.0.2.1) is not an address of this node")
+    proc = run_tool("commbench", "run", "--nodes", 2, "--rdzv-endpoint", "nosuchhost.invalid:29500",
+                    "--node-rank", 1, "-e", "1K", "--dry-run", timeout=60)
+    assert proc.returncode == 0 and "--rdzv-endpoint nosuchhost.invalid:29500" in proc.stdout
+
+
+@pytest.mark.slow
+def test_nothing_listening_at_the_endpoint_is_named():
+    t0 = time.monotonic()
+    proc = run_tool("commbench", "run", "--nodes", 2, "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+                    "--node-rank", 1, "-e", "1K", "--rdzv-timeout", 10, timeout=120)
+    assert proc.returncode != 0 and time.monotonic() - t0 < 40
+    assert "nothing listens there" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_cpu_default_is_two_ranks_and_a_shell_nccl_algo_does_not_stop_ring_on_gloo(tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = run_tool("commbench", "ring", "-b", "1K", "-e", "1K", "-n", 1, "-w", 0, "--out", out,
+                    env={"NCCL_ALGO": "Tree"})
+    assert proc.returncode == 0, proc.stderr
+    assert "note: no GPU here: 2 local ranks on Gloo" in proc.stderr
+    rec, = read_records(out)
+    assert rec["world_size"] == 2 and rec["busbw_gbps"] > 0 and rec["command"].startswith("commbench ring -b 1K")
+    assert rec["env"]["NCCL_ALGO"] == "Tree" and rec["versions"]["suite"] != "unknown"
+
+
+@pytest.mark.slow
+def test_nccl_tests_flags_on_three_ranks(tmp_path):
+    """-d -o -r with lists and all, -m, -N, -z, -a, -c, -C as nccl-tests means them."""
+    out = tmp_path / "r.jsonl"
+    proc = run_tool("commbench", "run", "--collective", "all_reduce,reduce,broadcast", "--nproc-per-node", 3,
+                    "-b", 96, "-e", 96, "-d", "int8,double", "-o", "prod,max", "-r", "all", "-m", 2, "-N", 2,
+                    "-z", 1, "-a", 0, "-c", 1, "-C", 1, "-n", 2, "-w", 1, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    recs = read_records(out)
+    # 2 cycles x 2 types x (all_reduce: 2 ops; reduce: 2 ops x 3 roots; broadcast: 3 roots)
+    assert len(recs) == 2 * 2 * (2 + 6 + 3)
+    assert {(r["collective"], r["dtype"], r["op"], r["root"]) for r in recs if r["collective"] == "reduce"} == {
+        ("reduce", d, o, root) for d in ("int8", "float64") for o in ("prod", "max") for root in range(3)}
+    for rec in recs:
+        assert rec["wrong"] == 0 and rec["agg"] == "rank0" and rec["agg_iters"] == 2 and rec["blocking"] is True
+        assert rec["time_source"] == "cpu" and rec["cycle"] in (0, 1) and not schema.problems(rec)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["-a", "7"], "-a/--agg '7'"),
+    (["-d", "float128"], "unknown dtype 'float128'"),
+    (["-c", "maybe"], "--check"),
+])
+def test_bad_nccl_tests_flags(args, needle):
+    proc = run_tool("commbench", "run", *args, timeout=60)
+    assert proc.returncode == 2 and needle in proc.stderr and "Traceback" not in proc.stderr
