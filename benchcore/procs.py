@@ -136,7 +136,7 @@ def run(argv, timeout, *, cwd=None, env=None, grace=STOP_GRACE_S):
                 exited = proc.poll() is not None
                 if exited or time.monotonic() >= deadline:
                     stop(proc, grace)
-                    out, err = proc.communicate()
+                    out, err = _drain(proc)
                     timed_out = not exited
                     break
     except BaseException:
@@ -145,6 +145,16 @@ def run(argv, timeout, *, cwd=None, env=None, grace=STOP_GRACE_S):
     if group_alive(proc.pid):
         stop(proc, grace)
     return Completed(proc.returncode, out or "", err or "", timed_out)
+
+
+def _drain(proc, seconds=5):
+    """What a stopped child left in its pipes; a process outside its group may still hold them open."""
+    try:
+        return proc.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        for pipe in (proc.stdout, proc.stderr):
+            pipe.close()
+        return "", "(output pipes held open by a process outside the child's group; output lost)"
 
 
 def mem_available():

@@ -67,3 +67,13 @@ def test_proc_stat_of_self_and_of_a_stopped_child():
     finally:
         stop(proc, grace=1)
     assert proc_stat(proc.pid) is None
+
+
+def test_run_returns_when_a_process_outside_the_group_holds_the_pipes(tmp_path):
+    """The child exits; a grandchild in a session of its own keeps stdout open: run() still returns."""
+    pidfile = tmp_path / "pid"
+    t0 = time.monotonic()
+    done = run(["sh", "-c", f"setsid sleep 30 & echo $! > {pidfile}"], 60, grace=1)
+    took = time.monotonic() - t0
+    os.kill(int(pidfile.read_text()), signal.SIGKILL)  # the stray one: outside the group, ours to end
+    assert took < 20 and done.returncode == 0 and "output lost" in done.stderr
