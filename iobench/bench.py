@@ -109,25 +109,33 @@ def dry_run(targets, jobs, run_id, command):
     sys.stdout.write(job_file(jobs, header))
 
 
-def locks(targets, run_id, concurrent):
+@dataclasses.dataclass(frozen=True)
+class Sharing:
+    """What to do when another iobench measures the same mount: --concurrent, --wait SECONDS."""
+    concurrent: bool = False
+    wait: int = 0
+
+
+def locks(targets, run_id, sharing):
     """One MountLock per distinct mount, entered; returns (ExitStack, any mount busy)."""
     stack = contextlib.ExitStack()
     held = {}
     try:
         for target in targets:
             if target.mount.dev not in held:
-                held[target.mount.dev] = stack.enter_context(MountLock(target.mount, run_id, concurrent))
+                held[target.mount.dev] = stack.enter_context(MountLock(target.mount, run_id, sharing.concurrent,
+                                                                          sharing.wait, say))
     except BaseException:
         stack.close()
         raise
     return stack, any(lock.busy for lock in held.values())
 
 
-def run_jobs(targets, jobs, run_id, timeout, keep, writer, concurrent=False, keep_json=False):
+def run_jobs(targets, jobs, run_id, timeout, keep, writer, sharing=Sharing(), keep_json=None):
     """Run every job on every target, one target's private directory at a time; returns the records."""
     version = fio.fio_version()
     records = []
-    stack, busy = locks(targets, run_id, concurrent)
+    stack, busy = locks(targets, run_id, sharing)
     with stack, sigterm_as_interrupt():
         for target in targets:
             with ScratchDir(target.path, run_id, keep) as scratch:
@@ -161,10 +169,10 @@ def _run_one(target, job, direct_ok, scratch, run_id, timeout, version, writer, 
 RUN_ARGS = ("--thread", "--lat_percentiles=1")  # a user's jobs as threads of one fio (see GLOBAL_OPTIONS)
 
 
-def run_file(target, jobpath, run_id, timeout, keep, writer, concurrent=False, keep_json=False):
+def run_file(target, jobpath, run_id, timeout, keep, writer, sharing=Sharing(), keep_json=None):
     """`iobench run`: a user's (checked) job file in a private directory on target; the records."""
     version = fio.fio_version()
-    stack, busy = locks([target], run_id, concurrent)
+    stack, busy = locks([target], run_id, sharing)
     with stack, sigterm_as_interrupt(), ScratchDir(target.path, run_id, keep) as scratch:
         with progress(f"iobench: {os.path.basename(jobpath)} on {target.path} ({target.mount.fs_type}, "
                       f"{target.mount.storage_class})"):

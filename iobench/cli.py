@@ -64,6 +64,8 @@ def output_options(fn):
         click.option("--keep-json", is_flag=True, help="Keep fio's raw JSON next to --out: OUT.<run-id>.<n>.fio.json."),
         click.option("--concurrent", is_flag=True,
                      help="Run even while another iobench measures the same mount (records say concurrent)."),
+        click.option("--wait", type=click.IntRange(min=0), default=0, show_default=True,
+                     help="Seconds to wait for another iobench measuring the same mount before refusing."),
     ]):
         fn = option(fn)
     return fn
@@ -105,10 +107,11 @@ PROFILE_HELP = "Comma list, default all: " + "; ".join(f"{p.name}: {p.about}" fo
 @click.option("--direct", is_flag=True,
               help="shard-write with O_DIRECT (1 MiB writes, the end fsync kept), as high-end checkpoint writers do.")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="PNG of MB/s and P99 per mount.")
-@click.option("--dry-run", is_flag=True, help="Print the fio job file and exit; nothing is written (no free space needed).")
+@click.option("--dry-run", is_flag=True,
+              help="Print the fio job file and exit; nothing is written (no free space needed).")
 @output_options
 def ckpt(paths, profiles, quick, runtime, size, bs, iodepth, jobs, ranks, direct, plot, dry_run, out, fmt, timeout,
-         keep, keep_json, concurrent):
+         keep, keep_json, concurrent, wait):
     """Checkpoint-shaped fio profiles on each PATH; mounts side by side.
 
     \b
@@ -128,7 +131,8 @@ def ckpt(paths, profiles, quick, runtime, size, bs, iodepth, jobs, ranks, direct
     if dry_run:
         bench.dry_run(targets, job_list, run_id, "ckpt")
         return
-    records = bench.run_jobs(targets, job_list, run_id, timeout, keep, writer, concurrent, keeper)
+    sharing = bench.Sharing(concurrent, wait)
+    records = bench.run_jobs(targets, job_list, run_id, timeout, keep, writer, sharing, keeper)
     emit(records, fmt, lambda recs: print_results(recs, title=f"iobench ckpt  (run {run_id})"))
     if plot:
         bar_plot(plot, records, title=f"iobench ckpt {run_id}")
@@ -156,7 +160,7 @@ def mounts(show_all, fmt):
               help="Mount (directory) to run in; fio works inside a fresh iobench-<run-id> below it.")
 @click.option("--dry-run", is_flag=True, help="Check the job file and PATH, print the fio command, run nothing.")
 @output_options
-def run_cmd(jobfile, path, dry_run, out, fmt, timeout, keep, keep_json, concurrent):
+def run_cmd(jobfile, path, dry_run, out, fmt, timeout, keep, keep_json, concurrent, wait):
     """Any fio job file, through iobench's checks, parser and records.
 
     Only options that shape I/O on files in iobench's private directory are allowed (an allow-list):
@@ -178,7 +182,8 @@ def run_cmd(jobfile, path, dry_run, out, fmt, timeout, keep, keep_json, concurre
         directory = os.path.join(target.path, f"iobench-{run_id}")
         click.echo(bench.rerun_line(directory, jobpath, *bench.RUN_ARGS))
         return
-    records = bench.run_file(target, jobpath, run_id, timeout, keep, writer, concurrent, keeper)
+    sharing = bench.Sharing(concurrent, wait)
+    records = bench.run_file(target, jobpath, run_id, timeout, keep, writer, sharing, keeper)
     emit(records, fmt, lambda recs: print_results(recs, title=f"iobench run {Path(jobfile).name}  (run {run_id})"))
 
 
@@ -214,7 +219,8 @@ def clean(paths):
               help="Measure fio's reference first (shard-write, restore-read-buffered: same bytes, buffered, "
                    "durable write, read after a cache drop), for the ratio.")
 @output_options
-def torch_ckpt(path, size, ranks, ckpt_formats, repeats, fio_ceiling, out, fmt, timeout, keep, keep_json, concurrent):
+def torch_ckpt(path, size, ranks, ckpt_formats, repeats, fio_ceiling, out, fmt, timeout, keep, keep_json, concurrent,
+               wait):
     """Write a real PyTorch checkpoint, fsync, read it back, verify every tensor; compare with fio.
 
     \b
@@ -228,8 +234,8 @@ def torch_ckpt(path, size, ranks, ckpt_formats, repeats, fio_ceiling, out, fmt, 
     run_id = new_run_id()
     writer = open_writer(out)
     keeper = json_keeper(keep_json, out, run_id)
-    records = torchckpt.run(path, size, ranks, formats, fio_ceiling, timeout, keep, writer, run_id, concurrent, keeper,
-                            repeats)
+    records = torchckpt.run(path, size, ranks, formats, fio_ceiling, timeout, keep, writer, run_id,
+                            bench.Sharing(concurrent, wait), keeper, repeats)
     emit(records, fmt, torchckpt.print_torch)
     wrong = sum(r.get("wrong") or 0 for r in records)
     if wrong:

@@ -133,6 +133,7 @@ def measurements(data):
                 rec["end_fsync_s"] = max(0.0, per_rank_s - writes_s)
             if "nrfiles" in opts and plain_size(opts.get("filesize", "")) == rec["bs_bytes"] and runtime_s:
                 files = int(opts["nrfiles"]) * numjobs  # one write per file: create, write, fsync, close
-                rec.update(files=files, files_per_s=files / runtime_s, file_lat_mean_us=runtime_s * 1e6 * numjobs / files)
+                rec.update(files=files, files_per_s=files / runtime_s,
+                           file_lat_mean_us=runtime_s * 1e6 * numjobs / files)
             out.append(rec)
     return out

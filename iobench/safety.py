@@ -216,10 +216,11 @@ def clean(paths):
 class MountLock:
     """A per-mount lock (flock on a file outside the mount, one per device) held for a whole run.
 
-    Busy: refuse naming the run that holds it, or with concurrent=True go on and say so in the records."""
+    Busy: with concurrent=True go on (the records say concurrent); else wait up to `wait` seconds,
+    saying once whom for, then refuse naming the run that holds it (pid, run id)."""
 
-    def __init__(self, mount, run_id, concurrent=False):
-        self.mount, self.run_id, self.concurrent = mount, run_id, concurrent
+    def __init__(self, mount, run_id, concurrent=False, wait=0, say=None):
+        self.mount, self.run_id, self.concurrent, self.wait, self.say = mount, run_id, concurrent, wait, say
         self.busy = False
         self._file = None
 
@@ -230,20 +231,36 @@ class MountLock:
                 return os.path.join(d, name)
         return os.path.join(tempfile.gettempdir(), name)
 
+    def _holder(self):
+        self._file.seek(0)
+        return self._file.read().strip() or "unknown run"
+
     def __enter__(self):
         self._file = open(self._path(), "a+")
-        try:
-            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._file.seek(0)
-            holder = self._file.read().strip() or "unknown run"
-            self._file.close()
-            self._file = None
-            if not self.concurrent:
+        deadline = time.monotonic() + self.wait
+        said = False
+        while True:
+            try:
+                fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                holder = self._holder()
+            if self.concurrent:
+                self._file.close()
+                self._file = None
+                self.busy = True
+                return self
+            if time.monotonic() >= deadline:
+                self._file.close()
+                self._file = None
                 raise UserError(f"{self.mount.mount_point} is being measured by another iobench ({holder}); "
-                                f"wait for it, or pass --concurrent to run anyway (records say concurrent)") from None
-            self.busy = True
-            return self
+                                f"wait for it (--wait SECONDS), or pass --concurrent to run anyway (records say "
+                                f"concurrent)")
+            if not said and self.say:
+                self.say(f"iobench: waiting up to {self.wait} s for {self.mount.mount_point}: another iobench "
+                         f"({holder}) is measuring it")
+                said = True
+            time.sleep(0.2)
         self._file.seek(0)
         self._file.truncate()
         self._file.write(f"pid {os.getpid()}, run {self.run_id}\n")

@@ -101,14 +101,14 @@ def records_from(result, target, run_id, ranks, fio_records):
     return records
 
 
-def run(path, size, ranks, formats, fio_ceiling, timeout, keep, writer, run_id, concurrent=False, keeper=None,
+def run(path, size, ranks, formats, fio_ceiling, timeout, keep, writer, run_id, sharing=bench.Sharing(), keeper=None,
         repeats=DEFAULT_REPEATS):
     """fio's reference (in a directory of its own), then the real checkpoints, each `repeats` times."""
     jobs = reference_jobs(size, ranks, repeats, keep) if fio_ceiling else []
     need = space_needed(size, formats, repeats, keep)
     target, = bench.check_targets([path], need, run_id, writer)
-    fio_records = bench.run_jobs([target], jobs, run_id, timeout, keep, writer, concurrent, keeper) if jobs else []
-    stack, _ = bench.locks([target], run_id, concurrent)
+    fio_records = bench.run_jobs([target], jobs, run_id, timeout, keep, writer, sharing, keeper) if jobs else []
+    stack, _ = bench.locks([target], run_id, sharing)
     with stack, sigterm_as_interrupt(), ScratchDir(target.path, f"{run_id}-torch", keep) as scratch:
         with bench.progress(f"iobench: torchrun {ranks} ranks: {', '.join(formats)} checkpoint of "
                             f"{size >> 20} MiB on {target.path}, {repeats} times"):
@@ -135,11 +135,13 @@ def print_torch(records):
         bench_out = [dict(r, bw_gbps=r["bw_mbps"] / 1e3) for r in fio_rows]
         print_table(bench_out, [("mount", "mount", None), ("profile", "fio profile", None),
                                 ("numjobs", "jobs", "d"), ("bw_gbps", "GB/s", ".3f"),
-                                ("lat_p99_us", "P99 us", ".1f")], title="fio reference (same bytes, buffered, durable write, read after a cache drop)")
+                                ("lat_p99_us", "P99 us", ".1f")],
+                    title="fio reference (same bytes, buffered, durable write, read after a cache drop)")
     torch_rows = [dict(r, spread=f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f}" if r.get("ratio_min") else None)
                   for r in torch_rows]
     print_table(torch_rows, [("mount", "mount", None), ("ckpt_format", "format", None), ("rw", "direction", None),
-                             ("numjobs", "ranks", "d"), ("repeats", "repeats", "d"), ("bw_gbps", "GB/s (median)", ".3f"),
+                             ("numjobs", "ranks", "d"), ("repeats", "repeats", "d"),
+                             ("bw_gbps", "GB/s (median)", ".3f"),
                              ("fio_profile", "vs fio", None), ("ratio_to_fio", "ratio", ".2f"),
                              ("spread", "ratio range", None), ("tensors", "tensors", "d"), ("wrong", "wrong", "d")],
                 title="torch checkpoint (durable write incl. directory fsync; buffered read after a cache drop)")

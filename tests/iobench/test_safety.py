@@ -278,8 +278,8 @@ def test_sigkill_of_iobench_kills_fio_then_clean_removes_what_it_left(tool, tmp_
 
 @pytest.mark.slow
 def test_a_live_run_holds_its_mount_and_its_directory(tool, tmp_path):
-    """While a run measures a mount: a second run on the same mount is refused naming it (pid, run id), or
-    with --concurrent runs and says so in its records; `iobench clean` refuses to touch the live directory."""
+    """While a run measures a mount: a second run on the same mount is refused naming it (pid, run id), after
+    --wait seconds if asked, or with --concurrent runs and says so in its records; `iobench clean` refuses to touch the live directory."""
     data = plant_sentinels(tmp_path)
     other = tmp_path / "other"
     other.mkdir()
@@ -289,6 +289,9 @@ def test_a_live_run_holds_its_mount_and_its_directory(tool, tmp_path):
         (live,) = leftovers(data)
         refused = tool("iobench", "ckpt", other, "--profile", "metadata", "--quick", "--size", "1M")
         assert_one_line_error(refused, f"is being measured by another iobench (pid {proc.pid}, run {live[8:]})")
+        waited = tool("iobench", "ckpt", other, "--profile", "metadata", "--quick", "--size", "1M", "--wait", "1")
+        assert waited.returncode == 2 and waited.stderr.splitlines()[0].startswith("iobench: waiting up to 1 s for")
+        assert waited.stderr.splitlines()[-1].startswith("error:") and leftovers(other) == []
         out = tmp_path / "r.jsonl"
         forced = tool("iobench", "ckpt", other, "--profile", "metadata", "--quick", "--size", "1M", "--concurrent",
                       "--out", out)
