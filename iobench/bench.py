@@ -53,7 +53,7 @@ def event(run_id, path, kind, reason):
 
 def check_targets(paths, need, run_id, writer):
     """Resolve and check every PATH before any fio starts (need None: --dry-run, no room needed);
-    a refusal is recorded, then raised. Warns about directories a dead run left behind."""
+    a refusal is recorded, then raised. Warns about directories a dead run left under PATH or the mount's root."""
     targets = []
     for path in paths:
         real = os.path.realpath(path)
@@ -69,7 +69,7 @@ def check_targets(paths, need, run_id, writer):
             if writer:
                 writer.write(event(run_id, real, "refused", str(exc)))
             raise
-        for stale, marker, size in stale_dirs(real):
+        for stale, marker, size in [s for d in dict.fromkeys((real, mount.mount_point)) for s in stale_dirs(d)]:
             say(f"warning: {stale} ({format_size(size, approx=True)}) was left by iobench run {marker['run_id']}, "
                 f"which is no longer running; remove it with: iobench clean {shlex.quote(str(stale))}")
         targets.append(Target(real, mount))
