@@ -5,7 +5,7 @@ import sys
 
 from rich.console import Console
 
-from benchcore.report import console, print_table
+from benchcore.report import console, emit, print_table
 from benchcore.units import format_size
 from commbench.registry import record_label
 
@@ -231,3 +231,11 @@ def nccl_tests_text(records):
 def print_nccl_tests(records):
     sys.stdout.write(nccl_tests_text(records))
     sys.stdout.flush()
+
+
+def render(records, fmt, table_fn):
+    """stdout in the chosen --format: table_fn's tables, nccl-tests' text, JSON lines or CSV."""
+    if fmt == "nccl-tests":
+        print_nccl_tests(records)
+    else:
+        emit(records, fmt, table_fn)

@@ -8,10 +8,9 @@ import click
 from benchcore import procs
 from benchcore.errors import UserError
 from benchcore.records import RecordWriter, hostname, output_file
-from benchcore.report import emit
 from benchcore.units import format_size
 from commbench import launch
-from commbench.output import print_collective_tables, print_nccl_tests
+from commbench.output import print_collective_tables, render
 from commbench.plan import CaseOptionsText, MeasureOptions, build_plan, no_leftovers, take
 from commbench.registry import record_label
 
@@ -74,10 +73,7 @@ def run_plan(spec, plan, out, fmt, table_fn, label="measuring", plot=None, plot_
         if writer:
             writer.close()
     if records:
-        if fmt == "nccl-tests":
-            print_nccl_tests(records)
-        else:
-            emit(records, fmt, table_fn)
+        render(records, fmt, table_fn)
         if plot:
             plot_fn(records, plot)
     wrong = sum(r.get("wrong") or 0 for r in records)

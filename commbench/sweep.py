@@ -14,11 +14,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from benchcore import schema
 from benchcore.errors import UserError
 from benchcore.records import RecordWriter, new_run_id, output_file, read_records
-from benchcore.report import console, emit, line_plot, print_table
+from benchcore.report import console, line_plot, print_table
 from commbench import launch
 from commbench.case import TOTAL
 from commbench.envvars import CATALOGUE, validate
-from commbench.output import print_nccl_tests
+from commbench.output import render
 from commbench.plan import CaseOptionsText, MeasureOptions, build_plan, case_options, measure_options, no_leftovers, take
 from commbench.registry import COLLECTIVE_NAMES, STRATEGY_NAMES, parse_names, record_label
 from commbench.runner import launches
@@ -198,12 +198,7 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
     records = previous + run_configs(spec, plan, todo, out_file, fp, per_config_timeout)
     failed = {r["sweep_config"]: r["reason"] for r in records if r.get("event") == "failed"}
     good = [r for r in records if not r.get("event") and r["sweep_config"] not in failed]
-    if fmt == "table":
-        print_ranking(good, keys, failed)
-    elif fmt == "nccl-tests":
-        print_nccl_tests(good)
-    else:
-        emit(records, fmt, None)
+    render(good if fmt == "nccl-tests" else records, fmt, lambda _: print_ranking(good, keys, failed))
     if plot:
         plot_sweep(good, plot)
     if failed:
