@@ -19,7 +19,7 @@ class Timed:
     refill: Callable[[], None]            # input data as before the first run
     poison: Callable[[], None]            # output set to values no correct result holds
     result: Callable                      # the tensor the check reads (tests corrupt it)
-    check: Callable[[], Tuple[int, dict]]  # after refill, poison, one run: (wrong on this rank, record fields)
+    check: Callable[[], Tuple[int, dict]]  # after poison, refill, one run: (wrong on this rank, record fields)
     fields: Callable[[str], dict] = lambda phase: {}   # extra record fields of a phase, read after it is timed
     blocking: Optional[bool] = None       # wait for each run before the next; None: the plan's choice
 
