@@ -83,9 +83,11 @@ def test_fio_timeout_is_an_error_and_cleans_up(tool, tmp_path):
 
 
 def start(args):
-    """iobench in its own process group, as a shell starts a foreground job."""
+    """iobench in its own process group, as a shell starts a foreground job: Ctrl-C reaches it even when
+    this test runs in the background (where SIGINT is inherited ignored)."""
     return subprocess.Popen([str(BIN / "iobench"), *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def wait_for_fio(data, timeout=60):

@@ -124,10 +124,21 @@ def test_peer_node_never_starts(fresh):
     observed["never starts"] = (t_0, t_1)
     assert errors(e0) == [f"error: rendezvous at {fresh.addr(0)}:29514 timed out after {rdzv} s: not all 2 nodes "
                           "joined (is the peer node started?)"], e0
-    assert errors(e1) == [f"error: could not reach the rendezvous store at {fresh.addr(0)}:29515 within {rdzv} s: "
-                          f"is node rank 0 started, and reachable from {fresh.host(1)}?"], e1
+    assert errors(e1) == [f"error: rendezvous store at {fresh.addr(0)}:29515: nothing listens there (checked from "
+                          f"{fresh.host(1)}): node rank 0 is not started, has ended, or uses another port"], e1
     # the clock starts before torchrun does: its start-up costs 6-9 s here, more on a loaded machine
     assert r0 != 0 and r1 != 0 and t_0 < rdzv + 20 and t_1 < rdzv + 20, (t_0, t_1)
+
+
+def test_unreachable_rendezvous_host_is_told_from_one_not_started(fresh):
+    """Node 0's link is down: node 1 gets no answer at all (not a refusal) and says so."""
+    fresh.set_link(0, "down")
+    t0 = time.monotonic()
+    p1 = fresh.ring(1, 29516, "-e", "1M", "--rdzv-timeout", 10)
+    ((r1, e1, t_1),) = wait_all([p1], t0, 90)
+    assert r1 != 0 and t_1 < 40, t_1
+    assert errors(e1) == [f"error: rendezvous store at {fresh.addr(0)}:29516: no answer from {fresh.addr(0)} within "
+                          f"2 s (checked from {fresh.host(1)}): a wrong address, a firewall or a link down"], e1
 
 
 def test_selftest_link_passes_at_1gbit(tmp_path):
