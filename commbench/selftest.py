@@ -5,7 +5,8 @@ behind scripts/netns-cluster) are two real nodes: one torchrun agent in each, a 
 rendezvous across the link. On 2 ranks all_reduce moves the payload once each way at the same
 time (busbw factor 1), so a faithful tool measures the link itself: TCP payload at MTU 1500 tops
 out at 1448/1514 of the configured rate. Passing means ring all_reduce lands within
-[0.90, 1.00] of that ceiling at every size.
+[0.90, 1.00] of that ceiling at every size, judged on the best of --cycles passes (other load on
+the machine only ever slows a link down).
 """
 import json
 import os
@@ -44,7 +45,7 @@ def _node_command(kinds, node, port, args, out):
     launch = ["--nodes", "2", "--rdzv-endpoint", f"{netns.node_addr(0)}:{port}", "--node-rank", str(node),
               "--timeout", str(args["timeout"]), "--rdzv-timeout", str(args["rdzv_timeout"])]
     sizes = ["-b", args["min_bytes"], "-e", args["max_bytes"], "-f", str(args["step_factor"]),
-             "-n", str(args["iters"]), "-w", str(args["warmup"])]
+             "-n", str(args["iters"]), "-w", str(args["warmup"]), "-N", str(args["cycles"])]
     if CASES[kinds[0]].kind == "strategy":
         cmd = ["compare", "--strategies", ",".join(kinds), "--baseline", kinds[0], "--chunk-size", args["chunk_size"],
                "--threshold", args["threshold"]]
@@ -103,6 +104,9 @@ def _interrupt(signum, frame):
 @click.option("-f", "--step-factor", type=int, default=4, show_default=True)
 @click.option("-n", "--iters", type=int, default=3, show_default=True)
 @click.option("-w", "--warmup", type=int, default=1, show_default=True)
+@click.option("-N", "--cycles", type=int, default=2, show_default=True,
+              help="Measure every size this many times and judge the best: other load on the machine only "
+                   "ever slows a link down, so the best pass is the link's own rate.")
 @click.option("--chunk-size", default="2M", show_default=True, help="Chunk size of the chunked strategy.")
 @click.option("--threshold", default="16M", show_default=True, help="Chunked strategy threshold.")
 @click.option("--timeout", type=float, default=120, show_default=True, help="Process-group timeout (s).")
@@ -142,7 +146,10 @@ def link(rate, collectives, out, fmt, port, **args):
     by_kind = [[k for k in kinds if CASES[k].kind == kind] for kind in ("collective", "strategy")]
     launches = [group for group in by_kind if group]
     per_op = sum(sizes) * 8 / (bits * 0.5)  # all_gather runs at about half the link
-    deadline = args["rdzv_timeout"] + 60 + 3 * per_op * (args["iters"] + args["warmup"] + 1) * len(kinds)
+    if args["cycles"] < 1:
+        raise UserError("-N/--cycles must be at least 1")
+    deadline = args["rdzv_timeout"] + 60 + 3 * per_op * (args["iters"] + args["warmup"] + 1) * len(kinds) * \
+        args["cycles"]
     out_path = output_file(out)
     netns.reap("cbst")
     prefix = f"cbst{os.getpid()}"  # private to this run: never someone's cluster
@@ -169,7 +176,13 @@ def link(rate, collectives, out, fmt, port, **args):
             signal.signal(signal.SIGTERM, previous)
         records = read_records(tmp)
         os.unlink(tmp)
-    rows = [_row(r, bits) for r in records if not r.get("event") and r.get("phase") in (None, TOTAL)]
+    best = {}
+    for rec in records:  # per collective and size, the best of the cycles
+        if not rec.get("event") and rec.get("phase") in (None, TOTAL):
+            key = (record_label(rec), rec["size_bytes"])
+            if key not in best or rec["busbw_gbps"] > best[key]["busbw_gbps"]:
+                best[key] = rec
+    rows = [_row(r, bits) for r in best.values()]
     judged = [r for r in rows if r["verdict"] != "info"]
     passed = (not errors and bool(rows) and (bool(judged) or JUDGED not in kinds)
               and all(r["verdict"] in ("ok", "info") for r in rows) and not any(r["wrong"] for r in rows))
@@ -189,8 +202,8 @@ def link(rate, collectives, out, fmt, port, **args):
         print_table(rows, [("kind", "collective", None), ("size", "size", None), ("busbw_gbps", "busbw GB/s", ".4f"),
                            ("gbit", "busbw Gbit/s", ".3f"), ("of_rate", "/ rate", ".3f"),
                            ("of_ceiling", "/ TCP ceiling", ".3f"), ("verdict", "verdict", None)],
-                    title=f"busbw against a {netns.format_rate(bits)} link (TCP payload ceiling "
-                          f"{CEILING:.3f} of the rate; pass {PASS_RANGE[0]:.2f}-{PASS_RANGE[1]:.2f} of it)")
+                    title=f"busbw against a {netns.format_rate(bits)} link, best of {args['cycles']} (TCP payload "
+                          f"ceiling {CEILING:.3f} of the rate; pass {PASS_RANGE[0]:.2f}-{PASS_RANGE[1]:.2f} of it)")
         summary = ", ".join(f"{r['size']} {r['of_ceiling']:.3f}" for r in judged)
         click.echo(f"selftest link: {'PASS' if passed else 'FAIL'}"
                    f"{f' (all_reduce / ceiling: {summary})' if judged else ''} in {verdict['seconds']:.0f} s")

@@ -152,9 +152,13 @@ def test_selftest_link_passes_at_1gbit(tmp_path):
     assert [r["size_bytes"] for r in verdict["rows"]] == [64 << 20, 256 << 20]
     for row in verdict["rows"]:
         assert 0.90 <= row["of_ceiling"] <= 1.0 and row["of_rate"] == pytest.approx(row["of_ceiling"] * 1448 / 1514)
+    assert sorted((r["size_bytes"], r["cycle"]) for r in recs[:-1]) == [(s, c) for s in (64 << 20, 256 << 20)
+                                                                         for c in (0, 1)]
     for rec in recs[:-1]:
         assert rec["collective"] == "all_reduce" and rec["nodes"] == 2 and len(rec["hosts"]) == 2
         assert rec["env"]["GLOO_SOCKET_IFNAME"] == "eth0" and rec["wrong"] == 0
+    best = max(r["busbw_gbps"] for r in recs[:-1] if r["size_bytes"] == 64 << 20)
+    assert verdict["rows"][0]["busbw_gbps"] == best  # judged on the best pass
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert "cbst" not in left, left  # always torn down
 
