@@ -49,6 +49,7 @@ class Case:
     both_places: bool = False                  # it has in- and out-of-place variants
     footprint: Optional[Callable] = None       # footprint(cfg, count, n, elt) -> bytes of buffers a rank holds
     reduces: bool = False                      # takes -o/--op (one config per op)
+    sums: bool = False                         # reduces with sum, whatever -o says (its records say op sum)
     rooted: bool = False                       # takes -r/--root (one config per root)
 
 

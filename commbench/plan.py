@@ -273,7 +273,7 @@ def build_plan(names, measure, case_opts, spec):
                 raise UserError(f"{name} has no {wanted} variant in torch.distributed; see --place")
             for cfg in mine:
                 configs += [{**cfg, "dtype": dtype, "op": op, "root": root}
-                            for op in (ops if case.reduces else [None])
+                            for op in (ops if case.reduces else ["sum" if case.sums else None])
                             for root in (root_list if case.rooted else [None])]
     z = measure.z_blocking
     return Plan(run_id=new_run_id(), sizes=sizes, configs=configs, iters=measure.iters, warmup=measure.warmup,

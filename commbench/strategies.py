@@ -327,10 +327,10 @@ def _padded(count, n):
 
 STRATEGY_CASES = {c.name: c for c in [
     Case("ring", "strategy", "all_reduce", (TOTAL,), _ring, lambda o, d: [{"case": "ring", "in_place": True}],
-         check_size=_payload_size, nccl_env={"NCCL_ALGO": "Ring"}, footprint=lambda c, k, n, e: k * e),
+         check_size=_payload_size, nccl_env={"NCCL_ALGO": "Ring"}, footprint=lambda c, k, n, e: k * e, sums=True),
     Case("rs-ag", "strategy", "all_reduce", ("reduce_scatter", "all_gather", TOTAL), _rs_ag,
          lambda o, d: [{"case": "rs-ag", "in_place": ip} for ip in _places(o)], check_size=_payload_size,
-         both_places=True,
+         both_places=True, sums=True,
          footprint=lambda c, k, n, e: (_padded(k, n) if c["in_place"] else 2 * _padded(k, n) + k // n) * e),
     Case("chunked", "strategy", "all_gather", (TOTAL,), _chunked, _chunked_configs,
          describe=lambda c: f"{format_size(c['chunk_bytes'])} x{c['inflight']}", check_size=_payload_size,
@@ -341,5 +341,5 @@ STRATEGY_CASES = {c.name: c for c in [
          footprint=lambda c, k, n, e: 8 * _padded(k, n) * e),  # exact, shard, wire, out, and the check's error terms
     Case("hierarchical", "strategy", "all_reduce", ("reduce_scatter", "all_reduce", "all_gather", TOTAL),
          _hierarchical, lambda o, d: [{"case": "hierarchical", "in_place": True}], check_size=_payload_size,
-         setup=node_groups, footprint=lambda c, k, n, e: 2 * _padded(k, n) * e),
+         setup=node_groups, footprint=lambda c, k, n, e: 2 * _padded(k, n) * e, sums=True),
 ]}
