@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from benchcore.errors import UserError
-from benchcore.units import parse_size
+from benchcore.fiojson import plain_size, working_set  # noqa: F401 (iobench.jobfile.working_set is used elsewhere)
 
 # I/O engines that test a file system through files in the directory.
 ENGINES = {"psync", "sync", "pvsync", "pvsync2", "vsync", "libaio", "io_uring", "posixaio", "mmap", "splice",
@@ -130,23 +130,6 @@ def _check_option(where, key, value):
     why = ALLOWED[name](value)
     if why:
         raise UserError(f"{where}: {why.replace('{key}', name)}")
-
-
-def plain_size(text):
-    """A fio size option as bytes, or None when it is not a single size (ranges, percentages)."""
-    try:
-        return parse_size(text)
-    except UserError:
-        return None
-
-
-def working_set(opts):
-    """Bytes one job section's files hold: size, or filesize x nrfiles, times numjobs; None if not plain sizes."""
-    per_job = plain_size(opts["size"]) if "size" in opts else None
-    if per_job is None and "filesize" in opts:
-        filesize = plain_size(opts["filesize"])
-        per_job = filesize * int(opts.get("nrfiles", 1)) if filesize else None
-    return per_job * int(opts.get("numjobs", 1)) if per_job else None
 
 
 def space_estimate(sections):

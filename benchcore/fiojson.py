@@ -1,0 +1,241 @@
+"""fio's --output-format=json, from every fio that writes it (2.0.10 on), as measurements in the suite's units.
+
+iobench's own runs and `import` of users' files both read fio's JSON here. What fio reports changed with
+its version (fio's stat.c history), and the version string decides how a document is read, never the
+magnitude of a number:
+
+  io_bytes       KiB before fio 2.21 (io_kbytes appeared there and io_bytes became bytes)
+  latencies      slat/clat/lat in us before fio 2.99 (3.0's prerelease); slat_ns/clat_ns/lat_ns in ns since
+  bandwidth      bw in KiB/s in every version; bw_bytes in B/s only since fio 3.2
+  samples        lat "N" only in later 3.x; total_ios since 2.21; neither before (percentiles kept as published)
+
+Measurements use us, MB/s (1e6 B/s) and bytes. fio may print notes, errors or "fio: terminating on signal N"
+before its JSON on stdout, so parsing starts at the JSON object.
+"""
+import datetime
+import json
+import os
+import re
+from dataclasses import dataclass
+
+from benchcore.errors import UserError
+from benchcore.procs import one_line
+from benchcore.units import parse_size
+
+PERCENTILES = {"lat_p50_us": "50.000000", "lat_p99_us": "99.000000", "lat_p999_us": "99.900000"}
+FSYNC_PERCENTILES = {"fsync_lat_p99_us": "99.000000", "fsync_lat_p999_us": "99.900000"}
+DIRECTIONS = ("read", "write", "trim", "mixed")   # mixed: unified_rw_reporting
+INTERRUPTED = re.compile(r"^fio: terminating on signal (\d+)", re.MULTILINE)
+
+# (first fio version with the change, the change): the table the Units below are built from
+SINCE = {"io_bytes_in_bytes": (2, 21), "latency_ns": (2, 99), "bw_bytes": (3, 2)}
+
+
+@dataclass(frozen=True)
+class Units:
+    version: tuple
+    io_bytes: int       # bytes per unit of io_bytes
+    lat_key: str        # suffix of the latency objects: "" (us) or "_ns"
+    lat_us: float       # us per latency unit
+    bw_bytes: bool      # bw_bytes (B/s) present; else bw (KiB/s)
+
+
+def units(version_text):
+    """Units of a document written by fio version_text ('fio-3.33', 'fio-2.1.10-12-gabc'); UserError if unknown."""
+    m = re.match(r"\s*fio-(\d+)\.(\d+)", str(version_text or ""))
+    if not m:
+        raise UserError(f"no fio version in the document ({version_text!r}): fio's units changed between "
+                        f"versions, so its numbers cannot be read")
+    v = (int(m.group(1)), int(m.group(2)))
+    ns = v >= SINCE["latency_ns"]
+    return Units(v, 1 if v >= SINCE["io_bytes_in_bytes"] else 1024, "_ns" if ns else "", 0.001 if ns else 1.0,
+                 v >= SINCE["bw_bytes"])
+
+
+def plain_size(text):
+    """A fio size option as bytes, or None when it is not a single size (ranges, percentages)."""
+    try:
+        return parse_size(text)
+    except UserError:
+        return None
+
+
+def working_set(opts):
+    """Bytes one job section's files hold: size, or filesize x nrfiles, times numjobs; None if not plain sizes."""
+    per_job = plain_size(opts["size"]) if "size" in opts else None
+    if per_job is None and "filesize" in opts:
+        filesize = plain_size(opts["filesize"])
+        per_job = filesize * int(opts.get("nrfiles", 1)) if filesize else None
+    return per_job * int(opts.get("numjobs", 1)) if per_job else None
+
+
+class NoJson(ValueError):
+    """No JSON object at all (as opposed to a broken or foreign one)."""
+
+
+def find_json(text):
+    """(fio's JSON document, offset where it starts) in text that may hold other lines first; ValueError(why)."""
+    if not text.strip():
+        raise NoJson("empty")
+    starts = [m.start() for m in re.finditer(r"^\s*\{", text, re.MULTILINE)] or \
+        ([text.index("{")] if "{" in text else [])
+    if not starts:
+        raise NoJson(f"no JSON object (starts: {one_line(text, 160)})")
+    error, other = None, None
+    for start in starts:
+        try:
+            data, _ = json.JSONDecoder().raw_decode(text[start:].lstrip())
+        except json.JSONDecodeError as exc:
+            error = error or exc
+            continue
+        if isinstance(data, dict) and isinstance(data.get("jobs"), list):
+            return data, start
+        other = other or data
+    if other is not None:
+        keys = ", ".join(list(other)[:5]) if isinstance(other, dict) else type(other).__name__
+        raise ValueError(f"JSON without fio's \"jobs\" list (has: {keys}): not fio --output-format=json")
+    raise ValueError(f"truncated or malformed ({error})")
+
+
+def parse_output(stdout, stderr="", what="fio"):
+    """fio's JSON from stdout that may start with note/warning lines; UserError if none or truncated."""
+    try:
+        return find_json(stdout)[0]
+    except NoJson:
+        raise UserError(f"{what}: fio printed no JSON; stdout: {one_line(stdout)}; stderr: {one_line(stderr)}") \
+            from None
+    except ValueError as exc:
+        raise UserError(f"{what}: fio's JSON output is {exc}; stderr: {one_line(stderr)}") from None
+
+
+def percentile(stats, key, to_us=0.001):
+    """A percentile in us, or None when too few samples lie beyond it (fewer than 1/(1-p) in all).
+    Without a sample count (old fio) the value is kept as published."""
+    value = (stats.get("percentile") or {}).get(key)
+    if value is None:
+        return None
+    samples = stats.get("N")
+    if samples is not None and samples * (1 - float(key) / 100) < 1 - 1e-9:
+        return None
+    return value * to_us
+
+
+def _latency(section, u):
+    """(kind, stats): total latency when fio reports its percentiles, else completion latency."""
+    lat = section.get("lat" + u.lat_key) or {}
+    if lat.get("percentile"):
+        return "lat", lat
+    return "clat", section.get("clat" + u.lat_key) or {}
+
+
+def _job_names(jobs):
+    """fio's job names, numbered name.0, name.1, ... where one name has several jobs (numjobs, no group_reporting)."""
+    names = [j.get("jobname") for j in jobs]
+    seen, out = {}, []
+    for name in names:
+        if names.count(name) > 1:
+            out.append(f"{name}.{seen.setdefault(name, 0)}")
+            seen[name] += 1
+        else:
+            out.append(name)
+    return out
+
+
+def _check_keys(section, u):
+    """The version and the latency keys must agree: a document that disagrees was edited, not written by fio."""
+    other = "" if u.lat_key else "_ns"
+    if ("clat" + other) in section and ("clat" + u.lat_key) not in section:
+        raise UserError(f"fio-{u.version[0]}.{u.version[1]} writes clat{u.lat_key or ''}, but the document has "
+                        f"clat{other}: not as that fio version writes it")
+
+
+def _direction(section, u, opts, known, sync, job):
+    kind, lat = _latency(section, u)
+    samples = lat.get("N", section.get("total_ios"))
+    numjobs = int(opts.get("numjobs", 1)) if known else None
+    runtime_s = section["runtime"] / 1000.0
+    bw = section["bw_bytes"] / 1e6 if u.bw_bytes else section["bw"] * 1024 / 1e6
+    rec = {"rw": opts.get("rw", "read") if known else None,
+           "bs_bytes": plain_size(opts.get("bs", opts.get("blocksize", "4k"))) if known else None,
+           "iodepth": int(opts.get("iodepth", 1)) if known else None, "numjobs": numjobs,
+           "direct": int(opts.get("direct", 0)) if known else None,
+           "size_bytes": working_set(opts) if known else None, "ioengine": opts.get("ioengine"),
+           "io_bytes": section["io_bytes"] * u.io_bytes, "runtime_s": runtime_s, "iops": section["iops"],
+           "bw_mbps": bw, "lat_kind": kind,
+           "lat_mean_us": lat["mean"] * u.lat_us if lat.get("mean") is not None else None, "lat_samples": samples}
+    rec.update({key: percentile({**lat, "N": samples}, p, u.lat_us) for key, p in PERCENTILES.items()})
+    if sync.get("total_ios"):
+        sync_lat = sync.get("lat" + u.lat_key) or {}
+        rec["fsync_lat_mean_us"] = sync_lat["mean"] * u.lat_us if sync_lat.get("mean") is not None else None
+        rec["fsync_samples"] = sync_lat.get("N", sync.get("total_ios"))
+        rec.update({key: percentile(sync_lat, p, u.lat_us) for key, p in FSYNC_PERCENTILES.items()})
+    if known and int(opts.get("end_fsync", 0)) and section is job.get("write") and job.get("job_runtime"):
+        # fio times the end fsync inside the job but reports no latency for it: a rank's mean
+        # runtime minus the time its write() calls took.
+        per_rank_s = job["job_runtime"] / 1000.0 / numjobs
+        writes_s = section["total_ios"] / numjobs * (rec["lat_mean_us"] or 0) / 1e6
+        rec["end_fsync_s"] = max(0.0, per_rank_s - writes_s)
+    if known and "nrfiles" in opts and plain_size(opts.get("filesize", "")) == rec["bs_bytes"] and runtime_s:
+        files = int(opts["nrfiles"]) * numjobs  # one write per file: create, write, fsync, close
+        rec.update(files=files, files_per_s=files / runtime_s, file_lat_mean_us=runtime_s * 1e6 * numjobs / files)
+    return rec
+
+
+def job_results(data):
+    """[(job, name, options, error code, [measurement per direction that moved data])] per job in data."""
+    u = units(data.get("fio version"))
+    jobs = data.get("jobs", [])
+    known = "global options" in data or any("job options" in j for j in jobs)   # fio < 2.3 lists no options
+    out = []
+    for job, name in zip(jobs, _job_names(jobs)):
+        opts = {**data.get("global options", {}), **job.get("job options", {})}
+        found = []
+        for direction in DIRECTIONS:
+            section = job.get(direction) or {}
+            _check_keys(section, u)
+            moved = section.get("total_ios") if "total_ios" in section else section.get("io_bytes")
+            if not moved or not section.get("runtime"):
+                continue
+            rec = _direction(section, u, opts, known, job.get("sync") or {}, job)
+            found.append({"job": name, "direction": direction, **rec})
+        out.append((job, name, opts, job.get("error") or 0, found))
+    return out
+
+
+def error_text(name, code):
+    try:
+        why = os.strerror(int(code))
+    except (ValueError, OverflowError):
+        why = "unknown"
+    return f"fio job {name!r} ended with error {code} ({why})"
+
+
+def measurements(data):
+    """One dict per job and direction that moved data: the measured fields of a record (iobench run);
+    a job that ended with an error raises UserError."""
+    out = []
+    for _, name, _, error, found in job_results(data):
+        if error:
+            raise UserError(error_text(name, error))
+        out += found
+    return out
+
+
+def fio_timestamp(data):
+    """fio's own timestamp of the run (epoch seconds, since fio 2.2) as ISO 8601 UTC, or None."""
+    stamp = data.get("timestamp")
+    if not isinstance(stamp, (int, float)):
+        return None
+    return datetime.datetime.fromtimestamp(stamp, datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def job_lines(text, start, count):
+    """1-based line numbers of the first `count` "jobname" keys after offset start (one per job, in order)."""
+    lines = [text.count("\n", 0, start + m.start()) + 1 for m in re.finditer(r'"jobname"\s*:', text[start:])]
+    return (lines + [None] * count)[:count]
+
+
+def interrupted_by(text):
+    """The signal number when fio said 'fio: terminating on signal N' (a run cut short), else None."""
+    m = INTERRUPTED.search(text)
+    return int(m.group(1)) if m else None
