@@ -108,3 +108,14 @@ def problems(record):
     out = [f"missing {k}" for k in required if k not in record]
     out += [f"undocumented {k}" for k in record if k not in allowed]
     return out
+
+
+# Foreign results (`import`, benchcore.foreign): where each record came from; on both tools' measurements and events.
+IMPORTED = {"source_file": "import: the file the record was read from",
+            "source_format": "import: nccl-tests (also rccl-tests) or fio-json",
+            "source_line": "import: 1-based line of the row (nccl-tests) or of the job (fio JSON) in source_file"}
+EXTENSIONS["commbench"].update(IMPORTED, check_error="import: nccl-tests before #wrong: the row's largest absolute "
+                                                     "error (its 'error'/'res' column), not a count")
+EXTENSIONS["iobench"].update(IMPORTED, interrupted="import: fio said 'terminating on signal' (a run cut short)")
+EVENT_EXTENSIONS["commbench"].update(IMPORTED, collective="import: the collective of the table cut short or failed")
+EVENT_EXTENSIONS["iobench"].update(IMPORTED, job="import: the fio job that ended with an error")
