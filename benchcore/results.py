@@ -1,0 +1,210 @@
+"""Any results as records: the suite's JSONL, nccl-tests/rccl-tests logs, fio JSON of any version.
+
+`load(path)` tells the three apart and converts foreign files (`import`); `load_frame(paths)` gives a pandas
+DataFrame for notebooks, reports and exports. A file that is none of these is refused in one line naming it
+and why; the other files still load. Identities (what makes two measurements the same thing) and the metric
+each tool is compared on live here too, one table per tool.
+"""
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from benchcore import fiojson, nccltests, schema
+from benchcore.errors import UserError
+from benchcore.units import format_size
+
+TOOLS = ("commbench", "iobench")
+
+
+@dataclass
+class Loaded:
+    path: str
+    format: str                 # records, nccl-tests, fio-json
+    records: list = field(default_factory=list)   # measurements and events
+
+
+def _run_id(path, data):
+    return f"{Path(path).stem}-{hashlib.sha256(data).hexdigest()[:8]}"
+
+
+def _records_jsonl(text):
+    """The records of a JSONL file of the suite, or None when text is not one."""
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    try:
+        rec = json.loads(first)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(rec, dict) or rec.get("tool") not in TOOLS:
+        return None
+    out = []
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue            # a torn last line (crash mid-write)
+        if isinstance(rec, dict) and rec.get("tool") in TOOLS:
+            out.append(rec)
+    return out
+
+
+def _fio(text, path, run_id):
+    data, start = fiojson.find_json(text)
+    version = data.get("fio version")
+    signal = fiojson.interrupted_by(text[:start] + text[start:].split("\n}", 1)[-1])
+    results = fiojson.job_results(data)
+    lines = fiojson.job_lines(text, start, len(results))
+    out = []
+    for (job, name, opts, error, found), line in zip(results, lines):
+        mount = data.get("iobench_mount") or opts.get("directory") or opts.get("filename")
+        where = dict(source_file=path, source_format="fio-json", source_line=line)
+        hosts = [job["hostname"]] if job.get("hostname") else None
+        if error:
+            out.append(schema.event("iobench", "failed", fiojson.error_text(name, error), run_id=run_id, mount=mount,
+                                    job=name, hosts=hosts, **where))
+            continue
+        profile = data.get("iobench_profile") if data.get("iobench_profile") not in (None, "run") else None
+        for m in found:
+            rec = schema.measurement("iobench", run_id=run_id, mount=mount, profile=profile or m["job"],
+                                     fio_version=version, hosts=hosts, timestamp=fiojson.fio_timestamp(data),
+                                     **where, **m)
+            if signal is not None:
+                rec["interrupted"] = True
+            out.append(rec)
+    return out
+
+
+def _nccl(text, path, run_id):
+    records, events = nccltests.parse(text, path, run_id)
+    hosts = next((r["hosts"] for r in records if r.get("hosts")), None)
+    for kind, reason, line, collective in events:
+        records.append(schema.event("commbench", kind, reason, run_id=run_id, collective=collective, hosts=hosts,
+                                    source_file=path, source_format=nccltests.FORMAT, source_line=line))
+    return records
+
+
+def load(path):
+    """Loaded(path, format, records) of one file; UserError naming the file and why it is refused."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise UserError(f"{path}: {exc.strerror}") from None
+    text = data.decode("utf-8", errors="replace")
+    if not text.strip():
+        raise UserError(f"{path}: empty file")
+    records = _records_jsonl(text)
+    if records is not None:
+        return Loaded(str(path), "records", records)
+    run_id = _run_id(path, data)
+    looks_json = text.lstrip().startswith("{") or '"fio version"' in text
+    try:
+        if looks_json:
+            return Loaded(str(path), "fio-json", _fio(text, str(path), run_id))
+        return Loaded(str(path), nccltests.FORMAT, _nccl(text, str(path), run_id))
+    except ValueError as exc:
+        raise UserError(f"{path}: not usable fio JSON: {exc}") from None
+    except UserError as exc:
+        start = "" if looks_json else f" (it starts: {fiojson.one_line(text, 100)})"
+        raise UserError(f"{path}: {exc}{start}") from None
+
+
+def load_many(paths):
+    """(records of every file that loads, [one-line refusal, ...]) — a bad file does not stop the others."""
+    records, refused = [], []
+    for path in expand(paths):
+        try:
+            records += load(path).records
+        except UserError as exc:
+            refused.append(str(exc))
+    return records, refused
+
+
+def expand(paths):
+    """Files as given; a directory stands for the files in it (sorted)."""
+    out = []
+    for path in paths:
+        p = Path(path)
+        out += sorted(str(f) for f in p.iterdir() if f.is_file()) if p.is_dir() else [str(path)]
+    return out
+
+
+def measurements(records):
+    return [r for r in records if not r.get("event") and r.get("tool") in TOOLS]
+
+
+def load_frame(paths, events=False):
+    """A pandas DataFrame of the records in paths (records JSONL, nccl-tests logs, fio JSON, mixed); objects
+    (env, versions) stay objects. UserError when a file is refused."""
+    import pandas as pd
+    records, refused = load_many(paths)
+    if refused:
+        raise UserError("; ".join(refused))
+    return pd.DataFrame(records if events else measurements(records))
+
+
+# What makes two measurements the same thing, and what they are compared on.
+# Variables that pick interfaces or logging, not the configuration measured:
+NOT_CONFIG = re.compile(r"(SOCKET_IFNAME|ASYNC_ERROR_HANDLING|DEBUG|DEBUG_FILE|DEBUG_SUBSYS)$")
+
+
+def env_config(rec):
+    """The environment configuration a commbench record was measured in ('' = defaults)."""
+    if rec.get("sweep_config"):
+        return str(rec["sweep_config"])
+    env = rec.get("env") or {}
+    return ",".join(f"{k}={v}" for k, v in sorted(env.items()) if not NOT_CONFIG.search(k))
+
+
+@dataclass(frozen=True)
+class Tool:
+    identity: tuple       # record fields (env_config computed)
+    group: tuple          # fields naming the summary group
+    metric: str
+    lower_is_better: bool
+    spread: tuple         # (min field, max field) of one measurement, when it has them
+    unit: str
+
+
+TOOL = {
+    "commbench": Tool(("collective", "strategy", "phase", "size_bytes", "dtype", "op", "root", "in_place", "chunk_bytes",
+                       "inflight", "compress", "env_config", "nodes", "world_size"),
+                      ("strategy", "collective"), "time_us", True, ("time_us_min", "time_us_max"), "us"),
+    "iobench": Tool(("profile", "rw", "direction", "bs_bytes", "iodepth", "numjobs", "direct", "mount", "storage_class"),
+                    ("profile",), "bw_mbps", False, ("bw_mbps_min", "bw_mbps_max"), "MB/s"),
+}
+
+
+def identity(rec):
+    tool = TOOL[rec["tool"]]
+    return (rec["tool"],) + tuple(env_config(rec) if k == "env_config" else _hashable(rec.get(k))
+                                  for k in tool.identity)
+
+
+def _hashable(v):
+    return json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v
+
+
+def group_of(rec):
+    tool = TOOL[rec["tool"]]
+    return next((str(rec[k]) for k in tool.group if rec.get(k)), "?")
+
+
+def label(rec):
+    """A short human name of a record's identity."""
+    if rec["tool"] == "commbench":
+        parts = [group_of(rec), rec.get("phase"), format_size(rec["size_bytes"]) if rec.get("size_bytes") else "0",
+                 rec.get("dtype"), rec.get("op"), f"root {rec['root']}" if rec.get("root") is not None else None,
+                 {True: "in-place", False: "out-of-place"}.get(rec.get("in_place")),
+                 f"chunk {format_size(rec['chunk_bytes'])}" if rec.get("chunk_bytes") else None,
+                 env_config(rec) or None,
+                 f"{rec['world_size']} ranks" if rec.get("world_size") else None,
+                 f"{rec['nodes']} nodes" if rec.get("nodes") and rec["nodes"] > 1 else None]
+    else:
+        parts = [rec.get("profile"), rec.get("direction") if rec.get("direction") != rec.get("rw") else None,
+                 rec.get("rw"), f"bs {format_size(rec['bs_bytes'])}" if rec.get("bs_bytes") else None,
+                 f"qd{rec['iodepth']}" if rec.get("iodepth") else None,
+                 f"x{rec['numjobs']}" if rec.get("numjobs") and rec["numjobs"] > 1 else None,
+                 "direct" if rec.get("direct") else None, f"on {rec.get('mount')}" if rec.get("mount") else None,
+                 f"({rec['storage_class']})" if rec.get("storage_class") else None]
+    return " ".join(str(p) for p in parts if p not in (None, ""))
