@@ -1,6 +1,7 @@
 """The commbench command line."""
 import click
 
+from benchcore import commands
 from benchcore.errors import run_cli
 from commbench import compare, launch, selftest, sweep
 from commbench.plan import PLACES, measure_options
@@ -64,6 +65,7 @@ cli.add_command(compare.compare)
 cli.add_command(sweep.sweep)
 cli.add_command(sweep.env_catalogue)
 cli.add_command(selftest.selftest)
+commands.add_to(cli, "commbench")  # import, diff, report (benchcore)
 
 
 def main():

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import click
 
+from benchcore import commands
 from benchcore.errors import UserError, run_cli
 from benchcore.records import RecordWriter, new_run_id, output_file
 from benchcore.report import FORMATS, emit
@@ -240,6 +241,9 @@ def torch_ckpt(path, size, ranks, ckpt_formats, repeats, fio_ceiling, out, fmt, 
     wrong = sum(r.get("wrong") or 0 for r in records)
     if wrong:
         raise click.ClickException(f"verification failed: {wrong} tensor(s) read back differ from what was written")
+
+
+commands.add_to(cli, "iobench")  # import, diff, report (benchcore)
 
 
 def main():

@@ -1,0 +1,137 @@
+"""`import`, `diff` and `report`: the same three commands in commbench and iobench (each CLI adds them).
+
+Everything they do lives in benchcore.results, benchcore.diff and benchcore.reportpage, imported when a
+command runs, so neither CLI pays for pandas or matplotlib at start.
+"""
+import json
+import sys
+
+import click
+
+from benchcore.errors import UserError
+
+EXAMPLES = {
+    "commbench": ("all_reduce_perf.log rccl-2023.txt", "last-year.log results.jsonl", "results.jsonl old.log"),
+    "iobench": ("fio-2.21.json fio-3.33.json", "old-fio.json results.jsonl", "results.jsonl"),
+}
+
+
+def _refuse(refused):
+    for line in refused:
+        click.echo(f"error: {line}", err=True)
+
+
+def _load_side(paths, what):
+    from benchcore.results import load_many, measurements
+    records, refused = load_many(paths)
+    if refused:
+        raise UserError("; ".join(refused))
+    if not measurements(records):
+        raise UserError(f"{what} {', '.join(paths)} holds no measurements")
+    return records
+
+
+def import_command(tool):
+    files, old, results = EXAMPLES[tool]
+
+    @click.command("import", help=f"""Convert nccl-tests/rccl-tests logs and fio --output-format=json files (any
+        version) into records: one per table row and placement, one per fio job and direction. Each record
+        says where it came from (source_file, source_format, source_line). A file that is none of these is
+        refused with one line naming it; the others are still converted and the exit is 2.
+
+        \b
+        Example:
+          {tool} import {files} --out records.jsonl""")
+    @click.argument("paths", nargs=-1, required=True)
+    @click.option("--out", default=None, help="Append the records to this JSONL file (default: JSON lines on stdout).")
+    def command(paths, out):
+        from benchcore.records import RecordWriter, output_file
+        from benchcore.results import expand, load, measurements
+        path = output_file(out) if out else None
+        writer = RecordWriter(path) if path else None
+        refused = []
+        try:
+            for name in expand(paths):
+                try:
+                    loaded = load(name)
+                    if loaded.format == "records":
+                        raise UserError(f"{name}: already records of the suite (JSONL): nothing to import")
+                except UserError as exc:
+                    refused.append(str(exc))
+                    continue
+                for rec in loaded.records:
+                    if writer:
+                        writer.write(rec)
+                    else:
+                        sys.stdout.write(json.dumps(rec, default=str) + "\n")
+                found = len(measurements(loaded.records))
+                events = ", ".join(f"{r['event']}: {r['reason']}" for r in loaded.records if r.get("event"))
+                click.echo(f"{name}: {found} measurements ({loaded.format})" + (f"; {events}" if events else ""),
+                           err=True)
+        finally:
+            if writer:
+                writer.close()
+        _refuse(refused)
+        if refused:
+            sys.exit(2)
+    return command
+
+
+def diff_command(tool):
+    files, old, results = EXAMPLES[tool]
+
+    @click.command("diff", help=f"""Compare NEW with BASELINE: records, nccl-tests logs or fio JSON, in any mix (a
+        directory stands for its files). Rows are joined on what was measured; only changes beyond
+        --threshold AND beyond the run-to-run spread are listed (Welch t interval where there are repeats,
+        min-max over ranks where a record has it, else the threshold alone, said on each line), then the
+        geometric-mean change per group and the rows found on one side only. Exit 1 on a regression
+        with --fail-on-regression, 2 on bad input, else 0.
+
+        \b
+        Example:
+          {tool} diff {old} --threshold 5% --fail-on-regression""")
+    @click.argument("baseline")
+    @click.argument("new")
+    @click.option("--threshold", default="5%", show_default=True, help="Smallest change reported (5% or 0.05).")
+    @click.option("--fail-on-regression", is_flag=True, help="Exit 1 when something got slower beyond the threshold.")
+    def command(baseline, new, threshold, fail_on_regression):
+        from benchcore import diff
+        limit = diff.parse_threshold(threshold)
+        base_records, new_records = _load_side([baseline], "BASELINE"), _load_side([new], "NEW")
+        lines, only_base, only_new = diff.compare(base_records, new_records, limit)
+        sys.stdout.write(diff.text(lines, only_base, only_new, limit))
+        if fail_on_regression and any(ln.significant and ln.worse for ln in lines):
+            sys.exit(1)
+    return command
+
+
+def report_command(tool):
+    files, old, results = EXAMPLES[tool]
+
+    @click.command("report", help=f"""Markdown, a self-contained HTML page (images inside), PNG plots and the data
+        for any RESULTS (records, nccl-tests logs, fio JSON; either tool): busbw vs size per collective or
+        strategy (log-log, with the link peak and the model's prediction where records have them);
+        MB/s and latency percentiles per mount and profile. --baseline overlays other results.
+
+        \b
+        Example:
+          {tool} report {results} --out report/ --baseline {old.split()[0]}""")
+    @click.argument("paths", nargs=-1, required=True)
+    @click.option("--out", required=True, help="New or empty directory for report.md, report.html, PNGs, data.")
+    @click.option("--baseline", "baselines", multiple=True, help="Results to overlay (repeatable).")
+    @click.option("--format", "fmt", type=click.Choice(["csv", "parquet"]), default="csv", show_default=True,
+                  help="Format of the data file beside the report.")
+    @click.option("--title", default=f"{tool} report", show_default=True)
+    def command(paths, out, baselines, fmt, title):
+        from benchcore import reportpage
+        records = _load_side(list(paths), "RESULTS")
+        base = _load_side(list(baselines), "--baseline") if baselines else []
+        written = reportpage.write(list(paths), records, out, list(baselines), base, fmt, title)
+        click.echo(f"wrote {', '.join(written)} in {out}", err=True)
+    return command
+
+
+def add_to(group, tool):
+    """Add import, diff and report to a CLI group."""
+    for make in (import_command, diff_command, report_command):
+        group.add_command(make(tool))

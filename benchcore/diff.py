@@ -1,0 +1,134 @@
+"""`diff BASELINE NEW`: what changed beyond noise, in the manner of pyperf's compare_to.
+
+Records are joined on their identity (benchcore.results.TOOL). A change is reported when it is beyond the
+threshold AND beyond the run-to-run spread. The spread, in order of what the records allow:
+  t-test     several values per side (runs with different run_id, cycles, repeats): benchcore.stats'
+             Welch t interval of the ratio must exclude 1
+  rank range one value per side that carries min/max over ranks (or repeats): the two ranges must not overlap
+  threshold  one value per side and no range: the threshold alone, said so on the line
+"""
+from dataclasses import dataclass
+
+from benchcore import stats
+from benchcore.results import TOOL, group_of, identity, label, measurements
+
+
+@dataclass
+class Line:
+    label: str
+    group: str
+    tool: str
+    base: list
+    new: list
+    ratio: float            # new / base of the metric (geometric means)
+    basis: str              # t-test, rank range, threshold
+    sure: str               # how sure, in words
+    beyond_spread: bool
+    significant: bool
+    worse: bool             # slower (commbench time up, iobench MB/s down)
+
+    @property
+    def speed(self):
+        """How many times slower (>1) or faster (<1) new is: the time ratio, or the inverse bandwidth ratio."""
+        return self.ratio if TOOL[self.tool].lower_is_better else 1 / self.ratio
+
+
+def _values(records, metric):
+    return [r[metric] for r in records if isinstance(r.get(metric), (int, float)) and r[metric] > 0]
+
+
+def _range(records, tool):
+    lo, hi = tool.spread
+    if all(isinstance(r.get(lo), (int, float)) and isinstance(r.get(hi), (int, float)) for r in records):
+        return min(r[lo] for r in records), max(r[hi] for r in records)
+    return None
+
+
+def compare(base_records, new_records, threshold):
+    """(lines of joined identities, base-only records, new-only records)."""
+    sides = [{}, {}]
+    for side, records in zip(sides, (base_records, new_records)):
+        for rec in measurements(records):
+            side.setdefault(identity(rec), []).append(rec)
+    lines = []
+    for key in [k for k in sides[1] if k in sides[0]]:
+        base, new = sides[0][key], sides[1][key]
+        tool = TOOL[key[0]]
+        a, b = _values(new, tool.metric), _values(base, tool.metric)
+        if not a or not b:
+            continue
+        interval = stats.ratio_interval(a, b)
+        if interval is not None:
+            ratio, basis = interval.ratio, "t-test"
+            beyond = interval.beyond(0)
+            sure = (f"{len(b)} vs {len(a)} values, {int(stats.CONFIDENCE * 100)}% interval of the ratio "
+                    f"[{interval.low:.3f}, {interval.high:.3f}] {'excludes' if beyond else 'includes'} 1")
+        else:
+            ratio = stats.geometric_mean(a) / stats.geometric_mean(b)
+            ranges = _range(base, tool), _range(new, tool)
+            if None not in ranges:
+                (b_lo, b_hi), (n_lo, n_hi) = ranges
+                beyond, basis = n_lo > b_hi or n_hi < b_lo, "rank range"
+                sure = (f"min-max over ranks {b_lo:.4g}-{b_hi:.4g} vs {n_lo:.4g}-{n_hi:.4g} "
+                        f"{'do not overlap' if beyond else 'overlap'}")
+            else:
+                beyond, basis = True, "threshold"
+                sure = "one value per side and no range: threshold only, noise not known"
+        point = stats.Ratio(ratio, ratio, ratio, len(a), len(b)).beyond(threshold)
+        worse = ratio > 1 if tool.lower_is_better else ratio < 1
+        lines.append(Line(label(new[0]), group_of(new[0]), key[0], b, a, ratio, basis, sure, beyond,
+                          point and beyond, worse))
+    only_base = [recs[0] for k, recs in sides[0].items() if k not in sides[1]]
+    only_new = [recs[0] for k, recs in sides[1].items() if k not in sides[0]]
+    return lines, only_base, only_new
+
+
+def _mean(values):
+    return stats.geometric_mean(values)
+
+
+def text(lines, only_base, only_new, threshold):
+    """The report: significant changes, one summary line per group, then the one-sided rows."""
+    out = []
+    shown = [ln for ln in lines if ln.significant]
+    for ln in sorted(shown, key=lambda ln: (ln.tool, ln.group, -abs(ln.speed - 1))):
+        unit = TOOL[ln.tool].unit
+        way = f"{ln.speed:.2f}x slower" if ln.worse else f"{1 / ln.speed:.2f}x faster"
+        out.append(f"{ln.label}: {_mean(ln.base):.4g} {unit} -> {_mean(ln.new):.4g} {unit}: {way} "
+                   f"(ratio {ln.ratio:.3f}; {ln.basis}: {ln.sure})")
+    if not shown:
+        out.append(f"no difference beyond {threshold:.0%} and the run-to-run spread in {len(lines)} joined rows")
+    for (tool, group) in dict.fromkeys((ln.tool, ln.group) for ln in lines):
+        mine = [ln for ln in lines if (ln.tool, ln.group) == (tool, group)]
+        speed = _mean([ln.speed for ln in mine])
+        slower = sum(ln.significant and ln.worse for ln in mine)
+        faster = sum(ln.significant and not ln.worse for ln in mine)
+        change = ("unchanged" if abs(speed - 1) < 5e-4 else f"{speed:.3f}x slower" if speed > 1 else
+                  f"{1 / speed:.3f}x faster")
+        bases = ", ".join(f"{n} {b}" for b, n in _count(ln.basis for ln in mine))
+        out.append(f"summary {group}: geometric mean {change} over {len(mine)} rows "
+                   f"({slower} slower, {faster} faster beyond {threshold:.0%} and the spread; basis: {bases})")
+    for name, recs in (("baseline", only_base), ("new", only_new)):
+        for rec in recs:
+            out.append(f"only in {name}: {label(rec)}")
+    return "\n".join(out) + "\n"
+
+
+def _count(items):
+    counts = {}
+    for item in items:
+        counts[item] = counts.get(item, 0) + 1
+    return counts.items()
+
+
+def parse_threshold(text):
+    """'5%' or '0.05' -> 0.05."""
+    from benchcore.errors import UserError
+    raw = str(text).strip()
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise UserError(f"--threshold {text!r} is not a percentage (examples: 5%, 0.05)") from None
+    if not 0 <= value < 10:
+        raise UserError(f"--threshold {text!r} is out of range")
+    return value

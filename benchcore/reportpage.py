@@ -1,0 +1,275 @@
+"""`report RESULTS... --out DIR`: Markdown, a self-contained HTML page, PNG plots and the data (CSV or Parquet)
+for any results of either tool, imported or not, with an optional --baseline overlay.
+
+The data path is one pandas frame of the records (benchcore.results); tables list every measurement as
+recorded, plots draw from the same frame. Nothing in DIR is overwritten: DIR must be new or empty.
+"""
+import base64
+import html
+import os
+import re
+from pathlib import Path
+
+from benchcore import stats
+from benchcore.errors import UserError
+from benchcore.report import csv_frame
+from benchcore.results import TOOL, group_of, identity, measurements
+from benchcore.units import format_size
+
+EXPORTS = ("csv", "parquet")
+NUMERIC = ' class="n"'
+
+
+def _size(v):
+    return format_size(int(v)) if v is not None else "n/a"
+
+
+def _place(v):
+    return {True: "in", False: "out"}.get(v, "n/a")
+
+
+# (field, header, format spec or function) per tool: the tables' columns
+COLUMNS = {
+    "commbench": [("size_bytes", "size", _size), ("dtype", "type", None), ("op", "op", None),
+                  ("in_place", "place", _place), ("world_size", "ranks", "d"), ("nodes", "nodes", "d"),
+                  ("time_us", "time us", ".2f"), ("algbw_gbps", "algbw GB/s", ".4f"),
+                  ("busbw_gbps", "busbw GB/s", ".4f"), ("wrong", "#wrong", "d"), ("run", "run", None)],
+    "iobench": [("profile", "profile", None), ("direction", "dir", None), ("bs_bytes", "bs", _size),
+                ("iodepth", "qd", "d"), ("numjobs", "jobs", "d"), ("bw_mbps", "MB/s", ".1f"), ("iops", "IOPS", ".0f"),
+                ("lat_mean_us", "lat mean us", ".1f"), ("lat_p50_us", "P50 us", ".1f"),
+                ("lat_p99_us", "P99 us", ".1f"), ("lat_p999_us", "P99.9 us", ".1f"), ("run", "run", None)],
+}
+SECTION = {"commbench": lambda r: group_of(r), "iobench": lambda r: f"{r.get('mount')} ({r.get('storage_class') or 'n/a'})"}
+ORDER = {"commbench": ("dtype", "op", "in_place", "world_size", "size_bytes", "run"),
+         "iobench": ("profile", "direction", "run")}
+LATENCIES = (("lat_mean_us", "mean"), ("lat_p50_us", "P50"), ("lat_p99_us", "P99"), ("lat_p999_us", "P99.9"))
+
+
+def cell(value, fmt):
+    if value is None or (isinstance(value, float) and value != value):
+        return "n/a"
+    if callable(fmt):
+        return fmt(value)
+    if fmt and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return format(value, fmt)
+    return str(value)
+
+
+def _run(rec):
+    return rec.get("source_file") and os.path.basename(rec["source_file"]) or rec.get("run_id") or "?"
+
+
+def out_dir(path):
+    """DIR for the report: created, or existing and empty (nothing there is overwritten)."""
+    p = Path(path)
+    if p.exists() and (not p.is_dir() or any(p.iterdir())):
+        raise UserError(f"--out {path} exists and is not an empty directory: give a new one (nothing is overwritten)")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--out {path}: {exc.strerror}") from None
+    return p
+
+
+def slug(text):
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "plot"
+
+
+def _baseline_metric(baseline):
+    """identity -> geometric mean of the baseline's metric."""
+    by = {}
+    for rec in measurements(baseline):
+        value = rec.get(TOOL[rec["tool"]].metric)
+        if isinstance(value, (int, float)) and value > 0:
+            by.setdefault(identity(rec), []).append(value)
+    return {k: stats.geometric_mean(v) for k, v in by.items()}
+
+
+def sections(records, baseline=()):
+    """[(tool, title, columns, rows)]: one table per collective/strategy or mount; rows are records' values."""
+    base = _baseline_metric(baseline)
+    out = []
+    for tool in TOOL:
+        mine = [dict(r, run=_run(r)) for r in measurements(records) if r["tool"] == tool]
+        for title in dict.fromkeys(SECTION[tool](r) for r in mine):
+            rows = [r for r in mine if SECTION[tool](r) == title]
+            rows.sort(key=lambda r: tuple(str(r.get(k)) if not isinstance(r.get(k), (int, float)) else
+                                          f"{r.get(k):020.6f}" for k in ORDER[tool]))
+            columns = list(COLUMNS[tool])
+            if base:
+                metric = TOOL[tool].metric
+                for r in rows:
+                    b = base.get(identity(r))
+                    r["baseline"], r["vs_baseline"] = b, (r[metric] / b if b and r.get(metric) else None)
+                columns += [("baseline", f"baseline {TOOL[tool].unit}", ".2f"), ("vs_baseline", "new/baseline", ".3f")]
+            out.append((tool, title, columns, rows))
+    return out
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def busbw_plot(path, title, recs, base_recs):
+    """busbw vs size, log-log; one line per run and placement; the baseline dashed; link peak and the model's
+    prediction (busbw at predicted_time_us) where the records carry them."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    for recs_, style, tag in ((recs, "-", ""), (base_recs, "--", "baseline ")):
+        series = {}
+        for r in recs_:
+            if r.get("size_bytes") and r.get("busbw_gbps"):
+                key = f"{tag}{_run(r)} {_place(r.get('in_place'))}-of-place {r.get('dtype') or ''}".strip()
+                series.setdefault(key, []).append(r)
+        for key, rs in series.items():
+            rs.sort(key=lambda r: r["size_bytes"])
+            line, = ax.plot([r["size_bytes"] for r in rs], [r["busbw_gbps"] for r in rs], style, marker="o",
+                            markersize=3, label=key)
+            pred = [(r["size_bytes"], r["busbw_gbps"] * r["time_us"] / r["predicted_time_us"]) for r in rs
+                    if r.get("predicted_time_us") and r.get("time_us")]
+            if pred and not tag:
+                ax.plot(*zip(*pred), ":", color=line.get_color(), label=f"{key} model")
+    peaks = sorted({r["link_peak_gbps"] for r in recs if r.get("link_peak_gbps")})
+    for peak in peaks:
+        ax.axhline(peak, color="grey", linestyle="-.", linewidth=1, label=f"link peak {peak:g} GB/s")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("size (bytes)")
+    ax.set_ylabel("busbw (GB/s)")
+    ax.set_title(f"{title}: busbw vs size")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize="x-small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def storage_plot(path, recs, base_recs):
+    """Left: MB/s per profile, one bar per mount (baseline hatched); right: latency mean/P50/P99/P99.9 (log)."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.5))
+    bars = [(r, "") for r in recs] + [(r, "baseline ") for r in base_recs]
+    profiles = list(dict.fromkeys(f"{r.get('profile')} {r.get('direction')}" for r, _ in bars))
+    mounts = list(dict.fromkeys(f"{tag}{r.get('mount')}" for r, tag in bars))
+    width = 0.8 / max(1, len(mounts))
+
+    def pick(profile, mount, key):
+        values = [r.get(key) for r, tag in bars if f"{r.get('profile')} {r.get('direction')}" == profile
+                  and f"{tag}{r.get('mount')}" == mount and isinstance(r.get(key), (int, float)) and r.get(key) > 0]
+        return stats.geometric_mean(values) or 0
+
+    for i, mount in enumerate(mounts):
+        axes[0].bar([x + i * width for x in range(len(profiles))], [pick(p, mount, "bw_mbps") for p in profiles],
+                    width, label=mount, hatch="//" if mount.startswith("baseline ") else None)
+    axes[0].set_ylabel("MB/s")
+    axes[0].set_title("bandwidth per profile and mount")
+    lat_w = 0.8 / max(1, len(mounts) * len(LATENCIES))
+    for i, mount in enumerate(mounts):
+        for j, (key, name) in enumerate(LATENCIES):
+            k = i * len(LATENCIES) + j
+            axes[1].bar([x + k * lat_w for x in range(len(profiles))], [pick(p, mount, key) for p in profiles],
+                        lat_w, label=f"{mount} {name}", alpha=1.0 - 0.18 * j)
+    axes[1].set_yscale("log")
+    axes[1].set_ylabel("latency (us)")
+    axes[1].set_title("latency percentiles per profile and mount")
+    for ax, w, n in ((axes[0], width, len(mounts)), (axes[1], lat_w, len(mounts) * len(LATENCIES))):
+        ax.set_xticks([x + w * (n - 1) / 2 for x in range(len(profiles))])
+        ax.set_xticklabels(profiles, rotation=20, fontsize="small")
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize="x-small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plots(directory, records, baseline=()):
+    """Draw every plot into directory; [(title, file name)]."""
+    out = []
+    recs, base = measurements(records), measurements(baseline)
+    comm = [r for r in recs if r["tool"] == "commbench"]
+    for group in dict.fromkeys(group_of(r) for r in comm):
+        name = f"busbw-{slug(group)}.png"
+        busbw_plot(directory / name, group, [r for r in comm if group_of(r) == group],
+                   [r for r in base if r["tool"] == "commbench" and group_of(r) == group])
+        out.append((f"{group}: busbw vs size", name))
+    io = [r for r in recs if r["tool"] == "iobench"]
+    if io:
+        storage_plot(directory / "storage.png", io, [r for r in base if r["tool"] == "iobench"])
+        out.append(("storage: MB/s and latency percentiles per mount and profile", "storage.png"))
+    return out
+
+
+def markdown(title, inputs, tables, images, notes):
+    lines = [f"# {title}", "", "Inputs: " + ", ".join(f"`{p}`" for p in inputs), ""]
+    lines += [f"- {n}" for n in notes] + ([""] if notes else [])
+    for tool, name, columns, rows in tables:
+        lines += [f"## {tool}: {name}", "", "| " + " | ".join(h for _, h, _ in columns) + " |",
+                  "|" + "|".join("---" if f is None else "---:" for _, _, f in columns) + "|"]
+        lines += ["| " + " | ".join(cell(r.get(k), f).replace("|", "\\|") for k, _, f in columns) + " |" for r in rows]
+        lines.append("")
+    for caption, name in images:
+        lines += [f"![{caption}]({name})", ""]
+    return "\n".join(lines)
+
+
+def page(title, inputs, tables, images, notes, directory):
+    """One HTML file with everything inside: styles inline, images as data: URIs (no external asset)."""
+    e = html.escape
+    parts = ["<!DOCTYPE html>", "<html><head><meta charset=\"utf-8\" />", f"<title>{e(title)}</title>",
+             "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-bottom:1.5em}"
+             "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}td.n{text-align:right}"
+             "img{max-width:100%}</style>", "</head><body>", f"<h1>{e(title)}</h1>",
+             "<p>Inputs: " + ", ".join(f"<code>{e(p)}</code>" for p in inputs) + "</p>"]
+    if notes:
+        parts.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
+    for tool, name, columns, rows in tables:
+        parts.append(f"<h2>{e(tool)}: {e(name)}</h2><table><thead><tr>" +
+                     "".join(f"<th>{e(h)}</th>" for _, h, _ in columns) + "</tr></thead><tbody>")
+        for r in rows:
+            parts.append("<tr>" + "".join(f"<td{NUMERIC if f else ''}>{e(cell(r.get(k), f))}</td>"
+                                          for k, _, f in columns) + "</tr>")
+        parts.append("</tbody></table>")
+    for caption, name in images:
+        data = base64.b64encode((directory / name).read_bytes()).decode()
+        parts.append(f"<figure><img alt=\"{e(caption)}\" src=\"data:image/png;base64,{data}\" />"
+                     f"<figcaption>{e(caption)}</figcaption></figure>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def export(frame_records, path, fmt):
+    """The records as CSV or Parquet (one frame: lists and objects as JSON text)."""
+    frame = csv_frame(frame_records)
+    if fmt == "parquet":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise UserError("--format parquet needs pyarrow (pip install pyarrow); --format csv works without it") \
+                from None
+        frame.to_parquet(path, index=False)
+    else:
+        frame.to_csv(path, index=False)
+
+
+def write(inputs, records, out, baseline_inputs=(), baseline=(), fmt="csv", title="Benchmark report"):
+    """Write DIR/report.md, DIR/report.html, the plots and DIR/results.<fmt>; returns the files written."""
+    recs = measurements(records)
+    if not recs:
+        raise UserError("no measurements in " + ", ".join(inputs))
+    directory = out_dir(out)
+    events = [r for r in records if r.get("event")]
+    notes = [f"{r.get('event')}: {r.get('reason')}" + (f" ({r['source_file']}:{r['source_line']})"
+                                                        if r.get("source_file") and r.get("source_line") else "")
+             for r in events]
+    if baseline_inputs:
+        notes.insert(0, "baseline: " + ", ".join(baseline_inputs) + " (dashed/hatched in the plots; "
+                     "'new/baseline' is the metric's ratio to the baseline's geometric mean)")
+    tables = sections(recs, baseline)
+    images = plots(directory, recs, baseline)
+    (directory / "report.md").write_text(markdown(title, inputs, tables, images, notes))
+    (directory / "report.html").write_text(page(title, inputs, tables, images, notes, directory))
+    export(recs, directory / f"results.{fmt}", fmt)
+    return ["report.md", "report.html", f"results.{fmt}"] + [name for _, name in images]
