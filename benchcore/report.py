@@ -55,8 +55,8 @@ def csv_frame(records):
     return frame
 
 
-def line_plot(path, series, xlabel, ylabel, title):
-    """series: {label: [(x, y), ...]}; log-x PNG at path."""
+def line_plot(path, series, xlabel, ylabel, title, log_y=False):
+    """series: {label: [(x, y), ...]}; log-x (and log-y) PNG at path."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -67,6 +67,8 @@ def line_plot(path, series, xlabel, ylabel, title):
         if points:
             ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
     ax.set_xscale("log", base=2)
+    if log_y:
+        ax.set_yscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)

@@ -1,121 +1,217 @@
-"""`commbench compare` and `commbench chunked`: strategies side by side on the same payloads."""
+"""`commbench compare` and `commbench chunked`: strategies side by side on the same payloads, with verdicts.
+
+Every strategy leaves each rank holding the same N-byte tensor, so the headline is the time to that
+tensor. Each config runs --repeats separate timed measurements, interleaved per payload; a strategy
+is called faster only where commbench/verdict.py finds the difference beyond the repeats' spread.
+"""
+import statistics
+
 import click
 
+from benchcore import schema, stats
 from benchcore.errors import UserError
 from benchcore.report import console, line_plot, print_table
 from benchcore.units import format_size
-from commbench import launch
+from commbench import launch, verdict
 from commbench.case import TOTAL
-from commbench.plan import case_options, measure_options
-from commbench.registry import STRATEGY_NAMES, parse_names, record_label
+from commbench.plan import case_options, measure_options, repeats_option
+from commbench.registry import STRATEGY_NAMES, case_of, parse_names, record_label
 from commbench.runner import measure
 
-PLOT_OPTION = click.option("--plot", type=click.Path(dir_okay=False), default=None, help="busbw vs payload PNG.")
+PLOT_OPTION = click.option("--plot", type=click.Path(dir_okay=False), default=None,
+                           help="PNG: time to the final tensor vs payload, log-log, one line per config.")
 
-def summarize(records, baseline):
-    """Per payload: rows with speed-up vs the baseline strategy, the winner, the best chunk configuration."""
-    totals = [r for r in records if not r.get("event") and r.get("phase") == TOTAL]
-    by_size = {}
+
+def _median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _speedup(outcome, label, baseline):
+    """'1.32 [1.20, 1.45]' (baseline time / this time), '=' for the same work, '' where nothing to say."""
+    if outcome is None or label == baseline or not any(baseline in g.labels for g in outcome.groups):
+        return ""
+    mine, base = outcome.group_of(label), outcome.group_of(baseline)
+    if mine is base:
+        return "= (same work)"
+    r = stats.ratio_interval(base.times, mine.times)
+    if r is None:
+        return f"{base.time / mine.time:.2f} (no interval)"
+    mark = "faster" if r.low > 1 else "slower" if r.high < 1 else "same"
+    return f"{r.ratio:.2f} [{r.low:.2f}, {r.high:.2f}] {mark}"
+
+
+def payload_rows(records, outcomes, baseline):
+    """{size: [row per config and phase]}: medians over repeats, the spread, speed-up vs baseline."""
+    by = {}
     for rec in records:
         if not rec.get("event"):
-            by_size.setdefault(rec["size_bytes"], []).append(rec)
-    summary = []
-    for size, recs in sorted(by_size.items()):
-        base = next((r for r in recs if r["strategy"] == baseline and r.get("phase") == TOTAL), None)
-        for rec in recs:
-            rec["_speedup"] = base["time_us"] / rec["time_us"] if base and rec.get("phase") == TOTAL else None
-        mine = [r for r in totals if r["size_bytes"] == size]
-        winner = min(mine, key=lambda r: r["time_us"]) if mine else None
-        chunked = [r for r in mine if r.get("chunk_bytes")]
-        best_chunk = min(chunked, key=lambda r: r["time_us"]) if chunked else None
-        summary.append({"size": size, "recs": recs, "winner": winner, "best_chunk": best_chunk})
-    return summary
+            by.setdefault(rec["size_bytes"], {}).setdefault(record_label(rec), []).append(rec)
+    found = {o.size: o for o in outcomes}
+    table = {}
+    for size, labels in sorted(by.items()):
+        rows = []
+        for label, recs in labels.items():
+            times = [r["time_us"] for r in recs]
+            rows.append({"label": label, "time_us": _median(times), "spread": (max(times) - min(times)) / _median(times) * 100,
+                         "repeats": len(recs), "busbw_gbps": _median([r["busbw_gbps"] for r in recs]),
+                         "link_utilization": _median([r.get("link_utilization") for r in recs]),
+                         "vs": _speedup(found.get(size), label, baseline) if recs[0].get("phase") == TOTAL else "",
+                         "wrong": sum(r["wrong"] or 0 for r in recs) if recs[0].get("wrong") is not None else None,
+                         **{k: recs[0].get(k) for k in ("wire_bytes", "max_abs_error", "max_rel_error")}})
+        table[size] = rows
+    return table
 
 
-def print_compare(records, baseline="ring"):
+def print_compare(records, outcomes, notes, baseline="ring"):
     out = console()
-    summary = summarize(records, baseline)
-    columns = [("label", "strategy", None), ("chunk", "chunk", None), ("inflight", "in-flight", None),
-               ("chunks", "chunks", None),
-               ("time_us", "time us", ".1f"), ("algbw_gbps", "algbw GB/s", ".3f"),
-               ("busbw_gbps", "busbw GB/s", ".3f"), ("link_utilization", "link util", ".2f"),
-               ("_speedup", f"vs {baseline}", ".2f"), ("wrong", "#wrong", "d")]
-    extra = any(r.get("max_abs_error") is not None for r in records)
-    if extra:
+    first = next(r for r in records if not r.get("event"))
+    columns = [("label", "strategy", None), ("time_us", "time us", ".1f"), ("spread", "spread %", ".1f"),
+               ("repeats", "n", "d"), ("busbw_gbps", "busbw GB/s", ".3f"), ("link_utilization", "link util", ".2f"),
+               ("vs", f"speed-up vs {baseline} [95% CI]", None), ("wrong", "#wrong", "d")]
+    if any(r.get("max_abs_error") is not None for r in records):
         columns += [("wire", "wire bytes", None), ("max_abs_error", "max abs err", ".2e"),
                     ("max_rel_error", "max rel err", ".2e")]
-    for entry in summary:
-        rows = [{**r, "label": record_label(r), "chunk": format_size(r["chunk_bytes"]) if r.get("chunk_bytes") else "",
-                 "inflight": str(r["inflight"]) if r.get("inflight") else "",
-                 "chunks": r.get("chunks", ""),
-                 "wire": format_size(r["wire_bytes"]) if r.get("wire_bytes") else ""} for r in entry["recs"]]
-        first = entry["recs"][0]
-        print_table(rows, columns, title=f"payload {format_size(entry['size'])}  ({first['backend']}, "
-                    f"{first['world_size']} ranks on {first['nodes']} node(s))")
-    rows, previous, crossovers = [], None, []
-    for entry in summary:
-        win, best = entry["winner"], entry["best_chunk"]
-        if win and previous and record_label(win) != previous:
-            crossovers.append(f"{format_size(entry['size'])} ({previous} -> {record_label(win)})")
-        previous = record_label(win) if win else previous
-        rows.append({"size": format_size(entry["size"]), "winner": record_label(win) if win else "n/a",
-                     "speedup": win["_speedup"] if win else None,
-                     "best_chunk": format_size(best["chunk_bytes"]) if best else "n/a",
-                     "best_inflight": str(best["inflight"]) if best else "n/a"})
-    print_table(rows, [("size", "payload", None), ("winner", "fastest", None), ("speedup", f"vs {baseline}", ".2f"),
-                       ("best_chunk", "best chunk", None), ("best_inflight", "best in-flight", None)],
-                title="summary")
-    out.print("crossover: " + ("; ".join(crossovers) if crossovers else "none (one strategy wins at every payload)"))
+    for size, rows in payload_rows(records, outcomes, baseline).items():
+        for row in rows:
+            row["wire"] = format_size(row["wire_bytes"]) if row.get("wire_bytes") else ""
+        print_table(rows, columns, title=f"payload {format_size(size)}: time to the same final tensor on every rank "
+                    f"(median of n repeats; {first['backend']}, {first['world_size']} ranks on {first['nodes']} node(s))")
+    out.print(f"verdicts ({stats.METHOD}):")
+    for line in notes:
+        out.print(f"  {line}")
 
 
 def plot(records, path):
     series = {}
     for rec in records:
         if not rec.get("event") and rec.get("phase") == TOTAL:
-            series.setdefault(record_label(rec), []).append((rec["size_bytes"], rec["busbw_gbps"]))
-    line_plot(path, series, "payload (bytes)", "busbw (GB/s)", "commbench compare")
+            series.setdefault(record_label(rec), {}).setdefault(rec["size_bytes"], []).append(rec["time_us"])
+    line_plot(path, {k: [(s, _median(t)) for s, t in v.items()] for k, v in series.items()},
+              "payload (bytes)", "time to the final tensor (us, median of repeats)",
+              "commbench compare: lower is better", log_y=True)
 
 
-def run_strategies(names, baseline, kw):
-    measure(names, kw, lambda recs: print_compare(recs, baseline), "strategies", plot)
+def chunked_answer(outcomes, run_id):
+    """The seed's question answered: (paragraph, verdict record) from the per-payload outcomes."""
+    outcomes = sorted(outcomes, key=lambda o: o.size)
+    labels = list(dict.fromkeys(l for o in outcomes for g in o.groups for l in g.labels))
+    chunked = [l for l in labels if l.split()[0] == "chunked"]
+    plain = next((l for l in labels if l.split()[0] == "plain"), None)
+    nothing = [o.size for o in outcomes if o.winner is None]
+    tail = ("Nothing is significantly better than the rest at " + ", ".join(format_size(s) for s in nothing) + "."
+            if nothing else "At every payload one config is significantly fastest.")
+    if not chunked or not plain or "ring" not in labels:
+        return "(the answer needs ring, plain and chunked in one run)", None
+
+    def top(label):  # payloads where this config is among the fastest, and its mean time over the best
+        among = sum(1 for o in outcomes if o.group_of(label) in o.tied)
+        return among, -stats.geometric_mean([o.group_of(label).time / o.groups[0].time for o in outcomes])
+    best = max(chunked, key=top)
+    beats_from, intervals = None, None
+    for o in reversed(outcomes):
+        mine = o.group_of(best)
+        if plain in mine.labels or "ring" in mine.labels:
+            break  # at or below its threshold: the same single all_gather as plain
+        vs = [stats.ratio_interval(mine.times, o.group_of(other).times) for other in ("ring", plain)]
+        if any(r is None or r.high >= 1 for r in vs):
+            break
+        beats_from, intervals = o.size, vs
+    pick = _config_of(best)
+    if beats_from is None:
+        text = (f"Answer: do not chunk here: at the largest payload measured ({format_size(outcomes[-1].size)}) "
+                f"no chunked config is significantly faster than both ring and plain all_gather, so there is no "
+                f"payload from which chunking pays. {tail}")
+        fields = dict(winner=None)
+    else:
+        ring_r, plain_r = intervals
+        text = (f"Answer: use chunked with threshold {pick[0]}, chunk size {pick[1]}, in-flight {pick[2]} "
+                f"({best}: among the fastest at {top(best)[0]} of {len(outcomes)} payloads). Chunking beats both ring "
+                f"and plain all_gather from {format_size(beats_from)} up: time ratio vs ring {ring_r.text()}, vs plain "
+                f"{plain_r.text()} at {format_size(beats_from)}. {tail}")
+        fields = dict(winner=best, versus="ring, " + plain, ratio=ring_r.ratio, ratio_low=ring_r.low,
+                      ratio_high=ring_r.high, beats_from_bytes=beats_from)
+    record = schema.event("commbench", "verdict", text, run_id=run_id, check="chunked", method=stats.METHOD,
+                          sizes=[o.size for o in outcomes if beats_from and o.size >= beats_from],
+                          no_difference_sizes=nothing, **fields)
+    return text, record
+
+
+def _config_of(label):
+    """('16M', '2M', '1') from 'chunked 2M x1 >16M'."""
+    _, chunk, inflight, threshold = label.split()[:4]
+    return threshold.lstrip(">"), chunk, inflight.lstrip("x")
+
+
+def judged(records, baseline, answer):
+    """The verdict records of a compare (and chunked's answer), with the lines to print."""
+    outcomes = verdict.judge(records)
+    run_id = next((r["run_id"] for r in records if r.get("run_id")), None)
+    found = verdict.verdicts(outcomes, run_id)
+    lines = [r["reason"] for r in found] + verdict.equivalence_lines(outcomes)
+    if answer:
+        text, record = chunked_answer(outcomes, run_id)
+        lines.append(text)
+        found += [record] if record else []
+    return found, outcomes, lines
+
+
+def run_strategies(names, baseline, kw, answer=False):
+    state = {}
+
+    def judge(records):
+        state["verdicts"], state["outcomes"], state["lines"] = judged(records, baseline, answer)
+        return state["verdicts"]
+    measure(names, kw, lambda recs: print_compare(recs, state["outcomes"], state["lines"], baseline), "strategies",
+            plot, judge)
 
 
 @click.command()
-@click.option("--strategies", default="ring,rs-ag,chunked", show_default=True,
+@click.option("--strategies", default="ring,rs-ag,plain,chunked", show_default=True,
               help="Comma list: " + ",".join(STRATEGY_NAMES))
 @click.option("--baseline", default="ring", show_default=True, help="Strategy the speed-up is measured against.")
+@repeats_option(3)
 @case_options()
 @PLOT_OPTION
 @measure_options("1M", "1G")
 @launch.launch_options
-def compare(strategies, baseline, **kw):
-    """Strategies side by side on the same payloads, interleaved per size.
+def compare(strategies, baseline, repeats, **kw):
+    """Strategies side by side on the same payloads: time to the same final tensor, with verdicts.
 
-    Every strategy leaves each rank holding the same N-byte tensor (see
-    commbench/strategies.py for what each one moves); speed-up is the baseline's
-    time over the strategy's time at the same payload.
+    Every strategy leaves each rank holding the same N-byte tensor (see commbench/strategies.py for
+    what each one moves). Every config is measured --repeats times, interleaved per payload; the
+    speed-up over the baseline comes with a 95% interval, and a strategy is named faster only when
+    the interval excludes 1. Configs that run the same operations are reported once.
 
     \b
     Example:
-      commbench compare --strategies ring,rs-ag,chunked,compressed -b 1M -e 1G --chunk-size 1M,4M
+      commbench compare --strategies ring,plain,chunked -b 1M -e 256M --chunk-size 1M,4M --repeats 5
       commbench compare --strategies ring,hierarchical --nodes 2 --nproc-per-node 2 -b 1M -e 256M
     """
     names = parse_names(strategies, "strategy", "--strategies")
     if baseline not in names:
         raise UserError(f"--baseline {baseline} is not one of --strategies {','.join(names)}")
+    kw["repeats"] = repeats
     run_strategies(names, baseline, kw)
 
 
 @click.command()
+@repeats_option(3)
 @case_options()
 @PLOT_OPTION
 @measure_options("1M", "1G")
 @launch.launch_options
-def chunked(**kw):
-    """Sweep the chunked all_gather's chunk size and in-flight depth, with ring as the reference.
+def chunked(repeats, **kw):
+    """Does Megatron-style chunking beat ring and a plain all_gather, and with which settings?
+
+    Sweeps the chunked all_gather's threshold, chunk size and in-flight depth against ring
+    and plain (one all_gather of the whole payload), and ends with the answer: the
+    recommended (threshold, chunk size, in-flight), the payload from which chunking is
+    significantly faster, and the payloads where nothing is.
 
     \b
     Example:
-      commbench chunked --chunk-size 512K,1M,2M,4M,8M --threshold 16M --inflight 1,2,4 -b 1M -e 1G
+      commbench chunked -b 4M -e 256M --chunk-size 1M,2M,4M --threshold 8M,16M --inflight 1,2,4 --nodes 2
     """
-    run_strategies(["ring", "chunked"], "ring", kw)
+    kw["repeats"] = repeats
+    run_strategies(["ring", "plain", "chunked"], "ring", kw, answer=True)

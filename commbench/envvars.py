@@ -3,6 +3,7 @@
 Sources: NCCL's environment-variable documentation (docs.nvidia.com/deeplearning/nccl,
 "Environment Variables"), PyTorch's ProcessGroupNCCL and Gloo documentation.
 """
+import csv
 import difflib
 from dataclasses import dataclass
 from typing import Optional, Tuple
@@ -19,9 +20,13 @@ class Var:
     choices: Optional[Tuple[str, ...]] = None      # allowed values (case-insensitive)
     int_range: Optional[Tuple[int, int]] = None    # or an integer in [lo, hi]
     # neither: free text (interface or device names)
+    listed: bool = False   # NCCL's list syntax: a comma list of choices, ^ to exclude, per collective (2.24+)
+                           # as "coll:list" parts joined by ';', e.g. ^LL128 or "ring;allreduce:tree"
 
     def check(self, value):
         """None when value is allowed, else why not."""
+        if self.listed:
+            return self.check_list(value)
         if self.choices and value.upper() in (c.upper() for c in self.choices):
             return None
         if self.int_range:
@@ -37,11 +42,44 @@ class Var:
         return f"must be {'one of ' if self.choices else 'in '}{', '.join(allowed)}"
 
 
+    def check_list(self, value):
+        known = {c.upper() for c in self.choices}
+        for part in value.split(";"):
+            coll, sep, items = part.rpartition(":")
+            if sep and coll.lower() not in NCCL_COLLECTIVES:
+                return f"names no NCCL collective in {part!r} (use {', '.join(NCCL_COLLECTIVES)})"
+            bad = [v for v in items.lstrip("^").split(",") if v.strip().upper() not in known]
+            if bad or not items.lstrip("^").strip():
+                return f"must be a list of {', '.join(self.choices)} (^ excludes; per collective as coll:list;...)"
+        return None
+
+
+NCCL_COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce", "sendrecv", "alltoall")
+# Who reads a variable, by prefix (longest first): NCCL reads NCCL_* when a communicator is created;
+# PyTorch's NCCL process group reads TORCH_NCCL_*; Gloo reads GLOO_*; commbench itself reads its test hooks.
+READERS = (("TORCH_NCCL_", ("nccl",)), ("NCCL_", ("nccl",)), ("GLOO_", ("gloo",)), ("COMMBENCH_", ("nccl", "gloo")))
+
+
+def read_by(name):
+    """The backends whose behaviour name can change (an unknown prefix: assume both)."""
+    return next((backends for prefix, backends in READERS if name.startswith(prefix)), ("nccl", "gloo"))
+
+
+def split_values(text):
+    """'A,B' -> ['A', 'B']; a double-quoted value keeps its commas: '"LL,LL128",Simple' -> ['LL,LL128', 'Simple']."""
+    try:
+        fields = next(csv.reader([text], skipinitialspace=True, strict=True), [])
+    except csv.Error as exc:
+        raise UserError(f"cannot split {text!r} into values: {exc}") from None
+    return [f.strip() for f in fields if f.strip()]
+
+
 BOOL = ("0", "1")
 CATALOGUE = {v.name: v for v in [
     Var("NCCL_ALGO", "Collective algorithm(s) NCCL may use.",
-        ("Ring", "Tree", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT")),
-    Var("NCCL_PROTO", "Protocol(s): LL (low latency), LL128, Simple (bandwidth).", ("LL", "LL128", "Simple")),
+        ("Ring", "Tree", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT"), listed=True),
+    Var("NCCL_PROTO", "Protocol(s): LL (low latency), LL128, Simple (bandwidth).", ("LL", "LL128", "Simple"),
+        listed=True),
     Var("NCCL_IB_DISABLE", "1 disables InfiniBand/RoCE; NCCL falls back to sockets.", BOOL),
     Var("NCCL_IB_GID_INDEX", "RoCE GID index (often 3 for RoCE v2).", int_range=(-1, 255)),
     Var("NCCL_IB_HCA", "Which HCAs/ports to use, e.g. mlx5_0:1,mlx5_1:1 or ^mlx5_2."),
@@ -49,6 +87,27 @@ CATALOGUE = {v.name: v for v in [
         int_range=(1, 128)),
     Var("NCCL_IB_TIMEOUT", "InfiniBand verbs timeout exponent (4.096 us x 2^value).", int_range=(1, 31)),
     Var("NCCL_IB_RETRY_CNT", "InfiniBand verbs retry count.", int_range=(0, 7)),
+    Var("NCCL_IB_SL", "InfiniBand service level.", int_range=(0, 15)),
+    Var("NCCL_IB_TC", "InfiniBand traffic class (RoCE: DSCP x 4).", int_range=(0, 255)),
+    Var("NCCL_IB_AR_THRESHOLD", "Message size from which InfiniBand adaptive routing is used.", int_range=(0, 1 << 40)),
+    Var("NCCL_IB_ADAPTIVE_ROUTING", "1 enables InfiniBand adaptive routing, 0 disables.", BOOL),
+    Var("NCCL_IB_PCI_RELAXED_ORDERING", "PCI relaxed ordering for IB verbs: 0 off, 1 on, 2 automatic.", ("0", "1", "2")),
+    Var("NCCL_IB_SPLIT_DATA_ON_QPS", "1 splits each message over the queue pairs, 0 uses one per message.", BOOL),
+    Var("NCCL_IB_ROCE_VERSION_NUM", "RoCE version used with the GID index.", ("1", "2")),
+    Var("NCCL_IB_CUDA_SUPPORT", "Deprecated: force (1) or disable (0) GPUDirect RDMA.", BOOL),
+    Var("NCCL_NET", "Network module to use, e.g. IB or Socket."),
+    Var("NCCL_NET_PLUGIN", "Network plugin library name suffix, or none."),
+    Var("NCCL_TOPO_FILE", "XML topology file loaded before detection."),
+    Var("NCCL_COLLNET_ENABLE", "1 enables CollNet (in-network reductions, e.g. SHARP).", BOOL),
+    Var("NCCL_PXN_DISABLE", "1 disables PCI x NVLink (sending through a peer GPU's NIC).", BOOL),
+    Var("NCCL_P2P_PXN_LEVEL", "When to use PXN: 0 never, 1 when needed, 2 always.", ("0", "1", "2")),
+    Var("NCCL_P2P_NET_CHUNKSIZE", "Chunk size of point-to-point transfers over the network.", int_range=(1, 1 << 30)),
+    Var("NCCL_NET_SHARED_BUFFERS", "1 shares network buffers between peers, 0 disables.", BOOL),
+    Var("NCCL_NVB_DISABLE", "1 disables NVLink-bridged paths through a third GPU.", BOOL),
+    Var("NCCL_DMABUF_ENABLE", "1 uses dma-buf for GPUDirect RDMA, 0 disables.", BOOL),
+    Var("NCCL_LAUNCH_MODE", "How kernels are launched on several GPUs per process.", ("PARALLEL", "GROUP")),
+    Var("NCCL_CHECKS_DISABLE", "Deprecated: 1 skips argument checks.", BOOL),
+    Var("NCCL_IGNORE_CPU_AFFINITY", "1 ignores the job's CPU affinity for NCCL threads.", BOOL),
     Var("NCCL_SOCKET_IFNAME", "Interface(s) for NCCL's bootstrap and socket transport, e.g. eth0 or ^docker."),
     Var("NCCL_SOCKET_NTHREADS", "CPU threads per socket connection.", int_range=(1, 16)),
     Var("NCCL_NSOCKS_PERTHREAD", "Sockets per socket thread.", int_range=(1, 64)),
@@ -75,6 +134,7 @@ CATALOGUE = {v.name: v for v in [
         int_range=(0, 1 << 20)),
     Var("COMMBENCH_TEST_CORRUPT", "Test only: corrupt one element of this case's result on rank 0."),
     Var("COMMBENCH_TEST_SKIP", "Test only: the check run of these cases (comma list) does nothing (the check must catch it)."),
+    Var("COMMBENCH_TEST_SLOW", "Test only: CASE:SECONDS[,...], a sleep inside every run of those cases."),
 ]}
 
 

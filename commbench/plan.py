@@ -18,6 +18,7 @@ from benchcore.report import FORMATS
 from benchcore.units import parse_size, size_list, size_range
 from commbench.case import CaseOptions
 from commbench.collectives import DTYPES, OPS
+from commbench.detect import for_run
 from commbench.registry import CASES
 from commbench.strategies import COMPRESS
 
@@ -44,15 +45,16 @@ class Plan:
     cuda_graph: int = 0          # replays of a CUDA graph of the timed loop (nccl-tests -G; NCCL only)
     cpu_time: bool = False       # report wall time on the CPU instead of CUDA events (nccl-tests -C)
     cycles: int = 1              # the whole sweep this many times (nccl-tests -N)
+    repeats: int = 1             # per size, every config this many times, interleaved (records carry repeat)
     backend: str = "auto"
     timeout: float = 300
     launcher: str = "local"
-    topology: Optional[str] = None
+    topology: Optional[dict] = None  # the topology in effect (commbench.topology.Topology.as_dict())
     command: str = ""            # the command line that made this plan, as typed
     tags: dict = field(default_factory=dict)   # fields every record carries (a sweep's config)
 
     def records_expected(self):
-        return self.cycles * len(self.sizes) * sum(len(CASES[c["case"]].phases) for c in self.configs)
+        return self.cycles * self.repeats * len(self.sizes) * sum(len(CASES[c["case"]].phases) for c in self.configs)
 
     def largest(self, world_size):
         """(bytes, config, size) of the measurement whose buffers are largest on one rank."""
@@ -63,7 +65,7 @@ class Plan:
     def what_is_measured(self):
         """The fields every node must agree on (not its run id, launcher or tags)."""
         keep = ("sizes", "configs", "iters", "warmup", "check", "agg", "blocking", "agg_iters", "cuda_graph",
-                "cpu_time", "cycles", "timeout")
+                "cpu_time", "cycles", "repeats", "timeout")
         return {k: getattr(self, k) for k in keep}
 
     def to_json(self):
@@ -104,6 +106,7 @@ class MeasureOptions:
     cuda_graph: int
     cpu_time: bool
     cycles: int
+    topology: Optional[str] = None
 
 
 def _choices(text, known, what, aliases=None):
@@ -152,12 +155,13 @@ class CaseOptionsText:
         except ValueError:
             raise UserError("--inflight takes whole numbers, e.g. 1,2,4") from None
         chunks = tuple(size_list(self.chunk_sizes, "--chunk-size"))
-        if not chunks or not inflights:
-            raise UserError("--chunk-size and --inflight need at least one value")
+        thresholds = tuple(size_list(self.threshold, "--threshold"))
+        if not chunks or not inflights or not thresholds:
+            raise UserError("--chunk-size, --threshold and --inflight need at least one value")
         if min(inflights) < 1:
             raise UserError(f"--inflight must be at least 1, got {min(inflights)}")
         return CaseOptions(places=PLACES[self.place], chunk_sizes=chunks,
-                           threshold=parse_size(self.threshold, "--threshold"), inflights=inflights,
+                           thresholds=thresholds, inflights=inflights,
                            compress=self.compress)
 
 
@@ -216,6 +220,9 @@ def measure_options(min_bytes="8", max_bytes="256M"):
                      help="Run the whole sweep this many times, one record each (nccl-tests -N; 0 is refused)."),
         click.option("--out", default=None, metavar="FILE",
                      help="Append records to this JSONL file (never overwritten; /dev/null: none)."),
+        click.option("--topology", default=None, metavar="FILE|NAME",
+                     help="Topology file or name in topologies/ for link_peak_gbps, predicted_time_us and "
+                          "link_utilization [default: detected, see commbench topo]."),
         click.option("--format", "fmt", type=click.Choice(FORMATS + ("nccl-tests",)), default="table",
                      show_default=True, help="What goes to stdout; nccl-tests: nccl-tests' plain text, for its parsers."),
     ])
@@ -227,7 +234,7 @@ def case_options(place_default="in"):
         click.option("--chunk-size", "chunk_sizes", default="2M", show_default=True,
                      help="Chunk size(s) of the chunked strategy, comma list (512K,1M,2M)."),
         click.option("--threshold", default="16M", show_default=True,
-                     help="Payloads above this are chunked; at or below it, one all_gather."),
+                     help="Payloads above this are chunked; at or below it, one all_gather (as plain). Comma list."),
         click.option("--inflight", default="1", show_default=True,
                      help="Chunk operations outstanding at once, comma list (1,2,4)."),
         click.option("--compress", type=click.Choice(list(COMPRESS)), default="bf16", show_default=True,
@@ -237,7 +244,13 @@ def case_options(place_default="in"):
     ])
 
 
-def build_plan(names, measure, case_opts, spec):
+def repeats_option(default):
+    """--repeats: what compare, chunked and sweep draw verdicts from."""
+    return click.option("--repeats", type=click.IntRange(1, 1000), default=default, show_default=True,
+                        help="Separate timed measurements of every config per size, interleaved; verdicts need 2+.")
+
+
+def build_plan(names, measure, case_opts, spec, repeats=1):
     """A checked Plan of the named cases (every config of each, per dtype, op and root) over the sizes."""
     if measure.iters < 1 or measure.warmup < 0 or measure.agg_iters < 1:
         raise UserError("-n/--iters and -m/--agg-iters must be at least 1 and -w/--warmup at least 0")
@@ -279,6 +292,7 @@ def build_plan(names, measure, case_opts, spec):
     return Plan(run_id=new_run_id(), sizes=sizes, configs=configs, iters=measure.iters, warmup=measure.warmup,
                 check=measure.check and not measure.no_check, agg=agg,
                 blocking=z if z is not None else measure.blocking, agg_iters=measure.agg_iters,
-                cuda_graph=measure.cuda_graph, cpu_time=measure.cpu_time, cycles=measure.cycles,
+                cuda_graph=measure.cuda_graph, cpu_time=measure.cpu_time, cycles=measure.cycles, repeats=repeats,
                 backend=spec.backend, timeout=spec.timeout, launcher=spec.launcher,
+                topology=for_run(measure.topology, spec).as_dict(),
                 command=shlex.join(["commbench", *sys.argv[1:]]))

@@ -47,8 +47,9 @@ def check_memory(spec, plan):
                         f"per rank; there is {format_size(have, approx=True)} ({where}): use a smaller -e/--max-bytes")
 
 
-def run_plan(spec, plan, out, fmt, table_fn, label="measuring", plot=None, plot_fn=None):
-    """Launch, render (and plot), and exit non-zero on failure or wrong results."""
+def run_plan(spec, plan, out, fmt, table_fn, label="measuring", plot=None, plot_fn=None, judge=None):
+    """Launch, judge (verdict records, written after the measurements), render (and plot), and exit non-zero
+    on failure or wrong results."""
     parts = launches(spec, plan)
     path = None if spec.dry_run else output_file(out)
     if not spec.dry_run:
@@ -69,6 +70,11 @@ def run_plan(spec, plan, out, fmt, table_fn, label="measuring", plot=None, plot_
             if result.returncode:
                 code, errors = result.returncode, result.errors
                 break
+        if judge and records and not code:
+            for rec in judge(records):
+                records.append(rec)
+                if writer:
+                    writer.write(rec)
     finally:
         if writer:
             writer.close()
@@ -76,7 +82,8 @@ def run_plan(spec, plan, out, fmt, table_fn, label="measuring", plot=None, plot_
         render(records, fmt, table_fn)
         if plot:
             plot_fn(records, plot)
-    wrong = sum(r.get("wrong") or 0 for r in records)
+    measured = [r for r in records if not r.get("event")]
+    wrong = sum(r.get("wrong") or 0 for r in measured)
     if wrong:
         click.echo(f"error: {wrong} wrong elements: the collective returned incorrect data", err=True)
         sys.exit(1)
@@ -87,15 +94,16 @@ def run_plan(spec, plan, out, fmt, table_fn, label="measuring", plot=None, plot_
     if spec.launcher == "torchrun" and spec.node_rank != 0:  # every node says how it ended
         click.echo(f"node rank {spec.node_rank} on {hostname()}: done; node rank 0 prints and writes the records",
                    err=True)
-    elif len(records) < plan.records_expected():
-        click.echo(f"error: only {len(records)} of {plan.records_expected()} measurements were recorded", err=True)
+    elif len(measured) < plan.records_expected():
+        click.echo(f"error: only {len(measured)} of {plan.records_expected()} measurements were recorded", err=True)
         sys.exit(1)
 
 
-def measure(names, kw, table_fn=print_collective_tables, label="measuring", plot_fn=None):
+def measure(names, kw, table_fn=print_collective_tables, label="measuring", plot_fn=None, judge=None):
     """Build the plan of the named cases from the command's options and run it."""
     spec = launch.spec_from_options(kw)
-    plan = build_plan(names, take(kw, MeasureOptions), take(kw, CaseOptionsText).parse(), spec)
+    plan = build_plan(names, take(kw, MeasureOptions), take(kw, CaseOptionsText).parse(), spec,
+                      kw.pop("repeats", 1))
     out, fmt, plot = kw.pop("out"), kw.pop("fmt"), kw.pop("plot", None)
     no_leftovers(kw)
-    run_plan(spec, plan, out, fmt, table_fn, label, plot, plot_fn)
+    run_plan(spec, plan, out, fmt, table_fn, label, plot, plot_fn, judge)

@@ -11,27 +11,29 @@ import click
 import yaml
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from benchcore import schema
+from benchcore import schema, stats
 from benchcore.errors import UserError
 from benchcore.records import RecordWriter, new_run_id, output_file, read_records
 from benchcore.report import console, line_plot, print_table
-from commbench import launch
+from benchcore.units import format_size
+from commbench import launch, verdict
 from commbench.case import TOTAL
-from commbench.envvars import CATALOGUE, validate
+from commbench.envvars import CATALOGUE, read_by, split_values, validate
 from commbench.output import render
-from commbench.plan import CaseOptionsText, MeasureOptions, build_plan, case_options, measure_options, no_leftovers, take
+from commbench.plan import (CaseOptionsText, MeasureOptions, build_plan, case_options, measure_options, no_leftovers,
+                            repeats_option, take)
 from commbench.registry import COLLECTIVE_NAMES, STRATEGY_NAMES, parse_names, record_label
 from commbench.runner import launches
 
-BUCKETS = [("small", 0, 1 << 20), ("medium", 1 << 20, 64 << 20), ("large", 64 << 20, float("inf"))]
 BASELINE = "baseline"
 DEFAULT_OUT = "commbench-sweep.jsonl"
 
 
 def parse_env_option(text):
-    """'NCCL_ALGO=Ring,Tree' -> ('NCCL_ALGO', ['Ring', 'Tree'])."""
+    """'NCCL_ALGO=Ring,Tree' -> ('NCCL_ALGO', ['Ring', 'Tree']); a value with commas is quoted:
+    'NCCL_PROTO="LL,LL128",Simple' -> ('NCCL_PROTO', ['LL,LL128', 'Simple'])."""
     name, sep, values = text.partition("=")
-    values = [v.strip() for v in values.split(",") if v.strip()]
+    values = split_values(values)
     if not sep or not name.strip() or not values:
         raise UserError(f"--env {text!r} is not NAME=VALUE[,VALUE...]")
     return name.strip(), values
@@ -98,45 +100,42 @@ def fingerprint(plan, spec):
     return hashlib.sha1(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def rank_configs(records, keys):
-    """Per (item, size bucket): mean busbw of each config; best, gain over baseline, slower ones."""
+def judge_sweep(records, configs):
+    """Outcomes per measured item and size; configs whose env the backend reads identically are one group."""
+    by_key = {config_key(c): c for c in configs}
+
+    def work(rec):
+        read = {k: v for k, v in by_key[rec["sweep_config"]].items() if rec["backend"] in read_by(k)}
+        return verdict.record_work(rec), config_key(read)
+    mine = [r for r in records if r.get("sweep_config") in by_key]
+    return verdict.judge(mine, lambda r: r["sweep_config"], record_label, work)
+
+
+def ranking_rows(outcomes):
+    """Per item and size: the fastest group and its time ratio to the baseline's, with the 95% interval."""
     rows = []
-    measured = [r for r in records if not r.get("event") and r.get("phase", TOTAL) == TOTAL]
-    items = list(dict.fromkeys(record_label(r) for r in measured))
-    for item in items:
-        for bucket, lo, hi in BUCKETS:
-            per_config = {}
-            for rec in measured:
-                if record_label(rec) == item and lo <= rec["size_bytes"] < hi:
-                    per_config.setdefault(rec["sweep_config"], []).append(rec["busbw_gbps"])
-            if not per_config:
-                continue
-            mean = {k: sum(v) / len(v) for k, v in per_config.items()}
-            best = max(mean, key=mean.get)
-            base = mean.get(BASELINE)
-            rows.append({"item": item, "bucket": bucket, "best": best, "busbw": mean[best],
-                         "gain": (mean[best] / base - 1) * 100 if base else None,
-                         "slower": ", ".join(k for k in keys if base and k in mean and mean[k] < base) or "-"})
+    for out in outcomes:
+        best = out.groups[0]
+        base = next((g for g in out.groups if BASELINE in g.labels), None)
+        r = stats.ratio_interval(best.times, base.times) if base and base is not best else None
+        win = out.winner
+        rows.append({"item": out.item, "size": format_size(out.size), "best": best.name, "time_us": best.time,
+                     "vs": f"{r.ratio:.3f} [{r.low:.3f}, {r.high:.3f}]" if r else ("baseline" if base is best else ""),
+                     "verdict": f"{win.name} fastest" if win else "no significant difference"})
     return rows
 
 
-def print_ranking(records, keys, failed):
-    print_table(rank_configs(records, keys), [("item", "measured", None), ("bucket", "sizes", None),
-                                      ("best", "best config", None), ("busbw", "busbw GB/s", ".3f"),
-                                      ("gain", "gain vs baseline %", "+.1f"), ("slower", "slower than baseline", None)],
-                title="sweep ranking (small < 1M <= medium < 64M <= large)")
+def print_ranking(outcomes, verdicts, failed, notes):
+    print_table(ranking_rows(outcomes), [("item", "measured", None), ("size", "size", None),
+                                         ("best", "fastest config", None), ("time_us", "time us", ".1f"),
+                                         ("vs", "time / baseline [95% CI]", None), ("verdict", "verdict", None)],
+                title="sweep ranking (geometric mean over rounds)")
     out = console()
+    out.print(f"verdicts ({stats.METHOD}):")
+    for line in [v["reason"] for v in verdicts] + verdict.equivalence_lines(outcomes) + notes:
+        out.print(f"  {line}")
     for key, reason in failed.items():
         out.print(f"failed: {key}: {reason}")
-
-
-def plot_sweep(records, path):
-    series = {}
-    for rec in records:
-        if not rec.get("event") and rec.get("phase", TOTAL) == TOTAL:
-            series.setdefault(f"{rec['sweep_config']} [{record_label(rec)}]", []).append(
-                (rec["size_bytes"], rec["busbw_gbps"]))
-    line_plot(path, series, "size (bytes)", "busbw (GB/s)", "commbench sweep")
 
 
 @click.command()
@@ -148,25 +147,32 @@ def plot_sweep(records, path):
               help="Comma list: " + ",".join(COLLECTIVE_NAMES))
 @click.option("--strategy", default=None, help="Sweep a strategy instead: " + ",".join(STRATEGY_NAMES))
 @click.option("--allow-unknown", is_flag=True, help="Pass variables and values the catalogue does not know.")
-@click.option("--resume", is_flag=True, help="Skip configs already done or failed in --out.")
+@click.option("--resume", is_flag=True, help="Skip configs (per round) already done or failed in --out.")
 @click.option("--per-config-timeout", type=float, default=None, help="Seconds before a config counts as hung.")
+@repeats_option(3)
 @case_options(place_default="both")
-@click.option("--plot", type=click.Path(dir_okay=False), default=None, help="busbw vs size PNG, one line per config.")
+@click.option("--plot", type=click.Path(dir_okay=False), default=None,
+              help="PNG: time vs size, log-log, one line per config (geometric mean over rounds).")
 @measure_options("1M", "1G")
 @launch.launch_options
-def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per_config_timeout, plot,
+def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per_config_timeout, repeats, plot,
           fmt, out, **kw):
-    """Sweep NCCL/Gloo settings: every config is its own launch, then a ranking.
+    """Sweep NCCL/Gloo settings: every config is its own launch, in rounds, then verdicts.
 
     NCCL reads its environment when a communicator is created, so each config
     gets a fresh torchrun launch with exactly that environment, plus the
-    baseline with none of the swept variables set. A config that crashes,
-    hangs or returns wrong data is recorded as failed and the sweep goes on.
+    baseline with none of the swept variables set. Configs run in --repeats
+    rounds (each round every config once, the baseline included, in a rotated
+    order); a config is called faster only when the 95% interval of its time
+    ratio excludes 1. Configs whose variables the backend ignores (NCCL_* on
+    Gloo) are one group, never ranked. A config that crashes, hangs or returns
+    wrong data is recorded as failed and the sweep goes on.
 
     \b
     Example:
       commbench sweep --env NCCL_ALGO=Ring,Tree --env NCCL_PROTO=LL,LL128,Simple \\
           --collective all_reduce -b 1M -e 1G --nodes 2 --out sweep.jsonl --resume
+      commbench sweep --env 'NCCL_PROTO=^LL128,"LL,Simple"' --env NCCL_ALGO=allreduce:tree -b 1M -e 64M
     """
     spec = launch.spec_from_options(kw)
     configs = build_configs(env_options, matrix, allow_unknown)
@@ -177,33 +183,77 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
         parse_names(collectives, "collective", "--collective")
     plan = build_plan(names, take(kw, MeasureOptions), take(kw, CaseOptionsText).parse(), spec)
     no_leftovers(kw)
+    backend = "nccl" if spec.may_use_nccl() else "gloo"
+    ignored = sorted(name for name in swept if backend not in read_by(name))
+    if ignored:
+        console(stderr=True).print(f"warning: {', '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} not read "
+                                   f"by {backend}, which this sweep runs on: configs differing only there run the "
+                                   "same operations and are reported as one group")
     if out is None and not spec.dry_run:
         console(stderr=True).print(f"note: records go to {DEFAULT_OUT} (append; --out FILE to choose, --out /dev/null "
                                    "for none); --resume reads them back")
     out_file = output_file(out or DEFAULT_OUT)
     fp = fingerprint(plan, spec)
-    previous = [r for r in read_records(out_file) if r.get("sweep_fingerprint") == fp] if resume and out_file else []
-    settled = {r["sweep_config"] for r in previous if r.get("event") in ("config_done", "failed")}
-    previous = [r for r in previous if r["sweep_config"] in settled]  # a config cut short runs again, whole
-    todo = [c for c in configs if config_key(c) not in settled]
-    keys = [config_key(c) for c in configs]
+    previous, settled, discarded = resumable(out_file, fp) if resume and out_file else ([], set(), "")
+    failed_keys = {r["sweep_config"] for r in previous if r.get("event") == "failed"}
+    todo = [(config, rnd) for rnd in range(repeats) for config in rotated(configs, rnd)
+            if (config_key(config), rnd) not in settled and config_key(config) not in failed_keys]
     if spec.dry_run:
-        for config in todo:
+        for config, _ in todo[:len(configs)]:
             for part_spec, part in launches(dataclasses.replace(spec, env=dict(config)), plan):
                 launch.execute(part_spec, part)
         return
     if resume:
-        console(stderr=True).print(f"resuming: {len(configs) - len(todo)} of {len(configs)} configs done, "
-                                   f"{len(todo)} to run")
+        console(stderr=True).print(f"resuming: {len(settled)} of {len(configs) * repeats} config runs "
+                                   f"({len(configs)} configs x {repeats} rounds) done, {len(todo)} to run{discarded}")
     records = previous + run_configs(spec, plan, todo, out_file, fp, per_config_timeout)
     failed = {r["sweep_config"]: r["reason"] for r in records if r.get("event") == "failed"}
     good = [r for r in records if not r.get("event") and r["sweep_config"] not in failed]
-    render(good if fmt == "nccl-tests" else records, fmt, lambda _: print_ranking(good, keys, failed))
+    outcomes = judge_sweep(good, configs)
+    found = verdict.verdicts(outcomes, plan.run_id)
+    if out_file:
+        with RecordWriter(out_file) as writer:
+            for rec in found:
+                writer.write(rec)
+    notes = [f"{', '.join(ignored)}: ignored by {backend}"] if ignored else []
+    render(good if fmt == "nccl-tests" else records + found, fmt,
+           lambda _: print_ranking(outcomes, found, failed, notes))
     if plot:
         plot_sweep(good, plot)
     if failed:
         click.echo(f"error: {len(failed)} of {len(configs)} configs failed", err=True)
         sys.exit(1)
+
+
+def rotated(configs, rnd):
+    """Round rnd's order: each round starts one config later, so no config always runs first or last."""
+    turn = rnd % len(configs)
+    return configs[turn:] + configs[:turn]
+
+
+def resumable(out_file, fp):
+    """(records of config runs that completed or failed, their (config, round) keys, a note on what was left out)
+    from an earlier sweep with this fingerprint; measurements of a run cut short are never ranked."""
+    previous = [r for r in read_records(out_file) if r.get("sweep_fingerprint") == fp]
+    ended = {r["run_id"] for r in previous if r.get("event") in ("config_done", "failed")}
+    settled = {(r["sweep_config"], r.get("repeat", 0)) for r in previous if r.get("event") in ("config_done", "failed")}
+    cut = [r for r in previous if r["run_id"] not in ended and not r.get("event")]
+    note = ""
+    if cut:
+        runs = sorted({f"{r['sweep_config']} (round {r.get('repeat', 0)})" for r in cut})
+        note = (f"; left out {len(cut)} records of {len({r['run_id'] for r in cut})} run(s) cut short, which run "
+                f"again: {', '.join(runs)}")
+    return [r for r in previous if r["run_id"] in ended and r.get("event") != "verdict"], settled, note
+
+
+def plot_sweep(records, path):
+    series = {}
+    for rec in records:
+        if rec.get("phase", TOTAL) == TOTAL:
+            series.setdefault(f"{rec['sweep_config']} [{record_label(rec)}]", {}).setdefault(
+                rec["size_bytes"], []).append(rec["time_us"])
+    line_plot(path, {k: [(s, stats.geometric_mean(t)) for s, t in v.items()] for k, v in series.items()},
+              "size (bytes)", "time (us, geometric mean over rounds)", "commbench sweep: lower is better", log_y=True)
 
 
 def run_config(spec, plan, writer, max_seconds):
@@ -227,18 +277,22 @@ def run_config(spec, plan, writer, max_seconds):
 
 
 def run_configs(spec, plan, todo, out_file, fp, per_config_timeout):
-    """Launch each config; a config_done or failed event after it. Returns every record, events included."""
+    """Launch each (config, round); a config_done or failed event after it. Returns every record, events included;
+    a config that failed is not run in later rounds."""
     writer = RecordWriter(out_file) if out_file else None
-    records = []
-    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} configs"),
+    records, failed = [], set()
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} runs"),
                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
     try:
         with Progress(*columns, console=console(stderr=True), disable=spec.verbose) as bar:
             task = bar.add_task("sweep", total=len(todo))
-            for config in todo:
+            for config, rnd in todo:
                 key = config_key(config)
-                bar.update(task, description=key)
-                tags = {"sweep_config": key, "sweep_fingerprint": fp}
+                bar.update(task, description=f"{key} (round {rnd})")
+                if key in failed:
+                    bar.advance(task)
+                    continue
+                tags = {"sweep_config": key, "sweep_fingerprint": fp, "repeat": rnd}
                 run = dataclasses.replace(plan, run_id=new_run_id(), tags=tags)
                 started = time.monotonic()
                 measured, reason = run_config(dataclasses.replace(spec, env=dict(config)), run, writer,
@@ -248,6 +302,8 @@ def run_configs(spec, plan, todo, out_file, fp, per_config_timeout):
                 if writer:
                     writer.write(event)
                 records += measured + [event]
+                if reason:
+                    failed.add(key)
                 bar.advance(task)
     finally:
         if writer:
@@ -266,6 +322,9 @@ def env_catalogue():
     rows = []
     for var in CATALOGUE.values():
         allowed = list(var.choices or []) + ([f"{var.int_range[0]}..{var.int_range[1]}"] if var.int_range else [])
-        rows.append({"name": var.name, "allowed": ", ".join(allowed) or "text", "meaning": var.meaning})
-    print_table(rows, [("name", "variable", None), ("allowed", "values", None), ("meaning", "meaning", None)],
-                title="commbench sweep: known variables")
+        text = ", ".join(allowed) or "text"
+        rows.append({"name": var.name, "allowed": f"list of {text}; ^, coll:" if var.listed else text,
+                     "read_by": ", ".join(read_by(var.name)), "meaning": var.meaning})
+    print_table(rows, [("name", "variable", None), ("allowed", "values", None), ("read_by", "read by", None),
+                       ("meaning", "meaning", None)],
+                title="commbench sweep: known variables (a variable its backend does not read changes nothing)")

@@ -18,6 +18,19 @@ from commbench.collectives import DTYPES, torch_dtype
 
 CORRUPT_ENV = "COMMBENCH_TEST_CORRUPT"   # test only: corrupt this case's result on rank 0 before the check
 SKIP_ENV = "COMMBENCH_TEST_SKIP"         # test only: the check run of these cases (comma list) does nothing
+SLOW_ENV = "COMMBENCH_TEST_SLOW"         # test only: CASE:SECONDS[,...], a sleep inside every run of those cases
+
+
+def slowed(case, run_once):
+    """run_once, with the test-only sleep of SLOW_ENV when it names this case."""
+    delays = dict(item.split(":") for item in os.environ.get(SLOW_ENV, "").split(",") if ":" in item)
+    if case.name not in delays:
+        return run_once
+
+    def slow(async_op):
+        time.sleep(float(delays[case.name]))
+        return run_once(async_op)
+    return slow
 
 
 def time_loop(ctx, run_once, iters, blocking):
@@ -109,7 +122,7 @@ def measure_case(ctx, case, cfg, size, shared):
     blocking = ctx.blocking if timed.blocking is None else timed.blocking
     rows = []
     for phase in case.phases:
-        run_once = timed.phases[phase]
+        run_once = slowed(case, timed.phases[phase])
         timed.refill()
         if plan.warmup:
             time_loop(ctx, run_once, plan.warmup, blocking)

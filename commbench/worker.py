@@ -1,7 +1,8 @@
 """The program every rank runs (launched by torchrun): `python -m commbench.worker --plan JSON`.
 
-One loop over the plan: every size, every case config in turn (interleaved, so drift hits every
-config alike), each measured by the one timed path. On the record node, local rank 0 hands each
+One loop over the plan: every size, then --repeats rounds of every case config in turn (interleaved,
+each round starting one config later, so drift hits every config alike), each a separate measurement
+by the one timed path. On the record node, local rank 0 hands each
 record to its launcher through the launch directory (flushed per record). Errors end the rank
 with one `commbench-worker:` line on stderr, which the launcher shows. Exit 3: wrong results.
 """
@@ -31,11 +32,14 @@ def run_plan(ctx, emit):
               for name in names if CASES[name].setup}
     for cycle in range(plan.cycles):
         for size in plan.sizes:
-            for cfg in plan.configs:
-                case = CASES[cfg["case"]]
-                for rec in measure_case(ctx, case, cfg, size, shared.get(case.name)):
-                    wrong += rec["wrong"] or 0
-                    emit({**rec, "cycle": cycle} if plan.cycles > 1 else rec)
+            for repeat in range(plan.repeats):
+                turn = repeat % len(plan.configs)  # each repeat starts with a different config
+                for cfg in plan.configs[turn:] + plan.configs[:turn]:
+                    case = CASES[cfg["case"]]
+                    for rec in measure_case(ctx, case, cfg, size, shared.get(case.name)):
+                        wrong += rec["wrong"] or 0
+                        emit({**rec, **({"cycle": cycle} if plan.cycles > 1 else {}),
+                              **({"repeat": repeat} if plan.repeats > 1 else {})})
     return wrong
 
 

@@ -10,7 +10,7 @@ from commbench.plan import Plan, no_leftovers
 from commbench.registry import CASES, parse_names
 
 RECORD_FIELDS = set(schema.DESIGN["commbench"]) | set(schema.EXTENSIONS["commbench"])
-WIDE = CaseOptions(places=("out", "in"), chunk_sizes=(1 << 20, 2 << 20), threshold=16 << 20, inflights=(1, 4))
+WIDE = CaseOptions(places=("out", "in"), chunk_sizes=(1 << 20, 2 << 20), thresholds=(16 << 20,), inflights=(1, 4))
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

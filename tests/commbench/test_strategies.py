@@ -17,10 +17,10 @@ def test_chunk_layout_covers_the_payload_with_padded_last_chunk():
 
 def strategies_run(tmp_path, nproc, size, *extra):
     out = tmp_path / f"s{nproc}.jsonl"
-    proc = run_tool("commbench", "compare", "--strategies", "ring,rs-ag,chunked,compressed", "--nproc-per-node",
+    proc = run_tool("commbench", "compare", "--strategies", "ring,rs-ag,plain,chunked,compressed", "--nproc-per-node",
                     nproc, "-b", size, "-e", size * 4, "-f", 4, "--threshold", "16K", "--chunk-size", "4K",
-                    "--inflight", "1,3", "--place", "both", "-n", 2, "-w", 1, "--out", out, *extra)
-    return proc, read_records(out)
+                    "--inflight", "1,3", "--place", "both", "-n", 2, "-w", 1, "--repeats", 1, "--out", out, *extra)
+    return proc, [r for r in read_records(out) if not r.get("event")]
 
 
 @pytest.mark.slow
@@ -30,8 +30,8 @@ def test_every_strategy_exact_in_and_out_of_place(tmp_path, nproc, size):
     assert proc.returncode == 0, proc.stderr
     sizes = [size, size * 4]
     totals = [r for r in recs if r["phase"] == "total"]
-    # per size: ring, rs-ag x2 places, chunked x (2 in-flight x 2 places), compressed
-    assert len(totals) == 2 * (1 + 2 + 4 + 1) and len(recs) == 2 * (1 + 6 + 4 + 1)
+    # per size: ring, rs-ag x2 places, plain x2 places, chunked x (2 in-flight x 2 places), compressed
+    assert len(totals) == 2 * (1 + 2 + 2 + 4 + 1) and len(recs) == 2 * (1 + 6 + 2 + 4 + 1)
     for rec in recs:
         assert rec["world_size"] == nproc and rec["size_bytes"] in sizes
         assert rec["wrong"] == 0, rec
@@ -42,7 +42,9 @@ def test_every_strategy_exact_in_and_out_of_place(tmp_path, nproc, size):
         assert rec["max_inflight"] <= rec["inflight"]
     comp = [r for r in totals if r["strategy"] == "compressed"]
     assert all(r["wire_bytes"] == r["size_bytes"] // 2 and 0 < r["max_abs_error"] < 0.1 for r in comp)
-    assert "crossover" in proc.stdout
+    plain = [r for r in totals if r["strategy"] == "plain"]
+    assert all(r["chunks"] == r["chunk_ops"] == 1 for r in plain)
+    assert "verdicts" in proc.stdout and "time to the same final tensor" in proc.stdout
 
 
 @pytest.mark.slow
@@ -52,9 +54,10 @@ def test_inflight_really_overlaps_and_compare_runs_on_two_nodes(tmp_path):
     plot = tmp_path / "c.png"
     proc = run_tool("commbench", "compare", "--nodes", 2, "--strategies", "ring,rs-ag,chunked,compressed",
                     "-b", "1M", "-e", "4M", "-f", 4, "--threshold", "512K", "--chunk-size", "64K",
-                    "--inflight", "4", "--compress", "fp8", "-n", 3, "-w", 1, "--out", out, "--plot", plot)
+                    "--inflight", "4", "--compress", "fp8", "-n", 3, "-w", 1, "--repeats", 1, "--out", out,
+                    "--plot", plot)
     assert proc.returncode == 0, proc.stderr
-    recs = read_records(out)
+    recs = [r for r in read_records(out) if not r.get("event")]
     assert {(r["strategy"], r["size_bytes"]) for r in recs} == {
         (s, b) for s in ("ring", "rs-ag", "chunked", "compressed") for b in (1 << 20, 4 << 20)}
     assert all(r["wrong"] == 0 and r["nodes"] == 2 for r in recs)
@@ -62,7 +65,7 @@ def test_inflight_really_overlaps_and_compare_runs_on_two_nodes(tmp_path):
     assert all(r["chunk_ops"] == r["chunks"] >= 16 for r in chunked)
     assert max(r["max_inflight"] for r in chunked) >= 2
     assert plot.stat().st_size > 10_000
-    assert "summary" in proc.stdout and "vs ring" in proc.stdout
+    assert "verdicts" in proc.stdout and "speed-up vs ring" in proc.stdout
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -84,10 +87,15 @@ def test_plot_with_json_output_and_no_records_file(tmp_path):
     """--plot works with every --format; --out /dev/null means no file; the records still come back."""
     plot = tmp_path / "p.png"
     proc = run_tool("commbench", "compare", "--strategies", "ring,rs-ag", "--nproc-per-node", 2, "-b", "4K",
-                    "-e", "16K", "-f", 4, "-n", 2, "-w", 1, "--format", "json", "--plot", plot, "--out", "/dev/null")
+                    "-e", "16K", "-f", 4, "-n", 2, "-w", 1, "--repeats", 2, "--format", "json", "--plot", plot,
+                    "--out", "/dev/null")
     assert proc.returncode == 0, proc.stderr
     printed = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert [(r["strategy"], r["phase"]) for r in printed[:4]] == [
-        ("ring", "total"), ("rs-ag", "reduce_scatter"), ("rs-ag", "all_gather"), ("rs-ag", "total")]
-    assert len(printed) == 8 and all(not schema.problems(r) and r["wrong"] == 0 for r in printed)
+    assert all(not schema.problems(r) for r in printed)
+    measured = [r for r in printed if not r.get("event")]
+    assert [(r["strategy"], r["phase"], r["repeat"]) for r in measured[:8]] == [  # repeat 1 starts one config later
+        ("ring", "total", 0), ("rs-ag", "reduce_scatter", 0), ("rs-ag", "all_gather", 0), ("rs-ag", "total", 0),
+        ("rs-ag", "reduce_scatter", 1), ("rs-ag", "all_gather", 1), ("rs-ag", "total", 1), ("ring", "total", 1)]
+    assert len(measured) == 16 and all(r["wrong"] == 0 for r in measured)
+    assert {r["event"] for r in printed if r.get("event")} == {"verdict"}
     assert plot.stat().st_size > 10_000

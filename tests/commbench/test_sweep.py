@@ -1,4 +1,5 @@
 """commbench sweep: one real launch per config, failures recorded, resume after a kill."""
+import json
 import os
 import signal
 import subprocess
@@ -20,8 +21,13 @@ def configs_done(recs):
 def test_two_by_two_matrix_is_five_launches_with_the_env_the_workers_saw(tmp_path):
     out = tmp_path / "sweep.jsonl"
     proc = run_tool("commbench", "sweep", "--env", "NCCL_ALGO=Ring,Tree", "--env", "NCCL_PROTO=LL,Simple",
-                    *SMALL, "--out", out, env={"NCCL_ALGO": "Tree"})  # a shell value must not leak into baseline
+                    *SMALL, "--repeats", 1, "--out", out, env={"NCCL_ALGO": "Tree"})  # no shell value in baseline
     assert proc.returncode == 0, proc.stderr
+    # on Gloo NCCL_* change nothing: said once before launching, and the five configs are one group
+    assert proc.stderr.count("NCCL_ALGO, NCCL_PROTO are not read by gloo") == 1
+    (found,) = [r for r in read_records(out) if r.get("event") == "verdict"]
+    assert found["winner"] is None and len(found["equivalent"]) == 1 and len(found["equivalent"][0]) == 5
+    assert "nothing to rank" in proc.stdout
     recs = read_records(out)
     measured = [r for r in recs if not r.get("event")]
     assert len({r["run_id"] for r in measured}) == 5 and len(configs_done(recs)) == 5
@@ -38,7 +44,7 @@ def test_failing_config_is_recorded_and_the_rest_complete(tmp_path):
     matrix = tmp_path / "m.yaml"
     matrix.write_text("env:\n  NCCL_PROTO: [LL]\nconfigs:\n  - {COMMBENCH_TEST_EXIT_RANK: 1}\n")
     out = tmp_path / "sweep.jsonl"
-    proc = run_tool("commbench", "sweep", "--matrix", matrix, *SMALL, "--out", out, "--timeout", 30)
+    proc = run_tool("commbench", "sweep", "--matrix", matrix, *SMALL, "--repeats", 1, "--out", out, "--timeout", 30)
     assert proc.returncode == 1 and "1 of 3 configs failed" in proc.stderr
     recs = read_records(out)
     failed = [r for r in recs if r.get("event") == "failed"]
@@ -48,30 +54,54 @@ def test_failing_config_is_recorded_and_the_rest_complete(tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_after_a_killed_sweep_runs_only_the_missing_configs(tmp_path):
+def test_resume_after_a_sweep_killed_mid_config_reruns_it_and_ranks_no_partial_records(tmp_path):
+    """Killed while a config is half measured: resume reruns that (config, round) whole, says what it left
+    out, and nothing of the cut run is ranked or printed."""
     out = tmp_path / "sweep.jsonl"
-    args = [str(BIN / "commbench"), "sweep", "--env", "NCCL_PROTO=LL,LL128,Simple", *map(str, SMALL),
-            "--out", str(out), "--resume"]
+    args = [str(BIN / "commbench"), "sweep", "--env", "NCCL_PROTO=LL,Simple", "--nproc-per-node", "2", "-b", "4K",
+            "-e", "4M", "-f", "4", "-n", "3", "-w", "1", "--repeats", "2", "--out", str(out), "--resume"]
     sweep = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,  # its log dir lands in
                              env={**os.environ, "TMPDIR": str(tmp_path)})                 # tmp_path: it is killed
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and len(configs_done(read_records(out))) < 1:
-        time.sleep(0.2)
+
+    def cut_runs(recs):
+        ended = {r["run_id"] for r in recs if r.get("event")}
+        return {r["run_id"] for r in recs if not r.get("event") and r["run_id"] not in ended}
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        recs = read_records(out)
+        if configs_done(recs) and cut_runs(recs):
+            break
+        time.sleep(0.05)
     sweep.send_signal(signal.SIGKILL)  # no clean-up: the agents must die with it (PR_SET_PDEATHSIG)
     sweep.wait()
     before = read_records(out)
-    done_before = configs_done(before)
-    assert 1 <= len(done_before) < 4
+    cut = cut_runs(before)
+    done_before = len(configs_done(before))
+    assert len(cut) == 1 and 1 <= done_before < 6
     time.sleep(1)
-    proc = run_tool("commbench", *args[1:])
+    proc = run_tool("commbench", *args[1:], "--format", "json")
     assert proc.returncode == 0, proc.stderr
-    assert f"resuming: {len(done_before)} of 4 configs done, {4 - len(done_before)} to run" in proc.stderr
+    assert f"resuming: {done_before} of 6 config runs (3 configs x 2 rounds) done, {6 - done_before} to run" \
+        in proc.stderr and "left out" in proc.stderr and "run(s) cut short" in proc.stderr
     after = read_records(out)
     assert after[:len(before)] == before  # nothing measured before the kill is lost
-    assert sorted(configs_done(after)) == sorted(["baseline", "NCCL_PROTO=LL", "NCCL_PROTO=LL128",
-                                                  "NCCL_PROTO=Simple"])
-    new_runs = {r["run_id"] for r in after[len(before):] if r.get("event") == "config_done"}
-    assert len(new_runs) == 4 - len(done_before)
+    done = [(r["sweep_config"], r["repeat"]) for r in after if r.get("event") == "config_done"]
+    assert sorted(done) == sorted((c, k) for c in ("baseline", "NCCL_PROTO=LL", "NCCL_PROTO=Simple") for k in (0, 1))
+    printed = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert printed and not {r["run_id"] for r in printed} & cut
+    assert [r for r in printed if r.get("event") == "verdict"]
+
+
+def test_nccl_syntax_is_accepted_and_checked():
+    """^ exclusions, per-collective lists and quoted values with commas (NCCL 2.24+ syntax), in a dry run."""
+    proc = run_tool("commbench", "sweep", "--env", 'NCCL_PROTO=^LL128,"LL,Simple"',
+                    "--env", "NCCL_ALGO=allreduce:tree;ring", "--dry-run", *SMALL)
+    assert proc.returncode == 0, proc.stderr
+    for shown in ("'NCCL_PROTO=^LL128'", "NCCL_PROTO=LL,Simple", "'NCCL_ALGO=allreduce:tree;ring'"):
+        assert shown in proc.stdout
+    for bad, needle in (("NCCL_ALGO=allreduc:tree", "names no NCCL collective"),
+                        ("NCCL_PROTO=^LL129", "must be a list of LL, LL128, Simple")):
+        assert_one_line_error(run_tool("commbench", "sweep", "--env", bad, "--dry-run", *SMALL), needle)
 
 
 def test_matrix_product_exclusions_and_explicit_configs(tmp_path):
@@ -89,6 +119,8 @@ def test_matrix_product_exclusions_and_explicit_configs(tmp_path):
     (["--env", "NCCL_PROTO=LL,Fast"], "NCCL_PROTO=Fast: must be one of LL, LL128, Simple"),
     (["--env", "NCCL_MAX_NCHANNELS=100"], "must be in 1..64"),
     (["--env", "GLOO_SOCKET_IFNAM=eth0"], "did you mean GLOO_SOCKET_IFNAME?"),
+    (["--env", "NCCL_IB_SLL=1"], "did you mean NCCL_IB_SL?"),   # the whole catalogue, not a near miss
+    (["--env", "NCCL_IB_SL=16"], "NCCL_IB_SL=16: must be in 0..15"),
     (["--env", "NCCL_ALGO"], "is not NAME=VALUE"),
     ([], "nothing to sweep"),
     (["--matrix", "/nonexistent.yaml"], "No such file"),
@@ -106,5 +138,7 @@ def test_allow_unknown_lets_experts_pass_anything():
 def test_env_lists_the_catalogue():
     proc = run_tool("commbench", "env")
     assert proc.returncode == 0
-    for name in ("NCCL_ALGO", "NCCL_IB_QPS_PER_CONNECTION", "TORCH_NCCL_BLOCKING_WAIT", "GLOO_SOCKET_IFNAME"):
+    for name in ("NCCL_ALGO", "NCCL_IB_QPS_PER_CONNECTION", "TORCH_NCCL_BLOCKING_WAIT", "GLOO_SOCKET_IFNAME",
+                 "NCCL_IB_SL"):
         assert name in proc.stdout
+    assert "read by" in proc.stdout

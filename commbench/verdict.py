@@ -1,0 +1,149 @@
+"""Verdicts: which config is faster, named only where the difference is beyond the spread of repeats.
+
+compare, chunked and sweep hand their measurements here with three functions of a record:
+scope_of (what is compared together: the item and the payload), candidate_of (the row name) and
+work_of (what it executes). Candidates with equal work run the same operations (chunked at or
+below its threshold is plain; a variable the backend ignores changes nothing): they form one group,
+reported once and never ranked against each other; their repeats are pooled.
+
+Per scope, the fastest group (geometric mean of its repeats) is the winner only when the interval
+of its time ratio to the runner-up (benchcore.stats: METHOD) lies wholly below 1. Otherwise the
+groups not significantly slower than the fastest are reported as "no significant difference".
+"""
+from dataclasses import dataclass
+from typing import List, Optional
+
+from benchcore import schema, stats
+from benchcore.units import format_size
+from commbench.case import TOTAL, work_key
+from commbench.collectives import DTYPES
+from commbench.registry import case_of, record_label
+
+
+@dataclass
+class Group:
+    """Candidates that execute the same operations, and their pooled times (us, one per repeat)."""
+    labels: List[str]
+    times: List[float]
+
+    @property
+    def name(self):
+        return self.labels[0] if len(self.labels) == 1 else f"{self.labels[0]} (= {len(self.labels) - 1} more)"
+
+    @property
+    def time(self):
+        return stats.geometric_mean(self.times)
+
+
+@dataclass
+class Outcome:
+    """The groups of one scope, fastest first, and what can be said about them."""
+    item: str
+    size: int
+    groups: List[Group]
+
+    def ratio(self, a, b):
+        return stats.ratio_interval(a.times, b.times)
+
+    @property
+    def versus(self):
+        """(fastest / runner-up) Ratio, or None with one group or too few repeats."""
+        return self.ratio(self.groups[0], self.groups[1]) if len(self.groups) > 1 else None
+
+    @property
+    def winner(self) -> Optional[Group]:
+        r = self.versus
+        return self.groups[0] if r is not None and r.high < 1 else None
+
+    @property
+    def tied(self):
+        """Groups not significantly slower than the fastest (all of them when repeats are too few)."""
+        best = self.groups[0]
+        out = [best]
+        for group in self.groups[1:]:
+            r = self.ratio(best, group)
+            if r is None or r.high >= 1:
+                out.append(group)
+        return out
+
+    def group_of(self, label):
+        return next(g for g in self.groups if label in g.labels)
+
+
+def record_work(rec):
+    """What a measurement record's config executed (commbench.case.work_key)."""
+    return work_key(case_of(rec), rec, rec["size_bytes"], rec["world_size"], DTYPES[rec["dtype"]].bytes)
+
+
+def judge(records, candidate_of=record_label, scope_of=lambda rec: "", work_of=record_work):
+    """[Outcome] per (scope, size) of the whole-operation measurements in records."""
+    per_scope = {}
+    for rec in records:
+        if rec.get("event") or rec.get("phase", TOTAL) != TOTAL or not rec.get("time_us"):
+            continue
+        per_scope.setdefault((scope_of(rec), rec["size_bytes"]), {}).setdefault(
+            work_of(rec), {}).setdefault(candidate_of(rec), []).append(rec["time_us"])
+    outcomes = []
+    for (item, size), works in per_scope.items():
+        groups = [Group(list(by_label), [t for times in by_label.values() for t in times])
+                  for by_label in works.values()]
+        outcomes.append(Outcome(item, size, sorted(groups, key=lambda g: g.time)))
+    return outcomes
+
+
+def _sizes_text(sizes):
+    sizes = sorted(sizes)
+    return format_size(sizes[0]) if len(sizes) == 1 else f"{format_size(sizes[0])}-{format_size(sizes[-1])}"
+
+
+def verdicts(outcomes, run_id, check="fastest"):
+    """Verdict records: one per item and run of consecutive payloads with the same finding."""
+    runs = []
+    for out in outcomes:
+        win = out.winner
+        finding = (out.item, win.name if win else None,
+                   out.groups[1].name if win else tuple(sorted(g.name for g in out.tied)))
+        if runs and runs[-1][0] == finding:
+            runs[-1][1].append(out)
+        else:
+            runs.append((finding, [out]))
+    records = []
+    for (item, winner, other), outs in runs:
+        sizes = [o.size for o in outs]
+        equivalent = sorted({tuple(g.labels) for o in outs for g in o.groups if len(g.labels) > 1})
+        rows = [{"size_bytes": o.size, **_interval(o.versus)} for o in outs]
+        where = f"{item + ' ' if item else ''}at {_sizes_text(sizes)}"
+        if winner:
+            worst = max(rows, key=lambda r: r["ratio_high"])  # the weakest win: what holds at every size
+            reason = (f"{where}: {winner} is faster than {other}: time ratio {worst['ratio']:.3f} "
+                      f"[{worst['ratio_low']:.3f}, {worst['ratio_high']:.3f}] at its weakest")
+            fields = dict(winner=winner, versus=other, **{k: worst[k] for k in ("ratio", "ratio_low", "ratio_high")})
+        elif len(other) == 1:
+            reason = f"{where}: every config ran the same operations ({other[0]}): nothing to rank"
+            fields = dict(winner=None, tied=list(other))
+        else:
+            few = any(o.versus is None and len(o.groups) > 1 for o in outs)
+            reason = (f"{where}: no significant difference among {', '.join(other)}"
+                      + (" (fewer than 2 repeats: no interval)" if few else ""))
+            fields = dict(winner=None, tied=list(other))
+        records.append(schema.event("commbench", "verdict", reason, run_id=run_id, check=check, sizes=sizes,
+                                    method=stats.METHOD, equivalent=[list(e) for e in equivalent], rows=rows,
+                                    **fields))
+    return records
+
+
+def _interval(ratio):
+    if ratio is None:
+        return {"ratio": None, "ratio_low": None, "ratio_high": None}
+    return {"ratio": ratio.ratio, "ratio_low": ratio.low, "ratio_high": ratio.high}
+
+
+def equivalence_lines(outcomes):
+    """One line per run of payloads with the same sets of candidates that ran the same operations."""
+    per = {}
+    for out in outcomes:
+        sets = tuple(" = ".join(g.labels) for g in out.groups if len(g.labels) > 1)
+        if sets:
+            per.setdefault((out.item, sets), []).append(out.size)
+    return [f"same operations{' in ' + item if item else ''} at {_sizes_text(sizes)} (one row each, never ranked): "
+            + "; ".join(f"[{s}]" for s in sets) for (item, sets), sizes in per.items()]
