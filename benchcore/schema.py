@@ -37,6 +37,8 @@ EXTENSIONS = {
         "wire_busbw_gbps": "compressed: busbw counted in wire bytes",
         "max_abs_error": "compressed: largest absolute error", "max_rel_error": "compressed: normwise relative error",
         "sweep_config": "sweep: the config's key", "sweep_fingerprint": "sweep: what makes two sweeps the same",
+        "link_tier": "the tier that bounds the measurement in the model (intra-node or inter-node); "
+                     "link_peak_gbps is the busbw that saturates it",
     },
     "iobench": {
         "job": "fio job name", "direction": "read / write / trim", "ioengine": "fio ioengine",

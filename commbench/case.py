@@ -51,6 +51,8 @@ class Case:
     reduces: bool = False                      # takes -o/--op (one config per op)
     sums: bool = False                         # reduces with sum, whatever -o says (its records say op sum)
     rooted: bool = False                       # takes -r/--root (one config per root)
+    model: Optional[Callable] = None           # model(cfg, size, shape, backend) -> {phase: model.Phase}: its
+                                               # alpha-beta terms per tier (commbench/model.py)
 
 
 def label(case, rec):

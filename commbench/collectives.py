@@ -18,7 +18,9 @@ import math
 from benchcore.errors import UserError
 from benchcore.lazy import lazy
 from benchcore.units import format_size
+from commbench import model
 from commbench.case import TOTAL, Case, Timed
+from commbench.model import Phase
 
 torch = lazy("torch", globals())
 dist = lazy("torch.distributed", globals(), "dist")
@@ -98,6 +100,7 @@ class Collective:
     placements: Tuple[str, ...]          # "out" and/or "in"
     bind: Callable                       # bind(send, recv, op, root) -> run(async_op=...) -> work or None
     expected: Callable                   # expected(rank, n, count, op, vals, root) -> regions to check
+    model: Callable                      # model(size, shape, backend) -> alpha-beta terms (commbench/model.py)
     reduces: bool = False                # takes --op (its records carry op)
     rooted: bool = False                 # has a root rank (its records carry root)
 
@@ -146,20 +149,23 @@ def _exp_sendrecv(rank, n, count, op, vals, root):
 
 COLLECTIVES = {c.name: c for c in [
     Collective("all_reduce", lambda n: 2 * (n - 1) / n, False, False, False, ("in",),
-               lambda s, r, op, root: partial(dist.all_reduce, r, op=op), _exp_all_reduce, reduces=True),
+               lambda s, r, op, root: partial(dist.all_reduce, r, op=op), _exp_all_reduce, model.all_reduce,
+               reduces=True),
     Collective("all_gather", lambda n: (n - 1) / n, True, True, False, ("out", "in"),
-               lambda s, r, op, root: partial(all_gather_fn(), r, s), _exp_all_gather),
+               lambda s, r, op, root: partial(all_gather_fn(), r, s), _exp_all_gather, model.all_gather),
     Collective("reduce_scatter", lambda n: (n - 1) / n, True, False, True, ("out", "in"),
-               lambda s, r, op, root: partial(reduce_scatter_fn(), r, s, op=op), _exp_reduce_scatter, reduces=True),
+               lambda s, r, op, root: partial(reduce_scatter_fn(), r, s, op=op), _exp_reduce_scatter,
+               model.reduce_scatter, reduces=True),
     Collective("broadcast", lambda n: 1.0, False, False, False, ("in",),
-               lambda s, r, op, root: partial(dist.broadcast, r, src=root), _exp_broadcast, rooted=True),
+               lambda s, r, op, root: partial(dist.broadcast, r, src=root), _exp_broadcast, model.chain, rooted=True),
     Collective("reduce", lambda n: 1.0, False, False, False, ("in",),
-               lambda s, r, op, root: partial(dist.reduce, r, dst=root, op=op), _exp_reduce, reduces=True,
+               lambda s, r, op, root: partial(dist.reduce, r, dst=root, op=op), _exp_reduce, model.chain,
+               reduces=True,
                rooted=True),
     Collective("all_to_all", lambda n: (n - 1) / n, True, False, False, ("out",),
-               lambda s, r, op, root: partial(dist.all_to_all_single, r, s), _exp_all_to_all),
+               lambda s, r, op, root: partial(dist.all_to_all_single, r, s), _exp_all_to_all, model.all_to_all),
     Collective("sendrecv", lambda n: 1.0, False, False, False, ("out",),
-               lambda s, r, op, root: partial(_sendrecv, s, r), _exp_sendrecv),
+               lambda s, r, op, root: partial(_sendrecv, s, r), _exp_sendrecv, model.sendrecv),
 ]}
 
 
@@ -255,7 +261,9 @@ def _case(coll):
         return (max(send_n, recv_n) if cfg["in_place"] else send_n + recv_n) * elt
     return Case(coll.name, "collective", coll.name, (TOTAL,), build, configs, check_size=check_size,
                 footprint=footprint,
-                both_places=len(coll.placements) > 1, reduces=coll.reduces, rooted=coll.rooted)
+                both_places=len(coll.placements) > 1, reduces=coll.reduces, rooted=coll.rooted,
+                model=lambda cfg, size, shape, backend: {
+                    TOTAL: Phase(coll.bus_factor(shape.n), coll.model(size, shape, backend))})
 
 
 COLLECTIVE_CASES = {name: _case(coll) for name, coll in COLLECTIVES.items()}

@@ -9,6 +9,8 @@ import torch.distributed as dist
 from benchcore import schema
 from benchcore.records import git_revision, hostname, timestamp
 from commbench.case import TOTAL
+from commbench.model import record_fields
+from commbench.topology import from_dict
 
 ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_")
 
@@ -62,6 +64,7 @@ class Context:
         self.env = env if all(e == env for *_, e in ids) else envs  # per host when the ranks' differ
         self.nodes = len(set(self.node_of))
         self.blocking = plan.blocking if plan.blocking is not None else backend != "nccl"
+        self.topology = from_dict(plan.topology)
         self.versions = {"torch": torch.__version__, "python": platform.python_version(), "suite": git_revision()}
         if backend == "nccl":
             self.versions["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
@@ -78,11 +81,13 @@ class Context:
         plan = self.plan
         phase = row.pop("phase")
         strategy = case.name if case.kind == "strategy" else None
+        predicted = record_fields(self.topology, case, cfg, phase, fields["size_bytes"], self.world_size, self.nodes,
+                                  self.backend, row.get("busbw_gbps"))
         return schema.measurement(
             "commbench", run_id=plan.run_id, collective=case.collective if phase == TOTAL else phase,
             strategy=strategy, **({"phase": phase} if strategy else {}),
             **{k: v for k, v in cfg.items() if k != "case"}, **row, **fields,
             iters=plan.iters, warmup=plan.warmup, agg=plan.agg, agg_iters=plan.agg_iters,
             world_size=self.world_size, nodes=self.nodes, local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
-            backend=self.backend, launcher=plan.launcher, env=self.env, topology=plan.topology,
+            backend=self.backend, launcher=plan.launcher, env=self.env, **predicted,
             hosts=self.hosts, versions=self.versions, command=plan.command, timestamp=timestamp(), **plan.tags)

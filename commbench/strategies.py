@@ -33,8 +33,10 @@ import collections
 from benchcore.errors import UserError
 from benchcore.lazy import lazy
 from benchcore.units import format_size
+from commbench import model
 from commbench.case import TOTAL, Case, Timed
 from commbench.collectives import COLLECTIVES, DTYPES, all_gather_fn, pieces, poison_value, reduce_scatter_fn
+from commbench.model import Phase
 
 torch = lazy("torch", globals())
 dist = lazy("torch.distributed", globals(), "dist")
@@ -266,6 +268,12 @@ def node_groups(ctx, cfgs):
     return intra, inter, local, len(nodes)
 
 
+def _hierarchical_factors(n, local, nodes):
+    """busbw of each step on its own group, counted against the payload N (the inter-node step moves N/L)."""
+    return {"reduce_scatter": factor("reduce_scatter", local), "all_reduce": factor("all_reduce", nodes) / local,
+            "all_gather": factor("all_gather", local), TOTAL: factor("all_reduce", n)}
+
+
 def _hierarchical(ctx, cfg, count, dtype, groups):
     intra, inter, local, nodes = groups
     p = Payload(ctx, cfg, count, dtype)
@@ -288,11 +296,8 @@ def _hierarchical(ctx, cfg, count, dtype, groups):
         rs(False)
         ar(False)
         return ag(a)
-    # busbw of each step on its own group, counted against the payload N (the inter-node step moves N/L)
-    factors = {"reduce_scatter": factor("reduce_scatter", local),
-               "all_reduce": factor("all_reduce", nodes) / local,
-               "all_gather": factor("all_gather", local), TOTAL: factor("all_reduce", p.n)}
-    return p.timed({"reduce_scatter": rs, "all_reduce": ar, "all_gather": ag, TOTAL: total}, factors,
+    return p.timed({"reduce_scatter": rs, "all_reduce": ar, "all_gather": ag, TOTAL: total},
+                   _hierarchical_factors(p.n, local, nodes),
                    lambda: p.fill_owned(buf, own), lambda: buf)
 
 
@@ -325,21 +330,79 @@ def _padded(count, n):
     return ceil_div(count, n) * n
 
 
+# Each strategy's alpha-beta model (commbench/model.py): model(cfg, N, shape, backend) -> {phase: Phase},
+# built from the collectives it runs; a Phase without terms (TOTAL of a multi-phase case) is their sum.
+
+def _one(name, collective):
+    """A strategy that is one collective of the payload N (ring: all_reduce; plain: all_gather)."""
+    return lambda cfg, size, shape, backend: {
+        TOTAL: Phase(factor(name, shape.n), collective(size, shape, backend))}
+
+
+def _rs_ag_model(cfg, size, shape, backend):
+    """reduce_scatter then all_gather of N: the halves of a ring all_reduce, each (n-1) alpha + (n-1)/n N beta."""
+    n = shape.n
+    return {"reduce_scatter": Phase(factor("reduce_scatter", n), model.reduce_scatter(size, shape, backend)),
+            "all_gather": Phase(factor("all_gather", n), model.all_gather(size, shape, backend)),
+            TOTAL: Phase(factor("all_reduce", n))}
+
+
+def _chunked_model(cfg, size, shape, backend):
+    """k chunk all_gathers of c_i bytes, up to d = min(inflight, k) outstanding. The chunks share the links, so
+    the bandwidth term is the one all_gather's, (n-1)/n sum(c_i) beta; the per-chunk latency (n-1) alpha is
+    paid once per wave of d overlapping chunks: ceil(k/d) (n-1) alpha. Chunking therefore never beats one
+    all_gather in isolation; what it buys is overlap with other work (Megatron), which this model leaves out."""
+    n, elt = shape.n, DTYPES[cfg["dtype"]].bytes
+    chunks = chunk_layout(size // elt, n, elt, cfg["chunk_bytes"], cfg["threshold_bytes"])
+    waves = ceil_div(len(chunks), min(cfg["inflight"], len(chunks)))
+    moved = sum(length for _, length in chunks) * elt
+    terms = model.ring_terms((n - 1) / n * moved, (n - 1) * waves, shape) if n > 1 else []
+    return {TOTAL: Phase(factor("all_gather", n), terms)}
+
+
+def _compressed_model(cfg, size, shape, backend):
+    """all_gather of the wire bytes (N x wire element / 4 B), plus fp8's all_gather of the n scales."""
+    n = shape.n
+    wire = size * DTYPES[COMPRESS[cfg["compress"]]].bytes / DTYPES["float32"].bytes
+    terms = model.all_gather(wire, shape, backend)
+    if cfg["compress"] == "fp8":
+        terms += model.all_gather(4 * n, shape, backend)
+    return {TOTAL: Phase(factor("all_gather", n), terms)}
+
+
+def _hierarchical_model(cfg, size, shape, backend):
+    """reduce_scatter of N inside each node (L ranks), all_reduce of the N/L shards across the M nodes (L such
+    groups at once, sharing the node's NICs), all_gather of N inside each node; each phase bounded by its own
+    tier: 2(L-1) alpha_intra + 2 (L-1)/L N beta_intra + 2(M-1) alpha_inter + 2(M-1)/M N beta_node."""
+    local, nodes = shape.local, shape.nodes
+    f = _hierarchical_factors(shape.n, local, nodes)
+    intra, inter = model.Shape(local, local, 1), model.Shape(nodes, 1, nodes, groups=local)
+    return {"reduce_scatter": Phase(f["reduce_scatter"], model.reduce_scatter(size, intra, backend), intra),
+            "all_reduce": Phase(f["all_reduce"], model.all_reduce(size / local, inter, backend), inter),
+            "all_gather": Phase(f["all_gather"], model.all_gather(size, intra, backend), intra),
+            TOTAL: Phase(f[TOTAL])}
+
+
 STRATEGY_CASES = {c.name: c for c in [
     Case("ring", "strategy", "all_reduce", (TOTAL,), _ring, lambda o, d: [{"case": "ring", "in_place": True}],
-         check_size=_payload_size, nccl_env={"NCCL_ALGO": "Ring"}, footprint=lambda c, k, n, e: k * e, sums=True),
+         check_size=_payload_size, nccl_env={"NCCL_ALGO": "Ring"}, footprint=lambda c, k, n, e: k * e, sums=True,
+         model=_one("all_reduce", model.all_reduce)),
     Case("rs-ag", "strategy", "all_reduce", ("reduce_scatter", "all_gather", TOTAL), _rs_ag,
          lambda o, d: [{"case": "rs-ag", "in_place": ip} for ip in _places(o)], check_size=_payload_size,
          both_places=True, sums=True,
-         footprint=lambda c, k, n, e: (_padded(k, n) if c["in_place"] else 2 * _padded(k, n) + k // n) * e),
+         footprint=lambda c, k, n, e: (_padded(k, n) if c["in_place"] else 2 * _padded(k, n) + k // n) * e,
+         model=_rs_ag_model),
     Case("chunked", "strategy", "all_gather", (TOTAL,), _chunked, _chunked_configs,
          describe=lambda c: f"{format_size(c['chunk_bytes'])} x{c['inflight']}", check_size=_payload_size,
          setup=inflight_groups, both_places=True,
-         footprint=lambda c, k, n, e: (_padded(k, n) + (0 if c["in_place"] else _padded(k, n) // n)) * e),
+         footprint=lambda c, k, n, e: (_padded(k, n) + (0 if c["in_place"] else _padded(k, n) // n)) * e,
+         model=_chunked_model),
     Case("compressed", "strategy", "all_gather", (TOTAL,), _compressed, _compressed_configs,
          describe=lambda c: c["compress"], check_size=_payload_size,
+         model=_compressed_model,
          footprint=lambda c, k, n, e: 8 * _padded(k, n) * e),  # exact, shard, wire, out, and the check's error terms
     Case("hierarchical", "strategy", "all_reduce", ("reduce_scatter", "all_reduce", "all_gather", TOTAL),
          _hierarchical, lambda o, d: [{"case": "hierarchical", "in_place": True}], check_size=_payload_size,
-         setup=node_groups, footprint=lambda c, k, n, e: 2 * _padded(k, n) * e, sums=True),
+         setup=node_groups, footprint=lambda c, k, n, e: 2 * _padded(k, n) * e, sums=True,
+         model=_hierarchical_model),
 ]}

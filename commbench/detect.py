@@ -1,0 +1,351 @@
+"""Topology detection (`commbench topo`): GPUs through NVML, NICs from sysfs and tc, matched to topologies/.
+
+GPUs (nvidia-ml-py, imported only here and only when asked): name, memory, NVLink links with state,
+version and speed, the GPU-to-GPU path matrix as `nvidia-smi topo -m` prints it (NV# when NVLink
+joins two GPUs, else the PCIe common ancestor: PIX one switch, PXB several, PHB host bridge, NODE
+same NUMA node, SYS across sockets), NUMA node and CPU affinity. NICs: InfiniBand/RoCE ports from
+/sys/class/infiniband/*/ports/*/{rate,state,link_layer}, interfaces from /sys/class/net/*/{speed,
+operstate,mtu}, and the rate of a tc tbf qdisc on an interface, which is what a shaped link
+carries (in scripts/netns-cluster nodes, eth0's shaped rate is the inter-node link; a shaped lo
+is the intra-node one). Without an NVIDIA driver it says so in one line and shows the CPU and
+network; it never fakes a GPU.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import click
+
+from benchcore.report import print_table
+from commbench.topology import known, resolve
+
+SYS = Path("/sys")
+NVLINK_GBPS = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}   # per link, one direction (NVIDIA NVLink pages)
+PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}   # per lane, one direction, after encoding
+ANCESTOR = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}  # NVML_TOPOLOGY_* -> nvidia-smi's
+# TCP payload per frame (IPv4 20 B + TCP with timestamps 32 B of headers): a tc-shaped interface counts the
+# frame with its 14 B Ethernet header; a physical line also carries preamble, FCS and gap (24 B more).
+TCP_HEADERS, ETH_HEADER, WIRE_EXTRA = 52, 14, 24
+LOOPBACK_TYPE = "772"   # ARPHRD_LOOPBACK
+TOLERANCE = 0.10        # rates within 10 % match a file
+
+
+def _read(path):
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def _text(value):
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def cpu_list(masks, word_bits=64):
+    """NVML's CPU affinity words -> '0-7,16-23'."""
+    cpus = [w * word_bits + b for w, word in enumerate(masks) for b in range(word_bits) if word >> b & 1]
+    runs, start = [], None
+    for i, c in enumerate(cpus):
+        if start is None:
+            start = c
+        if i + 1 == len(cpus) or cpus[i + 1] != c + 1:
+            runs.append(f"{start}-{c}" if c != start else str(c))
+            start = None
+    return ",".join(runs)
+
+
+def gpus(nvml=None, sys_root=SYS):
+    """({"gpus": [...], "paths": [[...]]}, None) through NVML, or (None, why there are none)."""
+    try:
+        if nvml is None:
+            import pynvml as nvml
+        nvml.nvmlInit()
+    except Exception as exc:  # ImportError, NVMLError_LibraryNotFound, NVMLError_DriverNotLoaded, ...
+        return None, f"no NVIDIA driver ({_text(exc) or type(exc).__name__})"
+    try:
+        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+        out = [_gpu(nvml, i, h, sys_root) for i, h in enumerate(handles)]
+        paths = [[_path(nvml, a, b, out[i]) if i != j else "X" for j, b in enumerate(handles)]
+                 for i, a in enumerate(handles)]
+        return {"gpus": out, "paths": paths}, None
+    finally:
+        nvml.nvmlShutdown()
+
+
+def _try(fn, *args, default=None):
+    try:
+        return fn(*args)
+    except Exception:  # NVMLError_NotSupported and kin: the field stays unknown
+        return default
+
+
+def _gpu(nvml, index, h, sys_root):
+    links = []
+    for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)):
+        state = _try(nvml.nvmlDeviceGetNvLinkState, h, link)
+        if state is None:
+            continue
+        version = _try(nvml.nvmlDeviceGetNvLinkVersion, h, link)
+        links.append({"link": link, "active": state == 1, "version": version,
+                      "gbps": NVLINK_GBPS.get(version) if state == 1 else None})
+    bus = _text(nvml.nvmlDeviceGetPciInfo(h).busId).lower()
+    sysfs_bus = bus[4:] if len(bus.split(":")[0]) == 8 else bus   # NVML's 8-digit domain -> sysfs' 4
+    numa = _try(nvml.nvmlDeviceGetNumaNodeId, h) if hasattr(nvml, "nvmlDeviceGetNumaNodeId") else None
+    if numa is None:
+        raw = _read(Path(sys_root) / "bus/pci/devices" / sysfs_bus / "numa_node")
+        numa = int(raw) if raw and raw.lstrip("-").isdigit() and int(raw) >= 0 else None
+    words = (os.cpu_count() + 63) // 64
+    affinity = _try(nvml.nvmlDeviceGetCpuAffinity, h, words)
+    gen, width = _try(nvml.nvmlDeviceGetMaxPcieLinkGeneration, h), _try(nvml.nvmlDeviceGetMaxPcieLinkWidth, h)
+    return {"index": index, "name": _text(nvml.nvmlDeviceGetName(h)), "memory_bytes": nvml.nvmlDeviceGetMemoryInfo(h).total,
+            "pci_bus": bus, "numa_node": numa, "cpu_affinity": cpu_list(affinity) if affinity else None,
+            "pcie": f"Gen{gen} x{width}" if gen and width else None,
+            "pcie_gbps": PCIE_LANE_GBPS.get(gen, 0) * width if gen and width else None,
+            "nvlinks": links, "nvlink_gbps": sum(link["gbps"] or 0 for link in links)}
+
+
+def _path(nvml, a, b, gpu_a):
+    ok = getattr(nvml, "NVML_P2P_STATUS_OK", 0)
+    if _try(nvml.nvmlDeviceGetP2PStatus, a, b, getattr(nvml, "NVML_P2P_CAPS_INDEX_NVLINK", 2)) == ok:
+        return f"NV{sum(1 for link in gpu_a['nvlinks'] if link['active'])}"
+    return ANCESTOR.get(_try(nvml.nvmlDeviceGetTopologyCommonAncestor, a, b), "?")
+
+
+def ib_ports(sys_root=SYS):
+    """InfiniBand and RoCE ports: /sys/class/infiniband/DEV/ports/N/{rate,state,link_layer}."""
+    out = []
+    for port in sorted((Path(sys_root) / "class/infiniband").glob("*/ports/*")):
+        rate = _read(port / "rate") or ""
+        m = re.match(r"\s*([\d.]+)\s*Gb/sec", rate)
+        state = _read(port / "state") or ""
+        out.append({"device": port.parent.parent.name, "port": int(port.name), "rate": rate,
+                    "gbit": float(m.group(1)) if m else None, "state": state.split(":")[-1].strip(),
+                    "link_layer": _read(port / "link_layer")})
+    return out
+
+
+def tc_rate_bits(ifname, tc_json=None):
+    """Rate in bit/s of the tbf qdisc shaping ifname (root), or None when it is not shaped."""
+    if tc_json is None:
+        if not shutil.which("tc"):
+            return None
+        try:
+            tc_json = subprocess.run(["tc", "-j", "qdisc", "show", "dev", ifname], capture_output=True, text=True,
+                                     timeout=10).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+    try:
+        qdiscs = json.loads(tc_json or "[]")
+    except ValueError:
+        return None
+    for q in qdiscs:
+        if q.get("kind") == "tbf" and q.get("root") and (q.get("options") or {}).get("rate"):
+            return int(q["options"]["rate"]) * 8   # tc -j reports tbf's rate in bytes/s
+    return None
+
+
+def interfaces(sys_root=SYS, tc=tc_rate_bits):
+    """Network interfaces: sysfs speed (Mb/s; absent or -1 on virtual ones), state, MTU, and a tc rate."""
+    out = []
+    for d in sorted((Path(sys_root) / "class/net").iterdir()) if (Path(sys_root) / "class/net").is_dir() else []:
+        speed = _read(d / "speed")
+        mtu = _read(d / "mtu")
+        out.append({"name": d.name, "loopback": _read(d / "type") == LOOPBACK_TYPE,
+                    "state": _read(d / "operstate"), "mtu": int(mtu) if mtu and mtu.isdigit() else None,
+                    "speed_mbit": int(speed) if speed and speed.isdigit() and int(speed) > 0 else None,
+                    "shaped_bits": tc(d.name)})
+    return out
+
+
+def default_interface(proc_route="/proc/net/route"):
+    """The interface of the default route, or None."""
+    for line in (_read(proc_route) or "").splitlines()[1:]:
+        parts = line.split()
+        if len(parts) > 2 and parts[1] == "00000000":
+            return parts[0]
+    return None
+
+
+def link_interface(nets, wanted=None):
+    """The interface that is the inter-node link: wanted, else the default route's, else the only one up."""
+    names = {n["name"]: n for n in nets}
+    if wanted in names:
+        return names[wanted]
+    default = default_interface()
+    if default in names:
+        return names[default]
+    up = [n for n in nets if not n["loopback"] and n["state"] in ("up", "unknown")]
+    return up[0] if len(up) == 1 else None
+
+
+def cpu_info(sys_root=SYS):
+    model = next((ln.split(":", 1)[1].strip() for ln in (_read("/proc/cpuinfo") or "").splitlines()
+                  if ln.startswith("model name")), None)
+    nodes = {d.name: _read(d / "cpulist") for d in sorted((Path(sys_root) / "devices/system/node").glob("node[0-9]*"))}
+    return {"model": model, "cpus": os.cpu_count(), "numa_nodes": nodes}
+
+
+def _gbps(bits):
+    return bits / 8e9 if bits else None
+
+
+def _tcp_fraction(mtu, shaped):
+    """TCP payload share of what the link counts: (MTU - 52) / (MTU + 14) shaped, / (MTU + 38) on a wire."""
+    mtu = mtu or 1500
+    return (mtu - TCP_HEADERS) / (mtu + ETH_HEADER + (0 if shaped else WIRE_EXTRA))
+
+
+def detect(link=None, nvml=None, sys_root=SYS, tc=tc_rate_bits):
+    """What this node has: {"gpus", "why_no_gpus", "cpu", "ib", "net", "link", "fields"}; fields holds the
+    topology-file fields it could establish (None where the node does not say)."""
+    gpu, why = gpus(nvml, sys_root)
+    ib = ib_ports(sys_root)
+    nets = interfaces(sys_root, tc)
+    lo = next((n for n in nets if n["loopback"]), None)
+    active_ib = [p for p in ib if p["state"] == "ACTIVE" and p["gbit"]]
+    fields = {"gpus_per_node": len(gpu["gpus"]) if gpu else 0}
+    if gpu and gpu["gpus"]:
+        g = gpu["gpus"]
+        nv = all(p.startswith("NV") for row in gpu["paths"] for p in row if p != "X")
+        fields["intra_node.fabric"] = ("nvswitch" if len(g) > 2 else "nvlink") if nv and len(g) > 1 else "pcie"
+        fields["intra_node.per_gpu_gbps"] = min(x["nvlink_gbps"] if nv else (x["pcie_gbps"] or 0) for x in g) or None
+    else:
+        fields["intra_node.fabric"] = "loopback"
+        fields["intra_node.per_gpu_gbps"] = _gbps(lo and lo["shaped_bits"])
+    chosen = lo if link == "lo" else link_interface(nets, link)
+    if active_ib:
+        fields.update({"inter_node.nics_per_node": len(active_ib), "inter_node.payload_fraction": 1.0,
+                       "inter_node.per_nic_gbps": min(p["gbit"] for p in active_ib) / 8})
+    elif chosen:
+        bits = chosen["shaped_bits"] or (chosen["speed_mbit"] or 0) * 1e6 or None
+        fields.update({"inter_node.nics_per_node": 1, "inter_node.per_nic_gbps": _gbps(bits),
+                       "inter_node.payload_fraction": None if chosen["loopback"] or not bits else
+                       _tcp_fraction(chosen["mtu"], bool(chosen["shaped_bits"]))})
+    gpn, nics = fields["gpus_per_node"], fields.get("inter_node.nics_per_node")
+    if nics:
+        fields["inter_node.rank_to_nic"] = "rail" if gpn > 1 and nics >= gpn else "shared"
+    return {"gpus": gpu, "why_no_gpus": why, "cpu": cpu_info(sys_root), "ib": ib, "net": nets,
+            "link": chosen["name"] if chosen else None, "fields": fields}
+
+
+COMPARED = (("gpus_per_node", None), ("intra_node.fabric", None), ("intra_node.per_gpu_gbps", TOLERANCE),
+            ("inter_node.nics_per_node", None), ("inter_node.per_nic_gbps", TOLERANCE))
+ATTR = {"gpus_per_node": "gpus_per_node", "intra_node.fabric": "fabric", "intra_node.per_gpu_gbps": "intra_gbps",
+        "inter_node.nics_per_node": "nics_per_node", "inter_node.per_nic_gbps": "nic_gbps",
+        "inter_node.payload_fraction": "payload_fraction", "inter_node.rank_to_nic": "rank_to_nic"}
+
+
+def differences(fields, topo):
+    """['field detected vs file', ...] for the compared fields the node reports."""
+    out = []
+    for key, tol in COMPARED:
+        have, want = fields.get(key), getattr(topo, ATTR[key])
+        if have is None:
+            continue
+        if tol is None and have != want or tol is not None and abs(have - want) > tol * want:
+            out.append(f"{key} {have:g} vs {want:g}" if tol else f"{key} {have} vs {want}")
+    return out
+
+
+def match(fields, topos=None):
+    """(matched file's Topology or None, closest Topology, its differences)."""
+    topos = topos or known()
+    closest = min(topos.values(), key=lambda t: len(differences(fields, t)))
+    diffs = differences(fields, closest)
+    return (None if diffs else closest), closest, diffs
+
+
+def in_effect(fields, topos=None):
+    """The topology records carry: the matching file, else "detected": what the node reports, the rest
+    (latencies, and rates the node does not report) from the closest file."""
+    matched, closest, _ = match(fields, topos)
+    if matched:
+        return matched
+    found = {ATTR[k]: v for k, v in fields.items() if k in ATTR and v is not None}
+    return replace(closest, name="detected", source=f"detected; the rest from {closest.name}", **found)
+
+
+def unreported(fields):
+    return [k for k, _ in COMPARED if fields.get(k) is None]
+
+
+@click.command("topo")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object instead of text.")
+@click.option("--link", default=None, metavar="IFACE",
+              help="The interface that joins the nodes [default: the default route's, else the only one up].")
+def topo(as_json, link):
+    """Show this node's GPUs, NICs and links, and the topology file it matches.
+
+    \b
+    Example:
+      commbench topo
+      commbench topo --json > node.json
+    """
+    found = detect(link)
+    fields = found["fields"]
+    matched, closest, diffs = match(fields)
+    effect = in_effect(fields)
+    if as_json:
+        click.echo(json.dumps({**found, "match": matched.name if matched else "unknown", "closest": closest.name,
+                               "differences": diffs, "not_reported": unreported(fields),
+                               "in_effect": effect.as_dict()}, indent=1))
+        return
+    if found["gpus"] is None:
+        click.echo(f"GPUs: none: {found['why_no_gpus']}; CPU and network topology only")
+    else:
+        _print_gpus(found["gpus"])
+    cpu = found["cpu"]
+    click.echo(f"CPU: {cpu['model']}, {cpu['cpus']} CPUs; NUMA " +
+               ", ".join(f"{k}: cpus {v}" for k, v in cpu["numa_nodes"].items()))
+    rows = [{"name": p["device"] + f"/{p['port']}", "kind": p["link_layer"], "state": p["state"], "rate": p["rate"]}
+            for p in found["ib"]]
+    rows += [{"name": n["name"], "kind": "loopback" if n["loopback"] else "ethernet", "state": n["state"],
+              "mtu": n["mtu"], "rate": f"{n['speed_mbit']} Mb/s" if n["speed_mbit"] else "not reported",
+              "shaped": f"tc tbf {n['shaped_bits'] / 1e6:g} Mbit/s" if n["shaped_bits"] else "",
+              "role": "inter-node link" if n["name"] == found["link"] else ""} for n in found["net"]]
+    print_table(rows, [("name", "NIC", None), ("kind", "kind", None), ("state", "state", None), ("mtu", "mtu", None),
+                       ("rate", "rate (sysfs)", None), ("shaped", "shaped", None), ("role", "role", None)],
+                title="network" + ("" if found["ib"] else " (no InfiniBand/RoCE ports in /sys/class/infiniband)"))
+    missing = unreported(fields)
+    note = f"; not reported here: {', '.join(missing)}" if missing else ""
+    if matched:
+        click.echo(f"topology: {matched.name} (matches{note})")
+    else:
+        click.echo(f"topology: unknown; closest {closest.name}, differs in {'; '.join(diffs)}{note}")
+    click.echo(f"in effect for records: {effect.name}: intra-node {effect.fabric} {effect.intra_gbps:g} GB/s, "
+               f"inter-node {effect.nics_per_node} x {effect.nic_gbps:g} GB/s x {effect.payload_fraction:.3f} payload"
+               f" ({effect.rank_to_nic})")
+
+
+def _print_gpus(found):
+    gpu_rows = [{**g, "memory": f"{g['memory_bytes'] / 2**30:.0f} GiB",
+                 "nvlink": f"{sum(1 for x in g['nvlinks'] if x['active'])}/{len(g['nvlinks'])} active, "
+                           f"v{next((x['version'] for x in g['nvlinks'] if x['active']), '-')}, "
+                           f"{g['nvlink_gbps']:g} GB/s" if g["nvlinks"] else "none"} for g in found["gpus"]]
+    print_table(gpu_rows, [("index", "GPU", "d"), ("name", "name", None), ("memory", "memory", None),
+                           ("nvlink", "NVLink", None), ("pcie", "PCIe", None), ("numa_node", "NUMA", None),
+                           ("cpu_affinity", "CPU affinity", None)], title="GPUs (NVML)")
+    heads = [f"GPU{i}" for i in range(len(found["paths"]))]
+    rows = [{"gpu": h, **dict(zip(heads, row))} for h, row in zip(heads, found["paths"])]
+    print_table(rows, [("gpu", "", None)] + [(h, h, None) for h in heads],
+                title="GPU-to-GPU paths (NV# NVLink, PIX one PCIe switch, PXB several, PHB host bridge, "
+                      "NODE same NUMA node, SYS across sockets)")
+
+
+def for_run(text, spec):
+    """The topology a run's records carry: --topology FILE|NAME, else what this node detects, with the
+    inter-node link the launch uses (emulated nodes on this machine: loopback; --rdzv-endpoint: the
+    interface that routes to it; Slurm: the default route's)."""
+    if text:
+        return resolve(text)
+    link = None
+    if spec.launcher == "local":
+        link = "lo"
+    elif spec.launcher == "torchrun" and not spec.dry_run:
+        from commbench.launch import route_to, split_endpoint
+        link = route_to(split_endpoint(spec.rdzv_endpoint)[0])[0]
+    return in_effect(detect(link)["fields"])

@@ -1,0 +1,205 @@
+"""The alpha-beta (latency-bandwidth) model: what a case should take on a topology.
+
+A transfer of m bytes over a link costs alpha + m * beta (Hockney). A collective on n ranks is
+a number of steps, each paying a tier's per-step latency alpha, plus the bytes that the busiest
+unit of each tier carries, divided by that unit's bandwidth B = 1 / beta. Sources:
+
+  - Thakur, Rabenseifner & Gropp, "Optimization of Collective Communication Operations in MPICH",
+    IJHPCA 19(1), 2005: ring all_gather (n-1) alpha + (n-1)/n m beta; reduce_scatter the same;
+    all_reduce as reduce_scatter + all_gather, 2(n-1) alpha + 2(n-1)/n m beta (also Patarasuk &
+    Yuan 2009, bandwidth-optimal); pairwise-exchange all_to_all (n-1) alpha + (n-1)/n m beta;
+    pipelined (chain) broadcast and reduce (n-1) alpha + m beta for large m.
+  - NCCL's bus bandwidth (nccl-tests doc/PERFORMANCE.md): busbw = algbw x factor, the factor being
+    exactly the per-rank traffic of those ring algorithms over the payload (2(n-1)/n, (n-1)/n, 1),
+    so "bus bytes" = factor x size is what every rank pushes through its link, and busbw is
+    comparable with the bandwidth of the slowest link. Per-step latencies in topologies/ come from
+    NCCL's tuning model (src/graph/tuning.cc, hwLat).
+
+Tiers. A rank's traffic goes either inside its node (tier "intra-node": a GPU's NVSwitch/NVLink/PCIe
+port, or, for fabric loopback, the node's one loopback queue that every local rank shares) or
+between nodes (tier "inter-node": the node's NICs; rail-optimised, local rank i uses NIC i, so L
+ranks use min(L, NICs) NICs; shared, the node's traffic spreads over all of them). In a ring over
+M nodes of L ranks each (n = L M), M of the n hops cross nodes: of a rank's bus bytes b, a share
+(n - M)/n goes inside the node and M/n between nodes, so a node's NICs carry L M/n b = b in all.
+Tiers run concurrently: a phase takes as long as its slowest tier (the tier that bounds it);
+phases of a strategy run one after another and add up.
+
+Per transport only the primitives differ: Gloo runs reduce_scatter_tensor as an all_reduce of the
+whole input and keeps its slice (measured here: 2.0-2.1x the ring's time through a tc-shaped
+loopback, where all_gather took 1.0-1.1x), so under Gloo a reduce_scatter moves all_reduce's bytes.
+
+Each registry row (commbench/collectives.py, commbench/strategies.py) supplies its model:
+model(cfg, size, shape, backend) -> {phase: Phase}; this module turns phases into times.
+"""
+import math
+from dataclasses import dataclass
+from typing import List, Optional
+
+from commbench.case import TOTAL
+
+INTRA, INTER = "intra-node", "inter-node"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Who takes part: n ranks in the operation, `local` of them per node, on `nodes` nodes, and
+    `groups` such operations running at once on every node (hierarchical's L inter-node groups)."""
+    n: int
+    local: int
+    nodes: int
+    groups: int = 1
+
+
+@dataclass(frozen=True)
+class Term:
+    """One tier's share of a step sequence: steps x alpha + per-rank bytes over the tier's unit."""
+    tier: str
+    steps: float
+    rank_bytes: float
+    one_flow: bool = False     # inter-node: one flow per node (a single NIC), not spread over the NICs
+
+
+@dataclass
+class Phase:
+    """One timed phase: its bus factor and terms; terms None: the sum of the case's other phases (TOTAL)."""
+    factor: float                       # busbw / algbw of the phase's record
+    terms: Optional[List[Term]] = None
+    shape: Optional[Shape] = None       # a phase on subgroups (hierarchical); None: the whole run
+
+
+@dataclass(frozen=True)
+class Prediction:
+    time_us: float             # the model's time
+    tier: str                  # the tier that bounds it (the one that takes longest)
+    peak_gbps: float           # busbw when every phase runs at its bounding tier's bandwidth, latency left out
+
+
+def ring_terms(bus_bytes, steps, shape, one_flow=False):
+    """A ring over shape: every step pays the slowest hop's latency (inter-node once it spans nodes);
+    bus bytes split (n - M)/n inside the node and M/n across nodes (see the module doc)."""
+    n, m = shape.n, shape.nodes
+    if n <= 1:
+        return []
+    if m == 1:
+        return [Term(INTRA, steps, bus_bytes)]
+    terms = [Term(INTER, steps, bus_bytes * m / n, one_flow)]
+    if n > m:
+        terms.append(Term(INTRA, 0, bus_bytes * (n - m) / n))
+    return terms
+
+
+# The collectives' terms, one function per nccl-tests collective (its row in commbench/collectives.py
+# names it): terms(size, shape, backend) with size the byte count nccl-tests prints for it.
+
+def all_reduce(size, shape, backend):
+    """Ring: 2(n-1) alpha + 2(n-1)/n S beta."""
+    n = shape.n
+    return ring_terms(2 * (n - 1) / n * size, 2 * (n - 1), shape) if n > 1 else []
+
+
+def all_gather(size, shape, backend):
+    """Ring: (n-1) alpha + (n-1)/n S beta, S the gathered array."""
+    n = shape.n
+    return ring_terms((n - 1) / n * size, n - 1, shape) if n > 1 else []
+
+
+def reduce_scatter(size, shape, backend):
+    """Ring: (n-1) alpha + (n-1)/n S beta, S the scattered input; Gloo moves an all_reduce of S."""
+    if backend == "gloo":
+        return all_reduce(size, shape, backend)
+    return all_gather(size, shape, backend)
+
+
+def chain(size, shape, backend):
+    """Pipelined chain (broadcast, reduce): (n-1) alpha + S beta."""
+    return ring_terms(size, shape.n - 1, shape) if shape.n > 1 else []
+
+
+def sendrecv(size, shape, backend):
+    """To the ring neighbour: alpha + S beta; across nodes one flow per node (one NIC)."""
+    return ring_terms(size, 1, shape, one_flow=True) if shape.n > 1 else []
+
+
+def all_to_all(size, shape, backend):
+    """Pairwise exchange: (n-1) alpha + (n-1)/n S beta; S/n to each peer, L-1 of them inside the node and
+    n-L on other nodes (all_to_all does not follow a ring, so the node's NICs carry L(n-L)/n S)."""
+    n, local = shape.n, shape.local
+    if n <= 1:
+        return []
+    piece = size / n
+    terms = [Term(INTER if shape.nodes > 1 else INTRA, n - 1, 0)]
+    if shape.nodes > 1:
+        terms.append(Term(INTER, 0, piece * (n - local)))
+    if local > 1:
+        terms.append(Term(INTRA, 0, piece * (local - 1)))
+    return terms
+
+
+@dataclass(frozen=True)
+class Tiers:
+    """A topology's tiers for a run of `local` ranks per node: alpha (us) and the unit bandwidth (GB/s)."""
+    topo: object
+    local: int
+
+    def alpha_us(self, tier):
+        return self.topo.intra_latency_us if tier == INTRA else self.topo.inter_latency_us
+
+    def unit_seconds(self, term, active):
+        """Seconds the tier's busiest unit needs for term's bytes, with `active` ranks of the node at it."""
+        t = self.topo
+        if term.tier == INTRA:
+            shared = active if t.fabric == "loopback" else 1      # one loopback queue for the whole node
+            return term.rank_bytes * shared / (t.intra_gbps * 1e9)
+        nics = 1 if term.one_flow else (min(active, t.nics_per_node) if t.rank_to_nic == "rail" else t.nics_per_node)
+        return term.rank_bytes * active / (nics * t.nic_gbps * t.payload_fraction * 1e9)   # the node's bytes
+
+
+def phase_time(tiers, phase, shape):
+    """(seconds, bandwidth-only seconds, bounding tier) of one phase: its slowest tier."""
+    active = shape.local * shape.groups
+    per_tier = {}
+    for term in phase.terms:
+        lat, bw = per_tier.get(term.tier, (0.0, 0.0))
+        per_tier[term.tier] = (lat + term.steps * tiers.alpha_us(term.tier) * 1e-6,
+                               bw + tiers.unit_seconds(term, active))
+    if not per_tier:
+        return 0.0, 0.0, INTRA
+    tier = max(per_tier, key=lambda k: sum(per_tier[k]))
+    return sum(per_tier[tier]), max(bw for _, bw in per_tier.values()), tier
+
+
+def predict(case, cfg, size, topo, world_size, nodes, backend):
+    """{phase: Prediction} of case config cfg at size bytes, from the row's own model terms.
+
+    A phase's peak is factor x size over its bandwidth-only time, i.e. the busbw at which its bounding
+    tier is saturated (for a ring collective: the bandwidth of the slowest tier's unit, as NCCL's
+    busbw derivation has it). TOTAL of a multi-phase case is the sum of its phases; its tier is the
+    one that spends most of that time.
+    """
+    local = max(1, world_size // max(1, nodes))
+    whole = Shape(world_size, local, nodes)
+    tiers = Tiers(topo, local)
+    phases = case.model(cfg, size, whole, backend)
+    out, total, total_bw, spent = {}, 0.0, 0.0, {}
+    for name, phase in phases.items():
+        if phase.terms is not None:
+            t, bw, tier = phase_time(tiers, phase, phase.shape or whole)
+            out[name] = Prediction(t * 1e6, tier, phase.factor * size / bw / 1e9 if bw else math.inf)
+            total, total_bw, spent[tier] = total + t, total_bw + bw, spent.get(tier, 0.0) + t
+    for name, phase in phases.items():
+        if phase.terms is None:
+            out[name] = Prediction(total * 1e6, max(spent, key=spent.get) if spent else INTRA,
+                                   phase.factor * size / total_bw / 1e9 if total_bw else math.inf)
+    return out
+
+
+def record_fields(topo, case, cfg, phase, size, world_size, nodes, backend, busbw):
+    """The model's record fields: topology, link_peak_gbps, predicted_time_us, link_utilization, link_tier."""
+    if topo is None or case.model is None:
+        return {"topology": topo.name if topo else None}
+    pred = predict(case, cfg, size, topo, world_size, nodes, backend).get(phase)
+    if pred is None:
+        return {"topology": topo.name}
+    peak = pred.peak_gbps if math.isfinite(pred.peak_gbps) else None
+    return {"topology": topo.name, "link_peak_gbps": peak, "predicted_time_us": pred.time_us,
+            "link_utilization": busbw / peak if peak and busbw is not None else None, "link_tier": pred.tier}

@@ -1,0 +1,157 @@
+"""Topology files (topologies/*.yaml): what a system's links can do, validated on load.
+
+A file describes one kind of node and how nodes are joined:
+
+  name            the name records carry and --topology NAME finds
+  gpus_per_node   GPUs in one node (0: CPU ranks); a "node" is one intra-node fabric domain
+                  (an NVL72 rack is one node of 72 GPUs)
+  gpu             free text
+  intra_node      fabric: nvswitch | nvlink | pcie | loopback; link (free text);
+                  per_gpu_gbps: GB/s one direction into or out of one GPU (loopback: of the node's one
+                  loopback queue, which every local rank shares); latency_us: per-step latency
+  inter_node      nics_per_node; nic (free text); per_nic_gbps: GB/s one direction; latency_us;
+                  rank_to_nic: rail (local rank i uses NIC i, NIC i of every node on rail switch i) |
+                  shared (the node's NICs serve every local rank); payload_fraction: the share of the
+                  line rate a transfer's payload gets (default 1; TCP at MTU 1500: 1448/1514)
+
+Every file cites its source (a vendor datasheet) in a comment. A malformed file is refused with
+one line naming the file and the field. GB/s = 1e9 B/s.
+"""
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from benchcore.errors import UserError
+
+DIR = Path(__file__).resolve().parent.parent / "topologies"
+FABRICS = ("nvswitch", "nvlink", "pcie", "loopback")
+RANK_TO_NIC = ("rail", "shared")
+
+
+def _text(v):
+    return isinstance(v, str) and v.strip() != ""
+
+
+def _count(lo):
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= lo
+
+
+def _number(positive):
+    return lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and (v > 0 if positive else v >= 0)
+
+
+def _choice(options):
+    return lambda v: v in options
+
+
+# field -> (required, valid(value), what a valid value is)
+SCHEMA = {
+    "name": (True, _text, "a name"),
+    "gpus_per_node": (True, _count(0), "a whole number >= 0"),
+    "gpu": (False, _text, "text"),
+    "intra_node.fabric": (True, _choice(FABRICS), "one of " + ", ".join(FABRICS)),
+    "intra_node.link": (False, _text, "text"),
+    "intra_node.per_gpu_gbps": (True, _number(True), "GB/s > 0"),
+    "intra_node.latency_us": (True, _number(False), "microseconds >= 0"),
+    "inter_node.nics_per_node": (True, _count(1), "a whole number >= 1"),
+    "inter_node.nic": (False, _text, "text"),
+    "inter_node.per_nic_gbps": (True, _number(True), "GB/s > 0"),
+    "inter_node.latency_us": (True, _number(False), "microseconds >= 0"),
+    "inter_node.rank_to_nic": (True, _choice(RANK_TO_NIC), "one of " + ", ".join(RANK_TO_NIC)),
+    "inter_node.payload_fraction": (False, lambda v: _number(True)(v) and v <= 1, "a fraction in (0, 1]"),
+}
+SECTIONS = ("intra_node", "inter_node")
+
+
+@dataclass(frozen=True)
+class Topology:
+    name: str
+    gpus_per_node: int
+    fabric: str
+    intra_gbps: float
+    intra_latency_us: float
+    nics_per_node: int
+    nic_gbps: float
+    inter_latency_us: float
+    rank_to_nic: str
+    payload_fraction: float = 1.0
+    gpu: Optional[str] = None
+    link: Optional[str] = None
+    nic: Optional[str] = None
+    source: Optional[str] = None     # the file it came from, or "detected"
+
+    def as_dict(self):
+        """The file's layout (what --json and the plan carry)."""
+        return {"name": self.name, "gpus_per_node": self.gpus_per_node, "gpu": self.gpu,
+                "intra_node": {"fabric": self.fabric, "link": self.link, "per_gpu_gbps": self.intra_gbps,
+                               "latency_us": self.intra_latency_us},
+                "inter_node": {"nics_per_node": self.nics_per_node, "nic": self.nic, "per_nic_gbps": self.nic_gbps,
+                               "latency_us": self.inter_latency_us, "rank_to_nic": self.rank_to_nic,
+                               "payload_fraction": self.payload_fraction},
+                "source": self.source}
+
+
+def validate(data, where):
+    """A Topology from a file's parsed YAML; UserError naming `where` and the field otherwise."""
+    if not isinstance(data, dict):
+        raise UserError(f"{where}: not a topology (a mapping of fields)")
+    for section in SECTIONS:
+        if section in data and not isinstance(data[section], dict):
+            raise UserError(f"{where}: field {section} must be a mapping")
+    flat = {k: v for k, v in data.items() if k not in SECTIONS + ("source",)}
+    flat.update((f"{s}.{k}", v) for s in SECTIONS for k, v in (data.get(s) or {}).items())
+    for key in flat:
+        if key not in SCHEMA:
+            raise UserError(f"{where}: unknown field {key} (known: {', '.join(SCHEMA)})")
+    for key, (required, valid, what) in SCHEMA.items():
+        if key not in flat or flat[key] is None:
+            if required:
+                raise UserError(f"{where}: missing field {key} ({what})")
+        elif not valid(flat[key]):
+            raise UserError(f"{where}: field {key} is {flat[key]!r}, expected {what}")
+    return Topology(name=flat["name"], gpus_per_node=flat["gpus_per_node"], fabric=flat["intra_node.fabric"],
+                    intra_gbps=float(flat["intra_node.per_gpu_gbps"]),
+                    intra_latency_us=float(flat["intra_node.latency_us"]),
+                    nics_per_node=flat["inter_node.nics_per_node"], nic_gbps=float(flat["inter_node.per_nic_gbps"]),
+                    inter_latency_us=float(flat["inter_node.latency_us"]), rank_to_nic=flat["inter_node.rank_to_nic"],
+                    payload_fraction=float(flat.get("inter_node.payload_fraction") or 1.0), gpu=flat.get("gpu"),
+                    link=flat.get("intra_node.link"), nic=flat.get("inter_node.nic"),
+                    source=data.get("source") or where)
+
+
+def load(path):
+    import yaml  # only when a file is read
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except OSError as exc:
+        raise UserError(f"topology file {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise UserError(f"topology file {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    return validate(data, f"topology file {path}")
+
+
+def known():
+    """{name: Topology} of every file in topologies/."""
+    out = {}
+    for path in sorted(DIR.glob("*.yaml")):
+        topo = load(path)
+        out[topo.name] = topo
+    return out
+
+
+def resolve(text):
+    """--topology FILE|NAME -> Topology: a path when one exists (or it names a .yaml), else a known name."""
+    if os.path.exists(text) or text.endswith((".yaml", ".yml")):
+        return load(text)
+    topos = known()
+    if text not in topos:
+        raise UserError(f"--topology {text!r}: no such file, and no topology of that name "
+                        f"(known: {', '.join(topos)})")
+    return topos[text]
+
+
+def from_dict(data):
+    """A Topology back from as_dict() (the plan carries it to the workers)."""
+    return None if data is None else validate(data, "plan topology")
