@@ -17,7 +17,7 @@ from benchcore.records import new_run_id
 from benchcore.report import FORMATS
 from benchcore.units import parse_size, size_list, size_range
 from commbench.case import CaseOptions
-from commbench.collectives import DTYPES, OPS
+from commbench.collectives import DTYPES, NCCL_ONLY_OPS, OPS
 from commbench.detect import for_run
 from commbench.registry import CASES
 from commbench.strategies import COMPRESS
@@ -200,7 +200,8 @@ def measure_options(min_bytes="8", max_bytes="256M"):
         click.option("-d", "--datatype", "--dtype", "dtype", default="float32", show_default=True,
                      help=f"Comma list or all: {', '.join(DTYPES)} (nccl-tests' names too: "
                           f"{', '.join(NCCL_TESTS_DTYPES)})."),
-        click.option("-o", "--op", default="sum", show_default=True, help="Comma list or all: " + ", ".join(OPS) + "."),
+        click.option("-o", "--op", default="sum", show_default=True,
+                     help="Comma list or all: " + ", ".join(OPS) + " (avg: NCCL only; all skips it on Gloo)."),
         click.option("-r", "--root", default="0", show_default=True, help="Root of broadcast/reduce: ranks or all."),
         click.option("-c", "--check", type=click.BOOL, default=True, show_default=True, metavar="0|1",
                      help="Check every element of the result against the exact expected value."),
@@ -267,6 +268,11 @@ def build_plan(names, measure, case_opts, spec, repeats=1):
     if measure.dtype.strip() == "all":  # every type this backend can move
         dtypes = [d for d in dtypes if DTYPES[d].gloo or spec.may_use_nccl()]
     ops = _choices(measure.op, OPS, "op")
+    if not spec.may_use_nccl():
+        if measure.op.strip() == "all":  # every op this backend has
+            ops = [o for o in ops if o not in NCCL_ONLY_OPS]
+        elif set(ops) & set(NCCL_ONLY_OPS):
+            raise UserError("-o/--op avg needs NCCL: Gloo has no average reduction (sum and divide yourself: -o sum)")
     root_list = roots(measure.root, spec.world_size)
     configs = []
     for dtype in dtypes:
@@ -275,7 +281,8 @@ def build_plan(names, measure, case_opts, spec, repeats=1):
                             "transfers")
         for name in names:
             case = CASES[name]
-            if case.reduces and DTYPES[dtype].exact < spec.world_size:
+            need = spec.world_size ** 2 if "avg" in ops else spec.world_size  # avg fills multiples of n
+            if case.reduces and DTYPES[dtype].exact < need:
                 raise UserError(f"--dtype {dtype} cannot hold a sum over {spec.world_size} ranks exactly "
                                 f"(integers up to {DTYPES[dtype].exact}); use a wider type")
             for size in sizes:

@@ -139,3 +139,36 @@ def test_nccl_tests_flags_on_three_ranks(tmp_path):
 def test_bad_nccl_tests_flags(args, needle):
     proc = run_tool("commbench", "run", *args, timeout=60)
     assert proc.returncode == 2 and needle in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_avg_needs_nccl_and_all_skips_it_on_gloo():
+    assert_one_line_error(run_tool("commbench", "run", "-o", "avg", "--dry-run", timeout=60),
+                          "-o/--op avg needs NCCL: Gloo has no average")
+    proc = run_tool("commbench", "run", "--collective", "all_reduce", "-o", "all", "-b", "1K", "-e", "1K",
+                    "--dry-run", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert all(f'"op":"{op}"' in proc.stdout for op in ("sum", "prod", "max", "min")) and '"op":"avg"' not in proc.stdout
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64", "int8", "int32"])
+@pytest.mark.parametrize("n", [2, 3, 5, 8])
+def test_avg_fill_values_average_exactly_the_way_nccl_averages(dtype, n):
+    """No GPU here, so NCCL's ncclAvg is reproduced in torch on the CPU as NCCL documents it: floats are
+    pre-multiplied by 1/n in the element type (also tried: in float32, then rounded) and summed; integers are
+    summed and divided by n. The check's expected value must come out exactly either way."""
+    import torch
+    from commbench.collectives import _reduced, fill_values
+    typ = getattr(torch, dtype)
+    vals = lambda r: fill_values(r, n, dtype, "avg")  # noqa: E731
+    want = torch.tensor(_reduced("avg", n, vals), dtype=torch.float64)
+    inputs = [torch.tensor(vals(r), dtype=typ) for r in range(n)]
+    if typ.is_floating_point:
+        ways = [lambda x: x * torch.tensor(1 / n, dtype=typ), lambda x: (x.float() * (1 / n)).to(typ)]
+        for premultiply in ways:
+            total = torch.zeros(len(want), dtype=typ)
+            for x in inputs:
+                total = total + premultiply(x)
+            assert torch.equal(total.double(), want), (dtype, n, total, want)
+    else:
+        total = torch.stack(inputs).sum(0, dtype=typ) // n
+        assert torch.equal(total.double(), want)
