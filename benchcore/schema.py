@@ -37,6 +37,7 @@ EXTENSIONS = {
         "wire_busbw_gbps": "compressed: busbw counted in wire bytes",
         "max_abs_error": "compressed: largest absolute error", "max_rel_error": "compressed: normwise relative error",
         "sweep_config": "sweep: the config's key", "sweep_fingerprint": "sweep: what makes two sweeps the same",
+        "repeat": "which of --repeats separate measurements of this config at this size (sweep: the round)",
         "link_tier": "the tier that bounds the measurement in the model (intra-node or inter-node); "
                      "link_peak_gbps is the busbw that saturates it",
     },
@@ -70,7 +71,16 @@ EVENT_EXTENSIONS = {
     "commbench": {"sweep_config": "", "sweep_fingerprint": "", "config_env": "the swept variables",
                   "seconds": "how long it ran", "check": "verdict: which check", "passed": "verdict: outcome",
                   "rate_bps": "selftest link: the shaped rate", "ceiling_fraction": "selftest link: TCP ceiling",
-                  "pass_range": "selftest link: accepted fraction of the ceiling", "rows": "verdict: per-size rows"},
+                  "pass_range": "selftest link: accepted fraction of the ceiling", "rows": "verdict: per-size rows",
+                  "repeat": "sweep: the round", "winner": "verdict: the faster config (null: no significant difference)",
+                  "versus": "verdict: what the winner beat", "ratio": "verdict: winner's time / the other's",
+                  "ratio_low": "verdict: 95% interval, low end", "ratio_high": "verdict: 95% interval, high end",
+                  "sizes": "verdict: payloads it holds for", "method": "verdict: the statistics used",
+                  "equivalent": "verdict: configs that ran the same operations (never ranked)",
+                  "tied": "verdict: configs with no significant difference",
+                  "beats_from_bytes": "chunked verdict: payload from which chunking beats ring and plain",
+                  "no_difference_sizes": "chunked verdict: payloads where nothing is significantly better",
+                  "discarded": "sweep resume: records of runs cut short, left out"},
     "iobench": {"mount": "the path refused or failed"},
 }
 

@@ -29,7 +29,7 @@ class CaseOptions:
     """The CLI options that expand into configs (the case decides which it reads)."""
     places: Tuple[str, ...] = ("out", "in")
     chunk_sizes: Tuple[int, ...] = (2 << 20,)
-    threshold: int = 16 << 20
+    thresholds: Tuple[int, ...] = (16 << 20,)
     inflights: Tuple[int, ...] = (1,)
     compress: str = "bf16"
 
@@ -51,8 +51,18 @@ class Case:
     reduces: bool = False                      # takes -o/--op (one config per op)
     sums: bool = False                         # reduces with sum, whatever -o says (its records say op sum)
     rooted: bool = False                       # takes -r/--root (one config per root)
+    work: Optional[Callable] = None            # work(cfg, count, n, elt) -> what it executes; equal = same operations
+                                               # (None: every config differs), so verdicts never rank them
     model: Optional[Callable] = None           # model(cfg, size, shape, backend) -> {phase: model.Phase}: its
                                                # alpha-beta terms per tier (commbench/model.py)
+
+
+def work_key(case, cfg, size, n, elt):
+    """What config cfg of case executes at size bytes on n ranks: equal keys run the same operations."""
+    if case.work is None:
+        return (label(case, {k: v for k, v in cfg.items() if k != "phase"}),)
+    common = tuple(str(cfg.get(k)) for k in ("dtype", "op", "root"))
+    return case.work(cfg, size // elt, n, elt) + common
 
 
 def label(case, rec):

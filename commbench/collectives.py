@@ -41,8 +41,11 @@ DTYPES = {d.name: d for d in [
     Dtype("int8", "int8", 1, 127), Dtype("uint8", "uint8", 1, 254), Dtype("int32", "int32", 4, (1 << 31) - 1),
     Dtype("int64", "int64", 8, (1 << 63) - 1), Dtype("float8_e4m3fn", "f8e4m3", 1, 16, gloo=False),
 ]}
-OPS = {"sum": "SUM", "prod": "PRODUCT", "max": "MAX", "min": "MIN"}   # nccl-tests name -> torch ReduceOp
-_PY_OPS = {"sum": sum, "prod": math.prod, "max": max, "min": min}
+# nccl-tests name -> torch ReduceOp. avg is NCCL's ncclAvg (2.10+): floats are pre-multiplied by 1/n and summed,
+# integers summed and divided by n; Gloo has no average.
+OPS = {"sum": "SUM", "prod": "PRODUCT", "max": "MAX", "min": "MIN", "avg": "AVG"}
+NCCL_ONLY_OPS = ("avg",)
+_PY_OPS = {"sum": sum, "prod": math.prod, "max": max, "min": min, "avg": lambda values: sum(values)}
 PERIOD = 5    # the fill pattern repeats every PERIOD elements
 
 
@@ -111,7 +114,8 @@ class Collective:
 
 
 def _reduced(op, n, vals):
-    return [_PY_OPS[op](vals(r)[k] for r in range(n)) for k in range(PERIOD)]
+    reduced = [_PY_OPS[op](vals(r)[k] for r in range(n)) for k in range(PERIOD)]
+    return [v // n for v in reduced] if op == "avg" else reduced   # avg: every value is a multiple of n
 
 
 # expected(rank, n, count, op, vals, root) -> list of (recv offset, length, 5 pattern values, pattern start index)
@@ -170,11 +174,14 @@ COLLECTIVES = {c.name: c for c in [
 
 
 def fill_values(rank, n, dtype, op="sum"):
-    """Rank r's PERIOD-value fill pattern: small integers whose sum (or product) over n ranks is exact."""
+    """Rank r's PERIOD-value fill pattern: small integers whose sum (or product) over n ranks is exact. For avg,
+    n times such integers a: x (1/n) rounds back to a even where 1/n does not fit the type (|a| (n fl(1/n) - 1)
+    stays below half an ulp of a), and the sum of the a is exact, so NCCL's average is exact too."""
+    n = max(n, 1)
     exact = DTYPES[dtype].exact
-    top = int(exact ** (1 / max(n, 1))) if op == "prod" else exact // max(n, 1)
+    top = int(exact ** (1 / n)) if op == "prod" else exact // (n * n if op == "avg" else n)
     top = max(1, min(PERIOD, top))
-    return [((k + 3 * rank) % top) + 1 for k in range(PERIOD)]
+    return [(((k + 3 * rank) % top) + 1) * (n if op == "avg" else 1) for k in range(PERIOD)]
 
 
 CHUNK = 1 << 22   # elements per piece of the fill and the check: their scratch stays small at any size

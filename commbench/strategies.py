@@ -9,7 +9,10 @@ rank owning disjoint slices of T (1/n of it) and ends with every rank holding al
   rs-ag       reduce_scatter of that N-byte tensor, then all_gather of the N/n pieces:
               the two halves of a ring all_reduce, timed apart (phase reduce_scatter,
               all_gather; factor (n-1)/n each) and together (phase total, 2(n-1)/n).
-  chunked     Megatron-style all_gather: N <= threshold goes in one all_gather; above it
+  plain       one all_gather of the whole payload (rank r owns the r-th n-th of T): the
+              like-for-like baseline of chunked. size N, factor (n-1)/n.
+  chunked     Megatron-style all_gather: N <= threshold goes in one all_gather (exactly
+              what plain runs: verdicts treat the two as the same work); above it
               T is cut into chunks of n*floor(chunk/n/elt) elements, each all-gathered in
               place (rank r owns the r-th n-th of every chunk), with up to `inflight`
               chunk operations outstanding, each in-flight slot its own process group
@@ -301,16 +304,38 @@ def _hierarchical(ctx, cfg, count, dtype, groups):
                    lambda: p.fill_owned(buf, own), lambda: buf)
 
 
+def _plain(ctx, cfg, count, dtype, shared):
+    """One all_gather of the whole payload: the chunked strategy with a threshold no payload exceeds."""
+    whole = {**cfg, "chunk_bytes": 1, "threshold_bytes": float("inf"), "inflight": 1}
+    return _chunked(ctx, whole, count, dtype, [dist.group.WORLD])
+
+
+def _gather_work(cfg, count, n, elt):
+    """What plain and chunked execute: the chunk layout and the overlap it allows (k > chunks is k = chunks)."""
+    layout = chunk_layout(count, n, elt, cfg.get("chunk_bytes", 1), cfg.get("threshold_bytes", float("inf")))
+    if len(layout) == 1:
+        return ("all_gather", layout[0][1], cfg["in_place"])
+    return ("chunked all_gather", layout[0][1], len(layout), min(cfg["inflight"], len(layout)), cfg["in_place"])
+
+
+def _gather_footprint(cfg, count, n, elt):
+    return (_padded(count, n) + (0 if cfg["in_place"] else _padded(count, n) // n)) * elt
+
+
 def _chunked_configs(opts, dtype):
     elt = DTYPES[dtype].bytes
     for chunk in opts.chunk_sizes:
-        if chunk > opts.threshold:
+        if chunk > min(opts.thresholds):
             raise UserError(f"--chunk-size {format_size(chunk)} is larger than --threshold "
-                            f"{format_size(opts.threshold)}")
+                            f"{format_size(min(opts.thresholds))}")
         if chunk % elt:
             raise UserError(f"--chunk-size {chunk} B is not a multiple of the {elt} B {dtype} element")
-    return [{"case": "chunked", "chunk_bytes": c, "threshold_bytes": opts.threshold, "inflight": k, "in_place": ip}
-            for c in opts.chunk_sizes for k in opts.inflights for ip in _places(opts)]
+    return [{"case": "chunked", "chunk_bytes": c, "threshold_bytes": t, "inflight": k, "in_place": ip}
+            for t in opts.thresholds for c in opts.chunk_sizes for k in opts.inflights for ip in _places(opts)]
+
+
+def _chunked_label(cfg):
+    return f"{format_size(cfg['chunk_bytes'])} x{cfg['inflight']} >{format_size(cfg['threshold_bytes'])}"
 
 
 def _compressed_configs(opts, dtype):
@@ -392,11 +417,14 @@ STRATEGY_CASES = {c.name: c for c in [
          both_places=True, sums=True,
          footprint=lambda c, k, n, e: (_padded(k, n) if c["in_place"] else 2 * _padded(k, n) + k // n) * e,
          model=_rs_ag_model),
+    Case("plain", "strategy", "all_gather", (TOTAL,), _plain,
+         lambda o, d: [{"case": "plain", "in_place": ip} for ip in _places(o)], check_size=_payload_size,
+         both_places=True, work=_gather_work,
+         footprint=_gather_footprint, model=_one("all_gather", model.all_gather)),
     Case("chunked", "strategy", "all_gather", (TOTAL,), _chunked, _chunked_configs,
-         describe=lambda c: f"{format_size(c['chunk_bytes'])} x{c['inflight']}", check_size=_payload_size,
-         setup=inflight_groups, both_places=True,
-         footprint=lambda c, k, n, e: (_padded(k, n) + (0 if c["in_place"] else _padded(k, n) // n)) * e,
-         model=_chunked_model),
+         describe=_chunked_label, check_size=_payload_size, setup=inflight_groups, both_places=True,
+         work=_gather_work,
+         footprint=_gather_footprint, model=_chunked_model),
     Case("compressed", "strategy", "all_gather", (TOTAL,), _compressed, _compressed_configs,
          describe=lambda c: c["compress"], check_size=_payload_size,
          model=_compressed_model,
