@@ -37,13 +37,14 @@ COLUMNS = {"size": "size", "bytes": "size", "count": "count", "n": "count", "typ
            "#wrong": "wrong", "wrong": "wrong", "error": "error", "res": "error"}
 
 TAG = re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:")                        # mpirun --tag-output
-NCCL_LOG = re.compile(r"\S+:\d+:\d+ \[\d+\] (?:NCCL|RCCL) (?:INFO|WARN|TRACE|ABORT)")  # host:pid:tid [dev] NCCL INFO
+# host:pid:tid [dev] NCCL INFO (the host starts with a letter: inside a row it follows a digit)
+NCCL_LOG = re.compile(r"[A-Za-z][\w.-]*:\d+:\d+ \[\d+\] (?:[\w.]+:\d+ )?(?:NCCL|RCCL) (?:INFO|WARN|TRACE|ABORT)")
 NUMBER = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
 DEVICE = re.compile(r"Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S+)\s+device\s+(\d+)")
 COMMBENCH = re.compile(r"commbench: (\w+), (\d+) ranks on (\d+) node\(s\) \(([^)]*)\)")
 NTHREAD = re.compile(r"nThread (\d+) nGpus (\d+) minBytes (\d+) maxBytes (\d+).*?warmup iters: (\d+) iters: (\d+)"
                      r"(?: agg iters: (\d+))?(?: validation: (\d+))?(?: graph: (\d+))?")
-PROGRAM = re.compile(r"(?:^|[\s/=])([A-Za-z0-9]+(?:_[A-Za-z0-9]+)*)_perf(?:_mpi)?\b")
+PROGRAM = re.compile(r"(?:^|[\s/=-])([A-Za-z0-9]+(?:_[A-Za-z0-9]+)*)_perf(?:_mpi)?\b")
 STARTING = re.compile(r"Collective test starting: (\S+)")
 CONCLUDED = re.compile(r"Collective test concluded")
 OOB = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?")
@@ -207,8 +208,7 @@ def parse(text, source_file, run_id):
             if current is not None and current.rows:
                 current.after.append((n, line))
             continue
-        if not line.startswith("#") and PROGRAM.search(" " + line) and not (current and current.rows
-                                                                             and not current.ended):
+        if PROGRAM.search(" " + line) and not (current and current.rows and not current.ended):
             hint = PROGRAM.findall(" " + line)[0]    # a command line naming the binary
         if placement_labels(line) and not header(line, None):
             labels = placement_labels(line)
@@ -250,7 +250,9 @@ def parse(text, source_file, run_id):
             current.after.append((n, line))
     if not tables:
         if marked:
-            return [], [("truncated", "the log ends before nccl-tests printed a table", None, ctx.program)]
+            why = next(((n, line) for n, line, _ in logical_lines(text) if CRASH.search(line)), (None, None))
+            return [], [("truncated", "the log ends before nccl-tests printed a table" +
+                         (f"; the log says: {why[1]}" if why[1] else "; the log shows no reason"), why[0], ctx.program)]
         raise UserError("neither an nccl-tests/rccl-tests table (no 'size count type ... time algbw busbw' header) "
                         "nor fio JSON nor records")
     records, events = [], []
@@ -336,11 +338,14 @@ def _records(table, source_file, run_id):
                 fields["check_error"] = vals["error"]
             if settings:
                 fields.update(iters=settings["iters"], warmup=settings["warmup"], agg_iters=settings["agg_iters"])
-            if not ctx.commbench:      # commbench's own text does not say how it timed
-                fields["time_source"] = "cpu" if layout.cpu else "cuda_graph" if settings.get("graph") else "cuda_events"
+            if layout.cpu or settings.get("graph"):   # otherwise nccl-tests times on the host around a sync
+                fields["time_source"] = "cpu" if layout.cpu else "cuda_graph"
             if repeat:
                 fields["cycle"] = repeat
             out.append(schema.measurement("commbench", **fields))
+    if any("cycle" in r for r in out):          # as commbench: every record of a multi-cycle run says its cycle
+        for r in out:
+            r.setdefault("cycle", 0)
     return out
 
 
