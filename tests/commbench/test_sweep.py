@@ -116,7 +116,7 @@ def test_matrix_product_exclusions_and_explicit_configs(tmp_path):
 
 @pytest.mark.parametrize("args, needle", [
     (["--env", "NCCL_ALOG=Ring"], "did you mean NCCL_ALGO?"),
-    (["--env", "NCCL_PROTO=LL,Fast"], "NCCL_PROTO=Fast: must be one of LL, LL128, Simple"),
+    (["--env", "NCCL_PROTO=LL,Fast"], "NCCL_PROTO=Fast: must be a list of LL, LL128, Simple"),
     (["--env", "NCCL_MAX_NCHANNELS=100"], "must be in 1..64"),
     (["--env", "GLOO_SOCKET_IFNAM=eth0"], "did you mean GLOO_SOCKET_IFNAME?"),
     (["--env", "NCCL_IB_SLL=1"], "did you mean NCCL_IB_SL?"),   # the whole catalogue, not a near miss
