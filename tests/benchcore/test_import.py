@@ -1,0 +1,225 @@
+"""`import`: nccl-tests/rccl-tests logs of every generation and fio JSON of every version into records.
+
+The logs are rendered by tests/fixtures/foreign/make_nccl_logs.py from each version's printf formats; fio 3.33
+output is captured from real fio (capture_fio.py); fio 2.1.10, 2.20 and 3.1 documents are built from their
+stat.c JSON writers. Numbers are checked exactly as the logs print them.
+"""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchcore import results, schema
+from benchcore.errors import UserError
+from iobench.fio import measurements, parse_output
+
+FOREIGN = Path(__file__).resolve().parent.parent / "fixtures" / "foreign"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load(name):
+    return results.load(str(FOREIGN / name)).records
+
+
+def rows(records):
+    return [(r["size_bytes"], r["in_place"], r["time_us"], r["algbw_gbps"], r["busbw_gbps"])
+            for r in records if not r.get("event")]
+
+
+def events(records):
+    return [(r["event"], r["reason"]) for r in records if r.get("event")]
+
+
+def test_every_record_follows_the_schema():
+    for path in sorted(FOREIGN.iterdir()):
+        if path.suffix in (".log", ".md", ".json"):
+            for rec in results.load(str(path)).records:
+                assert schema.problems(rec) == [], (path.name, rec)
+                assert rec["source_file"] == str(path) and rec["source_format"] in ("nccl-tests", "fio-json")
+
+
+def test_nccl_tests_1x_times_in_ms_and_res_column():
+    recs = load("nccl-tests-1.x.log")
+    assert rows(recs) == [(8, False, 34.0, 0.0, 0.0), (8, True, 33.0, 0.0, 0.0),
+                          (1048576, False, 123.0, 8.53, 14.92), (1048576, True, 121.0, 8.67, 15.17),
+                          (33554432, False, 2456.0, 13.66, 23.91), (33554432, True, 2449.0, 13.70, 23.98)]
+    r = recs[2]
+    assert (r["collective"], r["dtype"], r["op"], r["count"]) == ("all_reduce", "float32", "sum", 262144)
+    assert r["wrong"] is None and r["check_error"] == 2e-07          # max abs error, not a count
+    assert (r["world_size"], r["nodes"], r["hosts"]) == (2, 2, ["dgx1", "dgx2"])
+    assert (r["iters"], r["warmup"], r["source_line"]) == (20, 5, 11)
+    assert events(recs) == []                                        # footer without '#' and without unit
+
+
+def test_nccl_tests_2_0_error_column_without_redop_root():
+    recs = load("nccl-tests-2.0-all_gather.log")
+    assert rows(recs)[0] == (0, False, 4.51, 0.0, 0.0)                # zero-byte row
+    assert rows(recs)[4:] == [(16777216, False, 1210.0, 13.87, 10.40), (16777216, True, 1198.0, 14.0, 10.5)]
+    r = recs[4]
+    assert (r["collective"], r["op"], r["count"], r["check_error"], r["wrong"]) == \
+        ("all_gather", None, 4194304, 0.0, None)                     # count: elements of the whole array
+    assert (r["world_size"], r["nodes"], r["hosts"]) == (4, 2, ["node01", "node02"])
+    assert r["env"] == {"NCCL_SOCKET_IFNAME": "ib0"} and r["versions"] == {"nccl": "2.4.8+cuda10.1"}
+    assert r["source_line"] == 19                                    # an NCCL INFO line came before it
+
+
+def test_nccl_tests_2_9_root_column_and_failed_footer():
+    recs = load("nccl-tests-2.9-broadcast.log")
+    assert rows(recs) == [(1024, False, 12.61, 0.08, 0.08), (1024, True, 12.4, 0.08, 0.08),
+                          (4194304, False, 402.3, 10.43, 10.43), (4194304, True, 399.8, 10.49, 10.49)]
+    assert {r["root"] for r in recs if not r.get("event")} == {0}
+    assert recs[2]["check_error"] == 3.0
+    assert events(recs) == [("failed", "nccl-tests: Out of bounds values : 1 FAILED (broadcast)")]
+
+
+def test_nccl_tests_2_13_tag_output_info_inside_a_row_overflow():
+    recs = load("nccl-tests-2.13-tag-output.log")
+    assert rows(recs) == [(0, False, 5.12, 0.0, 0.0), (0, True, 5.03, 0.0, 0.0),
+                          (1048576, False, 25.31, 41.43, 72.5), (1048576, True, 24.97, 41.99, 73.49),
+                          (268435456, False, 1160.0, 231.41, 404.97), (268435456, True, 1158.0, 231.81, 405.67),
+                          (8589934592, False, 18411.0, 466.56, 1816.45), (8589934592, True, 18380.0, 467.35, 1817.87)]
+    r = recs[-1]
+    assert (r["wrong"], r["op"], r["count"], r["world_size"], r["nodes"]) == (0, "sum", 2147483648, 16, 2)
+    assert r["env"] == {"NCCL_IB_HCA": "mlx5"} and r["versions"] == {"nccl": "2.18.3+cuda12.2"}
+    assert recs[4]["source_line"] == 30                              # the row NCCL's INFO line interrupted
+    assert events(recs) == []
+
+
+def test_latest_format_in_markdown():
+    recs = load("nccl-tests-latest.md")
+    assert rows(recs) == [(8, False, 30.12, 0.0, 0.0), (8, True, 29.87, 0.0, 0.0),
+                          (1073741824, False, 123457.0, 8697.5, 8153.9), (1073741824, True, 123400.0, 8701.5, 8157.6),
+                          (2147483648, True, 246000.0, 8729.6, 8184.0)]  # no out-of-place half: not a record
+    assert {r["wrong"] for r in recs} == {None}                       # -c 0: N/A
+    assert {(r["collective"], r["world_size"], r["nodes"]) for r in recs} == {("all_to_all", 8, 1)}
+    assert recs[0]["versions"] == {"nccl-tests": "2.17.6"}
+
+
+def test_rccl_tests_in_place_only_two_cycles():
+    recs = load("rccl-tests.log")
+    assert [(r["size_bytes"], r["in_place"], r["time_us"], r["cycle"]) for r in recs] == \
+        [(1024, True, 20.5, 0), (1048576, True, 61.3, 0), (1024, True, 21.0, 1), (1048576, True, 60.9, 1)]
+    assert recs[0]["versions"] == {"rccl-tests": "develop:3f2a1b9", "rccl": "2.18.3+hip6.1"}
+    assert recs[0]["hosts"] == ["mi300-01"] and recs[0]["world_size"] == 2
+    assert recs[1]["busbw_gbps"] == 17.11
+
+
+def test_truncated_log_keeps_complete_rows_and_says_why():
+    recs = load("nccl-tests-truncated.log")
+    assert [r[0] for r in rows(recs)] == [0, 0, 1048576, 1048576, 268435456, 268435456]  # not the cut 8G row
+    ((kind, reason),) = events(recs)
+    assert kind == "truncated"
+    assert "row cut mid-way at line 37" in reason and "NCCL WARN NET/IB : Got completion" in reason
+    event = recs[-1]
+    assert (event["collective"], event["source_line"], event["hosts"]) == ("all_reduce", 37, ["h100-00", "h100-01"])
+
+
+def test_hung_log_collective_from_file_name_no_reason():
+    recs = load("nccl-tests-hung-all_gather_perf.log")
+    assert len(rows(recs)) == 6 and recs[0]["collective"] == "all_gather"
+    assert events(recs) == [("truncated", "all_gather table ends after 3 complete row(s) without nccl-tests' footer; "
+                                          "the log shows no reason")]
+
+
+def test_log_that_never_printed_a_table():
+    ((kind, reason),) = events(load("nccl-tests-init-failure.log"))
+    assert kind == "truncated" and "NCCL WARN Duplicate GPU detected" in reason
+
+
+@pytest.mark.parametrize("name,io_bytes,bw_mbps,iops,lat,p50,p99,p999,samples,opts", [
+    # 2.1.10: io_bytes KiB, bw KiB/s, usec, no total_ios, no job options (kept unknown, not fio's defaults)
+    ("fio-2.1.10.json", 1 << 30, 209715 * 1024 / 1e6, 204, 4870.25, 4768, 9024, 20992, None,
+     (None, None, None, None, None)),
+    # 2.20: job options, total_ios, iops float, still KiB and usec
+    ("fio-2.20.json", 256 << 20, 87381 * 1024 / 1e6, 21845.333333, 1460.5, 1352, 3568, 7712, 65536,
+     ("randwrite", 4096, 32, 1, "/mnt/ckpt")),
+    # 3.1: ns latencies, io_bytes in bytes, no bw_bytes (the KeyError of issue 13)
+    ("fio-3.1.json", 1 << 30, 524288 * 1024 / 1e6, 512.0, 1948.1235, 1908.736, 3522.56, 5537.792, 1024,
+     ("read", 1 << 20, 1, 0, "/lustre/ckpt")),
+])
+def test_old_fio_versions_convert_by_version(name, io_bytes, bw_mbps, iops, lat, p50, p99, p999, samples, opts):
+    (r,) = load(name)
+    assert r["io_bytes"] == io_bytes and r["bw_mbps"] == pytest.approx(bw_mbps, rel=1e-12)
+    assert r["iops"] == iops and r["lat_kind"] == "clat" and r["lat_samples"] == samples
+    assert (r["lat_mean_us"], r["lat_p50_us"], r["lat_p99_us"], r["lat_p999_us"]) == \
+        pytest.approx((lat, p50, p99, p999), rel=1e-12)
+    assert (r["rw"], r["bs_bytes"], r["iodepth"], r["direct"], r["mount"]) == opts
+    # iobench's own parser is the same code: iobench run on that fio version reads it too
+    (m,) = measurements(parse_output((FOREIGN / name).read_text()))
+    assert m["bw_mbps"] == r["bw_mbps"] and m["lat_p99_us"] == r["lat_p99_us"]
+
+
+def test_version_and_keys_must_agree():
+    data = json.loads((FOREIGN / "fio-3.1.json").read_text())
+    data["fio version"] = "fio-2.20"                 # says usec, has *_ns keys
+    with pytest.raises(UserError, match="writes clat, but the document has clat_ns"):
+        measurements(data)
+    del data["fio version"]
+    with pytest.raises(UserError, match="no fio version"):
+        measurements(data)
+
+
+def test_real_fio_multijob_with_and_without_group_reporting():
+    raw = json.loads((FOREIGN / "fio-3-multijob.json").read_text())
+    recs = load("fio-3-multijob.json")
+    assert [(r["job"], r["direction"], r["numjobs"]) for r in recs] == \
+        [("write.0", "write", 2), ("write.1", "write", 2), ("read.0", "read", 2), ("read.1", "read", 2)]
+    for r, job in zip(recs, raw["jobs"]):
+        section = job[r["direction"]]
+        assert r["bw_mbps"] == section["bw_bytes"] / 1e6 and r["io_bytes"] == section["io_bytes"]
+        assert r["lat_mean_us"] == pytest.approx(section["clat_ns"]["mean"] / 1000)
+    grouped = load("fio-3-group-reporting.json")
+    assert [(r["job"], r["direction"]) for r in grouped] == [("write", "write"), ("read", "read")]
+    assert grouped[0]["io_bytes"] == 2 * (2 << 20)                  # both write jobs (numjobs=2) in one entry
+    assert [r["source_line"] for r in recs] == [11, 259, 507, 755]
+
+
+def test_real_fio_interrupted_and_job_error():
+    (r,) = load("fio-3-interrupted.json")
+    assert r["interrupted"] is True and r["job"] == "long" and r["bw_mbps"] > 0
+    recs = load("fio-3-job-error.json")
+    assert [r.get("job") for r in recs if not r.get("event")] == ["ok"]
+    assert events(recs) == [("failed", "fio job 'bad' ended with error 1 (Operation not permitted)")]
+    assert recs[1]["job"] == "bad" and recs[1]["mount"] == "/proc/version"
+    assert all("interrupted" not in r for r in recs)
+
+
+@pytest.mark.parametrize("text,why", [
+    ("", "empty file"),
+    ("fio: failed parsing bs=4q\n", "neither an nccl-tests/rccl-tests table"),
+    ('{"benchmarks": [{"name": "x"}]}\n', "JSON without fio's \"jobs\" list (has: benchmarks)"),
+    ('{"fio version": "fio-3.33", "jobs": [{"jobname": "x",', "truncated or malformed"),
+])
+def test_not_fio_or_nccl_tests_is_refused_with_the_file_and_why(tmp_path, text, why):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(UserError) as exc:
+        results.load(str(path))
+    assert str(exc.value).startswith(f"{path}: ") and why in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+def test_import_cli_converts_the_good_files_refuses_the_rest(tmp_path):
+    (tmp_path / "empty.json").write_text("")
+    (tmp_path / "other.json").write_text('{"results": []}')
+    out = tmp_path / "records.jsonl"
+    done = subprocess.run([sys.executable, "-m", "commbench.cli", "import", str(FOREIGN / "nccl-tests-1.x.log"),
+                           str(tmp_path / "empty.json"), str(FOREIGN / "fio-3.1.json"), str(tmp_path / "other.json"),
+                           "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [f"error: {tmp_path / 'empty.json'}: empty file",
+                      f"error: {tmp_path / 'other.json'}: not usable fio JSON: JSON without fio's \"jobs\" list "
+                      f"(has: results): not fio --output-format=json"]
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["source_format"] for r in recs] == ["nccl-tests"] * 6 + ["fio-json"]
+    assert recs == load("nccl-tests-1.x.log") + load("fio-3.1.json")
+
+
+def test_loader_returns_a_dataframe_of_any_mix(tmp_path):
+    frame = results.load_frame([str(FOREIGN / "nccl-tests-2.13-tag-output.log"), str(FOREIGN / "fio-2.20.json")])
+    assert len(frame) == 9 and set(frame["tool"]) == {"commbench", "iobench"}
+    assert frame.loc[frame["tool"] == "iobench", "bw_mbps"].iloc[0] == pytest.approx(87381 * 1024 / 1e6)
