@@ -1,0 +1,31 @@
+"""issue 18 item 10: `commbench run --format nccl-tests` text, read back by `import`, gives the numbers of the
+JSON records of the same run (one launch prints the text and writes --out)."""
+import pytest
+
+from benchcore import nccltests
+from commbench.output import nccl_float
+from tests.conftest import read_records, run_tool
+
+RUN = ("run", "--collective", "all_reduce,all_gather,sendrecv", "--nproc-per-node", 2, "-b", 8, "-e", "64K", "-f", 32,
+       "-n", 2, "-w", 1, "--format", "nccl-tests")
+WIDTH = {"time_us": 7, "algbw_gbps": 6, "busbw_gbps": 6}
+SAME = ("collective", "size_bytes", "count", "dtype", "op", "in_place", "blocking", "wrong", "world_size", "nodes",
+        "backend", "hosts", "iters", "warmup", "agg_iters")
+
+
+@pytest.mark.slow
+def test_nccl_tests_text_of_a_gloo_run_imports_to_its_json_records(tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = run_tool("commbench", *RUN, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    json_records = read_records(out)
+    (tmp_path / "run.txt").write_text(proc.stdout)
+    imported, events = nccltests.parse(proc.stdout, str(tmp_path / "run.txt"), "run")
+    assert events == []
+    assert len(imported) == len(json_records) == 3 + 2 * 3 + 3   # all_reduce in-place, all_gather both, sendrecv out
+    key = lambda r: (r["collective"], r["size_bytes"], r["in_place"])  # noqa: E731
+    for rec, back in zip(sorted(json_records, key=key), sorted(imported, key=key)):
+        assert {k: back[k] for k in SAME} == {k: rec[k] for k in SAME}
+        for field, width in WIDTH.items():   # exactly what nccl-tests' getFloatStr printed for the JSON value
+            assert back[field] == float(nccl_float(rec[field], width)), (field, rec, back)
+        assert back["source_format"] == "nccl-tests" and back["source_line"] > 0
