@@ -3,7 +3,7 @@ import click
 
 from benchcore import commands
 from benchcore.errors import run_cli
-from commbench import compare, launch, selftest, sweep
+from commbench import compare, detect, launch, modelcmd, selftest, sweep
 from commbench.plan import PLACES, measure_options
 from commbench.registry import COLLECTIVE_NAMES, parse_names
 from commbench.runner import measure
@@ -65,6 +65,8 @@ cli.add_command(compare.compare)
 cli.add_command(sweep.sweep)
 cli.add_command(sweep.env_catalogue)
 cli.add_command(selftest.selftest)
+cli.add_command(detect.topo)
+cli.add_command(modelcmd.model)
 commands.add_to(cli, "commbench")  # import, diff, report (benchcore)
 
 

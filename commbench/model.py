@@ -72,6 +72,7 @@ class Prediction:
     time_us: float             # the model's time
     tier: str                  # the tier that bounds it (the one that takes longest)
     peak_gbps: float           # busbw when every phase runs at its bounding tier's bandwidth, latency left out
+    busbw_gbps: float          # the busbw the model predicts: factor x size / time
 
 
 def ring_terms(bus_bytes, steps, shape, one_flow=False):
@@ -144,14 +145,14 @@ class Tiers:
     def alpha_us(self, tier):
         return self.topo.intra_latency_us if tier == INTRA else self.topo.inter_latency_us
 
-    def unit_seconds(self, term, active):
-        """Seconds the tier's busiest unit needs for term's bytes, with `active` ranks of the node at it."""
+    def unit_load(self, term, active):
+        """(bytes through the tier's busiest unit, that unit's GB/s) for term, `active` ranks of the node at it."""
         t = self.topo
         if term.tier == INTRA:
             shared = active if t.fabric == "loopback" else 1      # one loopback queue for the whole node
-            return term.rank_bytes * shared / (t.intra_gbps * 1e9)
+            return term.rank_bytes * shared, t.intra_gbps
         nics = 1 if term.one_flow else (min(active, t.nics_per_node) if t.rank_to_nic == "rail" else t.nics_per_node)
-        return term.rank_bytes * active / (nics * t.nic_gbps * t.payload_fraction * 1e9)   # the node's bytes
+        return term.rank_bytes * active, nics * t.nic_gbps * t.payload_fraction   # the node's bytes, its NICs
 
 
 def phase_time(tiers, phase, shape):
@@ -160,8 +161,8 @@ def phase_time(tiers, phase, shape):
     per_tier = {}
     for term in phase.terms:
         lat, bw = per_tier.get(term.tier, (0.0, 0.0))
-        per_tier[term.tier] = (lat + term.steps * tiers.alpha_us(term.tier) * 1e-6,
-                               bw + tiers.unit_seconds(term, active))
+        load, gbps = tiers.unit_load(term, active)
+        per_tier[term.tier] = (lat + term.steps * tiers.alpha_us(term.tier) * 1e-6, bw + load / (gbps * 1e9))
     if not per_tier:
         return 0.0, 0.0, INTRA
     tier = max(per_tier, key=lambda k: sum(per_tier[k]))
@@ -184,13 +185,17 @@ def predict(case, cfg, size, topo, world_size, nodes, backend):
     for name, phase in phases.items():
         if phase.terms is not None:
             t, bw, tier = phase_time(tiers, phase, phase.shape or whole)
-            out[name] = Prediction(t * 1e6, tier, phase.factor * size / bw / 1e9 if bw else math.inf)
+            out[name] = Prediction(t * 1e6, tier, _busbw(phase.factor, size, bw), _busbw(phase.factor, size, t))
             total, total_bw, spent[tier] = total + t, total_bw + bw, spent.get(tier, 0.0) + t
     for name, phase in phases.items():
         if phase.terms is None:
             out[name] = Prediction(total * 1e6, max(spent, key=spent.get) if spent else INTRA,
-                                   phase.factor * size / total_bw / 1e9 if total_bw else math.inf)
+                                   _busbw(phase.factor, size, total_bw), _busbw(phase.factor, size, total))
     return out
+
+
+def _busbw(factor, size, seconds):
+    return factor * size / seconds / 1e9 if seconds else math.inf
 
 
 def record_fields(topo, case, cfg, phase, size, world_size, nodes, backend, busbw):
@@ -203,3 +208,18 @@ def record_fields(topo, case, cfg, phase, size, world_size, nodes, backend, busb
     peak = pred.peak_gbps if math.isfinite(pred.peak_gbps) else None
     return {"topology": topo.name, "link_peak_gbps": peak, "predicted_time_us": pred.time_us,
             "link_utilization": busbw / peak if peak and busbw is not None else None, "link_tier": pred.tier}
+
+
+def fit_row(case, cfg, size, topo, world_size, nodes, backend, phase):
+    """(tier, steps, bytes through its unit) of one measured phase, for fitting alpha and beta of the tier that
+    bounds it; None for a sum of phases (a strategy's total), which no single tier bounds."""
+    local = max(1, world_size // max(1, nodes))
+    whole = Shape(world_size, local, nodes)
+    chosen = case.model(cfg, size, whole, backend).get(phase)
+    if chosen is None or chosen.terms is None or not chosen.terms:
+        return None
+    shape = chosen.shape or whole
+    tier = phase_time(Tiers(topo, local), chosen, shape)[2]
+    mine = [t for t in chosen.terms if t.tier == tier]
+    return (tier, sum(t.steps for t in mine),
+            sum(Tiers(topo, local).unit_load(t, shape.local * shape.groups)[0] for t in mine))

@@ -86,10 +86,13 @@ def has_link(ns, dev):
     return run(["ip", "-n", ns, "link", "show", "dev", dev], check=False).returncode == 0
 
 
-def shape(ns, dev, bits):
+LO_BURST = 128 * 1024  # loopback sends 64 KiB segments (MTU 65536): a bucket smaller than two would stall
+
+
+def shape(ns, dev, bits, least_burst=0):
     if bits:
         run(["tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{bits}bit",
-             "burst", str(burst_bytes(bits)), "latency", "50ms"])
+             "burst", str(max(least_burst, burst_bytes(bits))), "latency", "50ms"])
     else:
         run(["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"], check=False)  # none there: fine
 
@@ -106,8 +109,9 @@ def write_hosts(prefix, nodes, subnet):
         hosts.write_text("\n".join(lines) + "\n")
 
 
-def up(nodes, rate=None, prefix=DEFAULT_PREFIX, subnet=DEFAULT_SUBNET):
-    """Bring the cluster to the requested state; returns the seconds it took."""
+def up(nodes, rate=None, prefix=DEFAULT_PREFIX, subnet=DEFAULT_SUBNET, lo_rate=None):
+    """Bring the cluster to the requested state; returns the seconds it took. lo_rate also shapes each
+    node's loopback (its intra-node link: one queue that both directions of every local pair share)."""
     t0 = time.monotonic()
     if nodes < 2:
         raise Fail(f"--nodes must be at least 2, got {nodes}")
@@ -150,6 +154,7 @@ def up(nodes, rate=None, prefix=DEFAULT_PREFIX, subnet=DEFAULT_SUBNET):
         for i in range(nodes):
             ns = ns_name(prefix, i)
             run(["ip", "-n", ns, "link", "set", "lo", "up"])
+            shape(ns, "lo", parse_rate(lo_rate) if lo_rate else None, LO_BURST)
             run(["ip", "-n", ns, "addr", "replace", f"{node_addr(i, subnet)}/{plen}", "dev", IFNAME])
             run(["ip", "-n", ns, "link", "set", IFNAME, "up"])
             shape(ns, IFNAME, bits)
@@ -247,7 +252,7 @@ def command(args):
     """Carry out the parsed `up`, `down`, `status` or `exec`; the exit code."""
     need_root("ip netns, tc")
     if args.cmd == "up":
-        took = up(args.nodes, args.rate, args.prefix, args.subnet)
+        took = up(args.nodes, args.rate, args.prefix, args.subnet, args.lo_rate)
         shaped = f", links shaped to {format_rate(parse_rate(args.rate))}" if args.rate else ""
         NETNS.log(f"{args.nodes} nodes {ns_name(args.prefix, 0)}..{args.nodes - 1} "
                   f"on {args.subnet}{shaped} (up in {took:.2f} s)")
@@ -273,6 +278,7 @@ def main(argv=None):
     p_up = cli.command("up", "create or reshape the cluster")
     p_up.add_argument("--nodes", type=int, default=2)
     p_up.add_argument("--rate", default=None, help="tbf rate of every node's link, e.g. 500mbit, 1gbit")
+    p_up.add_argument("--lo-rate", default=None, help="tbf rate of every node's loopback (its intra-node link)")
     p_up.add_argument("--subnet", default=DEFAULT_SUBNET)
     cli.command("down", "remove the cluster")
     cli.command("status", "show the cluster (exit 0 running, 1 partial, 3 stopped)")

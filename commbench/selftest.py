@@ -48,10 +48,10 @@ def _node_command(kinds, node, port, args, out):
              "-n", str(args["iters"]), "-w", str(args["warmup"]), "-N", str(args["cycles"])]
     if CASES[kinds[0]].kind == "strategy":
         cmd = ["compare", "--strategies", ",".join(kinds), "--baseline", kinds[0], "--chunk-size", args["chunk_size"],
-               "--threshold", args["threshold"]]
+               "--threshold", args["threshold"], "--repeats", "1"]   # -N cycles are its repeats: the best is judged
     else:
         cmd = ["run", "--collective", ",".join(kinds), "--place", "in"]
-    return [sys.executable, "-m", "commbench.cli", *cmd, *sizes, *launch, "--format", "json",
+    return [sys.executable, "-m", "commbench.cli", *cmd, *sizes, *launch, *args.get("extra", ()), "--format", "json",
             *(["--out", out] if node == 0 else [])]
 
 
@@ -207,6 +207,168 @@ def link(rate, collectives, out, fmt, port, **args):
         summary = ", ".join(f"{r['size']} {r['of_ceiling']:.3f}" for r in judged)
         click.echo(f"selftest link: {'PASS' if passed else 'FAIL'}"
                    f"{f' (all_reduce / ceiling: {summary})' if judged else ''} in {verdict['seconds']:.0f} s")
+    for err in errors:
+        click.echo(f"error: {err}", err=True)
+    sys.exit(0 if passed else 1)
+
+
+MODEL_RANGE = (0.90, 1.10)   # measured / predicted busbw, and fitted / configured rate (TCP ceiling included)
+MODEL_JUDGED_MIN = 64 << 20  # ring all_reduce judged from this size on (smaller ones are latency-bound)
+
+
+def _node_topology(prefix):
+    """The topology `commbench topo` detects inside node 0 (what its ranks predicted with)."""
+    from commbench.topology import from_dict
+    argv = netns.exec_argv(0, [sys.executable, "-m", "commbench.cli", "topo", "--json"], prefix)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    if proc.returncode:
+        raise netns.ClusterError(f"commbench topo in node 0: {procs.one_line(proc.stderr)}")
+    found = json.loads(proc.stdout)
+    return from_dict(found["in_effect"]), found
+
+
+def _model_row(rec, judged):
+    predicted = rec["time_us"] and rec.get("predicted_time_us")
+    ratio = rec["predicted_time_us"] / rec["time_us"] if predicted else None  # = measured busbw / predicted busbw
+    ok = ratio is not None and MODEL_RANGE[0] <= ratio <= MODEL_RANGE[1]
+    return {"kind": record_label(rec), "size": format_size(rec["size_bytes"]), "size_bytes": rec["size_bytes"],
+            "busbw_gbps": rec["busbw_gbps"], "predicted_busbw_gbps": rec["busbw_gbps"] / ratio if ratio else None,
+            "ratio": ratio, "tier": rec.get("link_tier"), "verdict": ("ok" if ok else "OFF") if judged else "info"}
+
+
+@selftest.command("model")
+@click.option("--rate", default="1gbit", show_default=True, help="tbf rate of the link between the nodes.")
+@click.option("--lo-rate", default="500mbit", show_default=True,
+              help="tbf rate of each node's loopback, the intra-node link (one queue both directions share).")
+@click.option("-b", "--min-bytes", default="4M", show_default=True, help="Smallest ring all_reduce size (fit).")
+@click.option("-e", "--max-bytes", default="256M", show_default=True, help="Largest ring all_reduce size.")
+@click.option("-f", "--step-factor", type=int, default=4, show_default=True)
+@click.option("--hierarchical-sizes", default="16M,32M", show_default=True,
+              help="Payloads of the hierarchical all-reduce on 2 nodes x 2 local ranks.")
+@click.option("-n", "--iters", type=int, default=3, show_default=True)
+@click.option("-w", "--warmup", type=int, default=1, show_default=True)
+@click.option("-N", "--cycles", type=int, default=2, show_default=True,
+              help="Measure everything this many times and judge the best (other load only slows links down).")
+@click.option("--timeout", type=float, default=120, show_default=True, help="Process-group timeout (s).")
+@click.option("--rdzv-timeout", type=float, default=60, show_default=True)
+@click.option("--port", type=int, default=29420, show_default=True, help="Rendezvous port on node 0.")
+@click.option("--out", default=None, metavar="FILE", help="Append the measurements and a verdict record.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def model_check(rate, lo_rate, hierarchical_sizes, out, fmt, port, **args):
+    """Check the alpha-beta model against two tc-shaped network namespaces.
+
+    Needs root. Node links: eth0 shaped to --rate between the nodes, lo shaped to --lo-rate inside each.
+    The ranks predict from the topology they detect (commbench topo in each node: the shaped rates,
+    TCP payload ceiling included). Passes when ring all_reduce (1 rank per node) at 64 MiB and above
+    and the hierarchical all-reduce (2 nodes x 2 local ranks) reach 0.90-1.10 of the predicted busbw,
+    and the inter-node beta fitted to the ring sizes is within 0.90-1.10 of the configured rate x the
+    TCP payload ceiling.
+
+    \b
+    Example:
+      commbench selftest model
+      commbench selftest model --rate 2gbit --lo-rate 1gbit --out model.jsonl
+    """
+    from commbench.modelcmd import fit
+    try:
+        bits, lo_bits = netns.parse_rate(rate), netns.parse_rate(lo_rate)
+    except netns.ClusterError as exc:
+        raise UserError(str(exc)) from None
+    ring_sizes = size_range(parse_size(args["min_bytes"], "-b/--min-bytes"),
+                            parse_size(args["max_bytes"], "-e/--max-bytes"), args["step_factor"])
+    hier = [parse_size(s, "--hierarchical-sizes") for s in hierarchical_sizes.split(",") if s.strip()]
+    if not hier or args["cycles"] < 1:
+        raise UserError("--hierarchical-sizes needs a size and -N/--cycles at least 1")
+    if os.geteuid() != 0:
+        raise UserError("selftest model needs root (network namespaces and tc)")
+    for tool in ("ip", "tc", "unshare"):
+        if not shutil.which(tool):
+            raise UserError(f"selftest model needs `{tool}` (Debian: apt-get install iproute2 util-linux)")
+    out_path = output_file(out)
+    per_round = sum(ring_sizes) * 8 / bits + sum(hier) * 8 * (3 / lo_bits + 1 / bits) * 2
+    deadline = args["rdzv_timeout"] + 60 + 4 * per_round * (args["iters"] + args["warmup"] + 1) * args["cycles"]
+    common = {k: args[k] for k in ("iters", "warmup", "cycles", "timeout", "rdzv_timeout")}
+    ring_args = {**common, "min_bytes": args["min_bytes"], "max_bytes": args["max_bytes"],
+                 "step_factor": args["step_factor"]}
+    hier_args = {**common, "min_bytes": str(min(hier)), "max_bytes": str(max(hier)),
+                 "step_factor": max(2, max(hier) // min(hier)) if len(hier) > 1 else 2,
+                 "chunk_size": "2M", "threshold": "16M", "extra": ["--nproc-per-node", "2"]}
+    netns.reap("cbsm")
+    prefix = f"cbsm{os.getpid()}"
+    fd, tmp = tempfile.mkstemp(prefix="commbench-selftest-model-", suffix=".jsonl")
+    os.close(fd)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    errors, t0, topo, found = [], time.monotonic(), None, None
+    try:
+        took = netns.up(2, rate, prefix, lo_rate=lo_rate)
+        topo, found = _node_topology(prefix)
+        if fmt == "table":
+            console(stderr=True).print(
+                f"selftest model: 2 namespaces, eth0 shaped to {netns.format_rate(bits)}, lo to "
+                f"{netns.format_rate(lo_bits)} (up in {took:.2f} s); node 0 detects: intra-node {topo.fabric} "
+                f"{topo.intra_gbps:g} GB/s, inter-node {topo.nic_gbps:g} GB/s x {topo.payload_fraction:.4f} payload")
+        errors += _launch(["all_reduce"], port, ring_args, tmp, prefix, deadline)
+        if not errors:
+            errors += _launch(["hierarchical"], port + 1, hier_args, tmp, prefix, deadline)
+    except netns.ClusterError as exc:
+        errors.append(f"cannot build the test nodes: {exc}")
+    finally:
+        try:
+            netns.down(prefix)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        records = read_records(tmp)
+        os.unlink(tmp)
+    best = {}
+    for rec in records:  # per case, phase and size: the best of the cycles
+        if not rec.get("event"):
+            key = (record_label(rec), rec["size_bytes"])
+            if key not in best or rec["time_us"] < best[key]["time_us"]:
+                best[key] = rec
+    rows = [_model_row(r, (r["collective"] == JUDGED and not r.get("strategy") and r["size_bytes"] >= MODEL_JUDGED_MIN)
+                       or (r.get("strategy") == "hierarchical" and r.get("phase") == TOTAL)) for r in best.values()]
+    fitted, fit_row = None, None
+    ring = [r for r in best.values() if r["collective"] == JUDGED and not r.get("strategy")]
+    if ring and topo:
+        try:
+            tiers, _ = fit(ring, topo)
+            fitted = next((t for t in tiers if t["tier"] == "inter-node"), None)
+        except UserError as exc:
+            errors.append(str(exc))
+    if fitted:
+        expect = bits / 8e9 * topo.payload_fraction
+        ratio = fitted["gbps"] / expect
+        fit_row = {"alpha_us": fitted["alpha_us"], "fitted_gbps": fitted["gbps"], "expected_gbps": expect,
+                   "ratio": ratio, "verdict": "ok" if MODEL_RANGE[0] <= ratio <= MODEL_RANGE[1] else "OFF"}
+    judged = [r for r in rows if r["verdict"] != "info"]
+    passed = (not errors and bool(judged) and all(r["verdict"] == "ok" for r in judged) and fit_row is not None
+              and fit_row["verdict"] == "ok" and not any(r.get("wrong") for r in best.values()))
+    verdict = schema.event("commbench", "verdict", "; ".join(errors) or None,
+                           run_id=records[0]["run_id"] if records else None, check="selftest model", passed=passed,
+                           rate_bps=bits, ceiling_fraction=topo.payload_fraction if topo else None,
+                           pass_range=list(MODEL_RANGE), seconds=round(time.monotonic() - t0, 1),
+                           rows=[{k: r[k] for k in ("kind", "size_bytes", "busbw_gbps", "predicted_busbw_gbps",
+                                                     "ratio", "tier", "verdict")} for r in rows] +
+                           ([{"kind": "fitted inter-node beta", **fit_row}] if fit_row else []))
+    if out_path:
+        with RecordWriter(out_path) as writer:
+            for rec in records + [verdict]:
+                writer.write(rec)
+    if fmt == "json":
+        click.echo(json.dumps(verdict))
+    else:
+        print_table(rows, [("kind", "case", None), ("size", "size", None), ("busbw_gbps", "busbw GB/s", ".4f"),
+                           ("predicted_busbw_gbps", "predicted GB/s", ".4f"), ("ratio", "measured / predicted", ".3f"),
+                           ("tier", "bound by", None), ("verdict", "verdict", None)],
+                    title=f"measured against the model (best of {args['cycles']}; pass {MODEL_RANGE[0]:.2f}-"
+                          f"{MODEL_RANGE[1]:.2f})")
+        if fit_row:
+            click.echo(f"fitted inter-node: alpha {fit_row['alpha_us']:.1f} us, 1/beta {fit_row['fitted_gbps']:.4f} "
+                       f"GB/s = {fit_row['ratio']:.3f} x the configured {netns.format_rate(bits)} x "
+                       f"{topo.payload_fraction:.4f} TCP payload ({fit_row['verdict']})")
+        summary = ", ".join(f"{r['kind']} {r['size']} {r['ratio']:.3f}" for r in judged if r["ratio"])
+        click.echo(f"selftest model: {'PASS' if passed else 'FAIL'} (measured / predicted: {summary}) "
+                   f"in {verdict['seconds']:.0f} s")
     for err in errors:
         click.echo(f"error: {err}", err=True)
     sys.exit(0 if passed else 1)

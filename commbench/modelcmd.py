@@ -1,0 +1,172 @@
+"""`commbench model`: the alpha-beta model's predictions for a topology without running anything, and
+alpha and beta per tier fitted to measured records (commbench/model.py has the formulas)."""
+import json
+
+import click
+
+from benchcore.errors import UserError
+from benchcore.records import read_records
+from benchcore.report import console, print_table
+from benchcore.units import format_size, parse_size, size_range
+from commbench.case import TOTAL, label
+from commbench.model import fit_row, predict
+from commbench.plan import CaseOptionsText, case_options
+from commbench.registry import CASES, case_of, parse_names, record_label
+from commbench.topology import resolve
+
+
+def configs(names, opts):
+    """{label: config} of each case; placements and types left out (the model does not tell them apart)."""
+    out = {}
+    for name in names:
+        for cfg in CASES[name].configs(opts, "float32"):
+            cfg = {**cfg, "dtype": "float32", "op": "sum", "root": 0, "in_place": True}
+            out.setdefault(label(CASES[name], cfg), cfg)
+    return out
+
+
+def predictions(topo, names, sizes, nodes, local, backend, opts):
+    """One row per (size, case config): the model's time and busbw, the tier that bounds it and its peak."""
+    rows = []
+    for size in sizes:
+        for name, cfg in configs(names, opts).items():
+            pred = predict(CASES[cfg["case"]], cfg, size, topo, nodes * local, nodes, backend)[TOTAL]
+            rows.append({"case": name, "strategy": cfg["case"], "size_bytes": size, "size": format_size(size),
+                         "predicted_time_us": pred.time_us, "algbw_gbps": size / pred.time_us / 1e3,
+                         "busbw_gbps": pred.busbw_gbps, "link_tier": pred.tier, "link_peak_gbps": pred.peak_gbps,
+                         "link_utilization": pred.busbw_gbps / pred.peak_gbps, "chunk_bytes": cfg.get("chunk_bytes"),
+                         "inflight": cfg.get("inflight")})
+    return rows
+
+
+def summary(rows):
+    """Per size: the fastest case, the chunked configuration the model picks, and whether it beats ring."""
+    out = []
+    for size in dict.fromkeys(r["size_bytes"] for r in rows):
+        mine = [r for r in rows if r["size_bytes"] == size]
+        chunked = [r for r in mine if r["strategy"] == "chunked"]
+        pick = min(chunked, key=lambda r: r["predicted_time_us"]) if chunked else None
+        ring = next((r for r in mine if r["strategy"] == "ring"), None)
+        out.append({"size": format_size(size), "fastest": min(mine, key=lambda r: r["predicted_time_us"])["case"],
+                    "chunked_pick": pick["case"] if pick else "",
+                    "chunked_vs_ring": ring["predicted_time_us"] / pick["predicted_time_us"] if pick and ring else None})
+    return out
+
+
+def fit(records, topo):
+    """alpha (us) and beta per tier from measured records, by least squares on relative error, and the
+    fitted time of every record. Each measured phase fits the tier that bounds it in `topo`; a strategy's
+    total (a sum of phases on different tiers) is left out."""
+    import numpy as np  # here: only --fit needs it
+    rows = []
+    for rec in records:
+        if rec.get("event") or not rec.get("time_us") or rec.get("wrong"):
+            continue
+        case, phase = case_of(rec), rec.get("phase") or TOTAL
+        if case.model is None or (len(case.phases) > 1 and phase == TOTAL):
+            continue
+        got = fit_row(case, rec, rec["size_bytes"], topo, rec["world_size"], rec["nodes"], rec["backend"], phase)
+        if got and got[2] > 0:
+            rows.append({"rec": rec, "tier": got[0], "steps": got[1], "bytes": got[2], "time_us": rec["time_us"]})
+    tiers = {}
+    for tier in dict.fromkeys(r["tier"] for r in rows):
+        mine = [r for r in rows if r["tier"] == tier]
+        if len({r["bytes"] for r in mine}) < 2:
+            raise UserError(f"--fit: the {tier} tier has measurements at fewer than 2 sizes; fitting alpha and beta "
+                            "needs a size sweep")
+        a = np.array([[r["steps"] / r["time_us"], r["bytes"] / r["time_us"]] for r in mine])
+        (alpha, beta), *_ = np.linalg.lstsq(a, np.ones(len(mine)), rcond=None)
+        if alpha < 0:  # latency below what the sizes resolve: a bandwidth-only fit
+            alpha, beta = 0.0, float(np.sum(a[:, 1]) / np.sum(a[:, 1] ** 2))
+        tiers[tier] = {"tier": tier, "alpha_us": float(alpha), "gbps": 1e-3 / float(beta), "points": len(mine)}
+        for r in mine:
+            r["fitted_us"] = alpha * r["steps"] + beta * r["bytes"]
+            r["error"] = r["fitted_us"] / r["time_us"] - 1
+    return list(tiers.values()), rows
+
+
+def _topology(text):
+    if text:
+        return resolve(text)
+    from commbench.detect import detect, in_effect
+    return in_effect(detect()["fields"])
+
+
+@click.command("model")
+@click.option("--topology", default=None, metavar="FILE|NAME", help="Topology file or name [default: detected here].")
+@click.option("--nodes", type=click.IntRange(1), default=1, show_default=True)
+@click.option("--nproc-per-node", type=click.IntRange(1), default=None,
+              help="Ranks per node [default: the topology's GPUs per node, 2 for CPU nodes].")
+@click.option("--collective", "collectives", default=None, help="Comma list of collectives [default: all_reduce].")
+@click.option("--strategies", default=None, help="Comma list of strategies (ring,chunked,...) instead of collectives.")
+@click.option("-b", "--min-bytes", default="1M", show_default=True)
+@click.option("-e", "--max-bytes", default="8G", show_default=True)
+@click.option("-f", "--step-factor", type=int, default=2, show_default=True)
+@click.option("--backend", type=click.Choice(["nccl", "gloo"]), default=None,
+              help="Transport whose primitives the model uses [default: nccl on GPU nodes, gloo on CPU ones].")
+@case_options()
+@click.option("--fit", "fit_file", default=None, metavar="RESULTS.jsonl",
+              help="Fit alpha and beta per tier to these records instead of predicting.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def model(topology, nodes, nproc_per_node, collectives, strategies, min_bytes, max_bytes, step_factor, backend,
+          fit_file, fmt, **case_kw):
+    """Predict collective and strategy times from a topology, without running anything; or fit the model.
+
+    Every phase costs steps x alpha + bytes x beta on the tier that bounds it (formulas and sources in
+    commbench/model.py). For strategies, the summary says which is fastest per size, which chunk size
+    the model picks for chunked and how it compares with ring.
+
+    \b
+    Example:
+      commbench model --topology dgx-h100 --nodes 4 --collective all_reduce -b 1M -e 8G
+      commbench model --topology dgx-h100 --nodes 4 --strategies ring,chunked --chunk-size 512K,2M,8M --threshold 64M
+      commbench model --fit results.jsonl
+    """
+    topo = _topology(topology)
+    if fit_file:
+        return _print_fit(fit_file, topo, fmt)
+    if collectives and strategies:
+        raise UserError("give --collective or --strategies, not both")
+    names = (parse_names(strategies, "strategy", "--strategies") if strategies else
+             parse_names(collectives or "all_reduce", "collective", "--collective"))
+    local = nproc_per_node or topo.gpus_per_node or 2
+    sizes = size_range(parse_size(min_bytes, "-b/--min-bytes"), parse_size(max_bytes, "-e/--max-bytes"), step_factor)
+    opts = CaseOptionsText(chunk_sizes=case_kw["chunk_sizes"], threshold=case_kw["threshold"],
+                           inflight=case_kw["inflight"], compress=case_kw["compress"], place="in").parse()
+    backend = backend or ("nccl" if topo.gpus_per_node else "gloo")
+    rows = predictions(topo, names, sizes, nodes, local, backend, opts)
+    if fmt == "json":
+        for row in rows:
+            click.echo(json.dumps({"topology": topo.name, "nodes": nodes, "world_size": nodes * local,
+                                   "backend": backend, **{k: v for k, v in row.items() if k != "size"}}))
+        return
+    print_table(rows, [("size", "size", None), ("case", "case", None), ("predicted_time_us", "time us", ".1f"),
+                       ("algbw_gbps", "algbw GB/s", ".2f"), ("busbw_gbps", "busbw GB/s", ".2f"),
+                       ("link_tier", "bound by", None), ("link_peak_gbps", "peak GB/s", ".2f"),
+                       ("link_utilization", "of peak", ".2f")],
+                title=f"model: {topo.name}, {nodes} node(s) x {local} ranks, {backend}")
+    if strategies:
+        print_table(summary(rows), [("size", "size", None), ("fastest", "fastest", None),
+                                    ("chunked_pick", "chunked: model's pick", None),
+                                    ("chunked_vs_ring", "ring / chunked time", ".2f")], title="summary")
+        beats = [r["size"] for r in summary(rows) if (r["chunked_vs_ring"] or 0) > 1]
+        if any(r["strategy"] == "chunked" for r in rows) and any(r["strategy"] == "ring" for r in rows):
+            console().print(f"chunked (its best configuration) beats ring at: {', '.join(beats)}" if beats else
+                            "chunked never beats ring here")
+
+
+def _print_fit(path, topo, fmt):
+    tiers, rows = fit(read_records(path), topo)
+    if not rows:
+        raise UserError(f"--fit {path}: no measurement records the model covers")
+    if fmt == "json":
+        for t in tiers:
+            click.echo(json.dumps(t))
+        return
+    print_table(tiers, [("tier", "tier", None), ("alpha_us", "alpha us/step", ".2f"), ("gbps", "1/beta GB/s", ".4f"),
+                        ("points", "records", "d")], title=f"alpha-beta fit ({topo.name} names the tiers)")
+    shown = [{"label": record_label(r["rec"]), "size": format_size(r["rec"]["size_bytes"]), "tier": r["tier"],
+              "time_us": r["time_us"], "fitted_us": r["fitted_us"], "error": r["error"] * 100} for r in rows]
+    print_table(shown, [("label", "case", None), ("size", "size", None), ("tier", "tier", None),
+                        ("time_us", "measured us", ".1f"), ("fitted_us", "fitted us", ".1f"),
+                        ("error", "error %", "+.1f")], title="fit per size")
