@@ -5,6 +5,7 @@ import sys
 
 from rich.console import Console
 
+from benchcore.nccltests import DTYPES
 from benchcore.report import console, emit, print_table
 from benchcore.units import format_size
 from commbench.registry import record_label
@@ -138,8 +139,8 @@ def print_collective_tables(records, out=None):
 
 # --format nccl-tests: the plain text of nccl-tests (src/util.cu), one block per collective or strategy label.
 
-NCCL_TYPES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16", "float64": "double",
-              "int8": "int8", "uint8": "uint8", "int32": "int32", "int64": "int64"}
+# suite type -> nccl-tests' name: the reverse of the table `import` reads them with (first spelling wins)
+NCCL_TYPES = {suite: nccl for nccl, (suite, _) in reversed(DTYPES.items())}
 NCCL_PROGRAMS = {"all_to_all": "alltoall"}             # binary name stem where nccl-tests spells it otherwise
 PIECE_COUNT = ("all_gather", "reduce_scatter", "all_to_all")  # count column: the per-rank piece (paramcount)
 NA = "N/A"

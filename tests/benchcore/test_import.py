@@ -223,3 +223,10 @@ def test_loader_returns_a_dataframe_of_any_mix(tmp_path):
     frame = results.load_frame([str(FOREIGN / "nccl-tests-2.13-tag-output.log"), str(FOREIGN / "fio-2.20.json")])
     assert len(frame) == 9 and set(frame["tool"]) == {"commbench", "iobench"}
     assert frame.loc[frame["tool"] == "iobench", "bw_mbps"].iloc[0] == pytest.approx(87381 * 1024 / 1e6)
+
+
+def test_the_clis_start_without_pandas_matplotlib_or_torch():
+    code = ("import sys, commbench.cli, iobench.cli; "
+            "print(sorted(m for m in ('pandas', 'matplotlib', 'torch', 'pyarrow') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.stdout.strip() == "[]", done.stderr
