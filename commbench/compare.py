@@ -63,8 +63,13 @@ def payload_rows(records, outcomes, baseline):
     return table
 
 
-def print_compare(records, outcomes, notes, baseline="ring"):
+def print_compare(records, baseline="ring"):
+    """One table per payload, then the verdict records' sentences (none when the run failed or was wrong)."""
     out = console()
+    outcomes = verdict.judge(records)
+    notes = [r["reason"] for r in records if r.get("event") == "verdict" and r["check"] == "fastest"]
+    notes += verdict.equivalence_lines(outcomes)
+    notes += [r["reason"] for r in records if r.get("event") == "verdict" and r["check"] == "chunked"]
     first = next(r for r in records if not r.get("event"))
     columns = [("label", "strategy", None), ("time_us", "time us", ".1f"), ("spread", "spread %", ".1f"),
                ("repeats", "n", "d"), ("busbw_gbps", "busbw GB/s", ".3f"), ("link_utilization", "link util", ".2f"),
@@ -77,7 +82,8 @@ def print_compare(records, outcomes, notes, baseline="ring"):
             row["wire"] = format_size(row["wire_bytes"]) if row.get("wire_bytes") else ""
         print_table(rows, columns, title=f"payload {format_size(size)}: time to the same final tensor on every rank "
                     f"(median of n repeats; {first['backend']}, {first['world_size']} ranks on {first['nodes']} node(s))")
-    out.print(f"verdicts ({stats.METHOD}):")
+    if notes:
+        out.print(f"verdicts ({stats.METHOD}):")
     for line in notes:
         out.print(f"  {line}")
 
@@ -93,7 +99,7 @@ def plot(records, path):
 
 
 def chunked_answer(outcomes, run_id):
-    """The seed's question answered: (paragraph, verdict record) from the per-payload outcomes."""
+    """The seed's question answered, as a verdict record whose reason is the paragraph."""
     outcomes = sorted(outcomes, key=lambda o: o.size)
     labels = list(dict.fromkeys(l for o in outcomes for g in o.groups for l in g.labels))
     chunked = [l for l in labels if l.split()[0] == "chunked"]
@@ -101,8 +107,6 @@ def chunked_answer(outcomes, run_id):
     nothing = [o.size for o in outcomes if o.winner is None]
     tail = ("Nothing is significantly better than the rest at " + ", ".join(format_size(s) for s in nothing) + "."
             if nothing else "At every payload one config is significantly fastest.")
-    if not chunked or not plain or "ring" not in labels:
-        return "(the answer needs ring, plain and chunked in one run)", None
 
     def top(label):  # payloads where this config is among the fastest, and its mean time over the best
         among = sum(1 for o in outcomes if o.group_of(label) in o.tied)
@@ -131,10 +135,9 @@ def chunked_answer(outcomes, run_id):
                 f"{plain_r.text()} at {format_size(beats_from)}. {tail}")
         fields = dict(winner=best, versus="ring, " + plain, ratio=ring_r.ratio, ratio_low=ring_r.low,
                       ratio_high=ring_r.high, beats_from_bytes=beats_from)
-    record = schema.event("commbench", "verdict", text, run_id=run_id, check="chunked", method=stats.METHOD,
-                          sizes=[o.size for o in outcomes if beats_from and o.size >= beats_from],
-                          no_difference_sizes=nothing, **fields)
-    return text, record
+    return schema.event("commbench", "verdict", text, run_id=run_id, check="chunked", method=stats.METHOD,
+                        sizes=[o.size for o in outcomes if beats_from and o.size >= beats_from],
+                        no_difference_sizes=nothing, **fields)
 
 
 def _config_of(label):
@@ -143,27 +146,19 @@ def _config_of(label):
     return threshold.lstrip(">"), chunk, inflight.lstrip("x")
 
 
-def judged(records, baseline, answer):
-    """The verdict records of a compare (and chunked's answer), with the lines to print."""
+def judge(records, answer):
+    """The verdict records of a compare (and chunked's answer)."""
     outcomes = verdict.judge(records)
     run_id = next((r["run_id"] for r in records if r.get("run_id")), None)
     found = verdict.verdicts(outcomes, run_id)
-    lines = [r["reason"] for r in found] + verdict.equivalence_lines(outcomes)
     if answer:
-        text, record = chunked_answer(outcomes, run_id)
-        lines.append(text)
-        found += [record] if record else []
-    return found, outcomes, lines
+        found += [chunked_answer(outcomes, run_id)]
+    return found
 
 
 def run_strategies(names, baseline, kw, answer=False):
-    state = {}
-
-    def judge(records):
-        state["verdicts"], state["outcomes"], state["lines"] = judged(records, baseline, answer)
-        return state["verdicts"]
-    measure(names, kw, lambda recs: print_compare(recs, state["outcomes"], state["lines"], baseline), "strategies",
-            plot, judge)
+    measure(names, kw, lambda recs: print_compare(recs, baseline), "strategies", plot,
+            lambda recs: judge(recs, answer))
 
 
 @click.command()
