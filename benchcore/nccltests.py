@@ -92,8 +92,8 @@ def header(line, labels):
     starts = [i for i, c in enumerate(cols) if c == "time"]
     groups = [cols[a:b] for a, b in zip(starts, starts[1:] + [len(cols)])]
     groups = [[c for c in g if c not in ("timestamp",)] for g in groups]
-    if not labels:
-        labels = [False, True][:len(groups)] if len(groups) == 2 else [False] * len(groups)
+    if not labels or len(labels) != len(groups):
+        labels = [False, True] if len(groups) == 2 else [False] * len(groups)
     places = list(zip(labels, groups))
     return Layout(cols[:first], places, 1000.0 if toks[0] == "bytes" else 1.0, cpu)
 
@@ -162,7 +162,12 @@ def logical_lines(text):
                                                                  for t in line.split()):
             line, n = pending[1] + "  " + line, pending[0]
             pending = None
+        elif pending and line and not NCCL_LOG.search(line):
+            out.append((pending[0], pending[1], True))   # the row never continued: cut
+            pending = None
         out.append((n, line, unterminated and n == len(raw)))
+    if pending:
+        out.append((pending[0], pending[1], True))
     return out
 
 
@@ -205,7 +210,7 @@ def parse(text, source_file, run_id):
         if e:
             ctx.env[e.group(1)] = e.group(2)
         if NCCL_LOG.search(line):
-            if current is not None and current.rows:
+            if current is not None and not current.ended:
                 current.after.append((n, line))
             continue
         if PROGRAM.search(" " + line) and not (current and current.rows and not current.ended):
@@ -246,7 +251,7 @@ def parse(text, source_file, run_id):
                 current.rows.append((n, row, current.cycle))
                 current.after = []
             continue
-        if current.rows and not current.ended and line not in ("...", "\u2026"):
+        if not current.ended and line not in ("...", "\u2026"):
             current.after.append((n, line))
     if not tables:
         if marked:

@@ -52,7 +52,7 @@ def _records_jsonl(text):
 def _fio(text, path, run_id):
     data, start = fiojson.find_json(text)
     version = data.get("fio version")
-    signal = fiojson.interrupted_by(text[:start] + text[start:].split("\n}", 1)[-1])
+    signal = fiojson.interrupted_by(text)
     results = fiojson.job_results(data)
     lines = fiojson.job_lines(text, start, len(results))
     out = []

@@ -230,3 +230,40 @@ def test_the_clis_start_without_pandas_matplotlib_or_torch():
             "print(sorted(m for m in ('pandas', 'matplotlib', 'torch', 'pyarrow') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.stdout.strip() == "[]", done.stderr
+
+
+PER_ITER = """# Collective test starting: reduce_scatter_perf
+# nThread 1 nGpus 2 minBytes 1048576 maxBytes 1048576 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 1 unalign: 0
+# Per-Iteration Report: CUDA event timing; i_* uses max over process rows 
+#
+#                                                              out-of-place (+ per-iteration)                                in-place (+ per-iteration)
+#       size         count      type   redop    root     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv%     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv%           timestamp
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)     (us)     (us)      (%)     (us)  (GB/s)  (GB/s)             (us)     (us)     (us)      (%) %Y-%m-%d %H:%M:%S
+     1048576        131072     float     sum      -1    20.51   51.12   25.56       0    19.80    22.10    22.05     2.31    20.02   52.38   26.19       0    19.51    21.40    21.33     1.90  2026-11-30 10:00:01
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 25.875 
+#
+# Collective test concluded: reduce_scatter_perf
+"""
+
+
+def test_per_iteration_columns_and_timestamps_of_the_latest_nccl_tests(tmp_path):
+    (tmp_path / "rs.log").write_text(PER_ITER)
+    recs = results.load(str(tmp_path / "rs.log")).records
+    assert rows(recs) == [(1048576, False, 20.51, 51.12, 25.56), (1048576, True, 20.02, 52.38, 26.19)]
+    assert {(r["collective"], r["count"], r["wrong"], r["time_source"]) for r in recs} == \
+        {("reduce_scatter", 262144, 0, "cuda_graph")}
+
+
+def test_a_row_that_an_info_line_cut_and_that_never_continued(tmp_path):
+    text = PER_ITER.replace(
+        "     1048576        131072     float     sum      -1    20.51",
+        "     1048576        131072     float     sum      -1node1:7:7 [0] NCCL INFO comm 0x1 rank 0 nranks 2\n"
+        "node1:7:9 [0] NCCL WARN Cuda failure 'an illegal memory access was encountered'\n"
+        "node1: Test CUDA failure common.cu:1020 'an illegal memory access was encountered'\n    20.51")
+    text = text.split("    20.51")[0]
+    (tmp_path / "rs.log").write_text(text)
+    recs = results.load(str(tmp_path / "rs.log")).records
+    ((kind, reason),) = events(recs)
+    assert rows(recs) == [] and kind == "truncated"
+    assert "row cut mid-way at line 8" in reason and "NCCL WARN Cuda failure" in reason
