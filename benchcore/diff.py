@@ -50,9 +50,10 @@ def compare(base_records, new_records, threshold):
     for side, records in zip(sides, (base_records, new_records)):
         for rec in measurements(records):
             side.setdefault(identity(rec), []).append(rec)
+    pairs = [(k, k) for k in sides[1] if k in sides[0]] + _loose_pairs(sides)
     lines = []
-    for key in [k for k in sides[1] if k in sides[0]]:
-        base, new = sides[0][key], sides[1][key]
+    for base_key, key in pairs:
+        base, new = sides[0][base_key], sides[1][key]
         tool = TOOL[key[0]]
         a, b = _values(new, tool.metric), _values(base, tool.metric)
         if not a or not b:
@@ -78,9 +79,25 @@ def compare(base_records, new_records, threshold):
         worse = ratio > 1 if tool.lower_is_better else ratio < 1
         lines.append(Line(label(new[0]), group_of(new[0]), key[0], b, a, ratio, basis, sure, beyond,
                           point and beyond, worse))
-    only_base = [recs[0] for k, recs in sides[0].items() if k not in sides[1]]
-    only_new = [recs[0] for k, recs in sides[1].items() if k not in sides[0]]
+    joined_base, joined_new = {b for b, _ in pairs}, {n for _, n in pairs}
+    only_base = [recs[0] for k, recs in sides[0].items() if k not in joined_base]
+    only_new = [recs[0] for k, recs in sides[1].items() if k not in joined_new]
     return lines, only_base, only_new
+
+
+def _loose_pairs(sides):
+    """Identities that differ only where one side does not know a field (None: an imported fio file has no
+    storage class, an old log no world size) join when exactly one candidate fits either way."""
+    def fits(a, b):
+        return len(a) == len(b) and all(x == y or x is None or y is None for x, y in zip(a, b))
+    base_left = [k for k in sides[0] if k not in sides[1]]
+    new_left = [k for k in sides[1] if k not in sides[0]]
+    pairs = []
+    for key in new_left:
+        found = [b for b in base_left if fits(b, key)]
+        if len(found) == 1 and [n for n in new_left if fits(found[0], n)] == [key]:
+            pairs.append((found[0], key))
+    return pairs
 
 
 def _mean(values):

@@ -116,3 +116,13 @@ def test_cli_mixes_records_and_nccl_tests_logs(tmp_path):
     assert done.returncode == 0
     assert done.stdout.startswith("no difference beyond 5% and the run-to-run spread in 8 joined rows")
     assert "summary all_reduce: geometric mean unchanged over 8 rows" in done.stdout
+
+
+def test_a_field_one_side_does_not_know_still_joins_when_unambiguous():
+    known = comm("a", 1024, 100.0)
+    unknown = dict(comm("b", 1024, 100.0), world_size=None, nodes=None)   # an old log without device lines
+    lines, only_base, only_new = diff.compare([known], [unknown], 0.05)
+    assert len(lines) == 1 and only_base == only_new == []
+    two = [known, comm("c", 1024, 100.0, sweep_config="NCCL_ALGO=Tree")]
+    lines, only_base, only_new = diff.compare(two, [dict(unknown, sweep_config=None)], 0.05)
+    assert len(lines) == 1          # the default config joins exactly; the Tree config stays one-sided
