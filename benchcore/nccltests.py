@@ -52,7 +52,8 @@ AVG = re.compile(r"Avg bus bandwidth\s*:\s*(\S+)\s*(GB/s)?")
 CYCLE = re.compile(r"# Testing (\d+) cycle")
 ENV = re.compile(r"NCCL INFO (\w+) set by environment to (\S+)")
 VERSIONS = (("nccl", re.compile(r"NCCL version (\S+)")), ("rccl", re.compile(r"RCCL version (\S+)")),
-            ("nccl-tests", re.compile(r"nccl-tests version (\S+)")), ("rccl-tests", re.compile(r"rccl-tests: Version (\S+)")))
+            ("nccl-tests", re.compile(r"nccl-tests version (\S+)")),
+            ("rccl-tests", re.compile(r"rccl-tests: Version (\S+)")))
 CRASH = re.compile(r"NCCL WARN|RCCL WARN|Test (?:NCCL |CUDA |HIP )?failure|failure|Segmentation fault|Bus error|Abort|"
                    r"terminate called|Process received signal|Signal:|timeout|timed out|noticed that process|"
                    r"srun: error|slurmstepd|CANCELLED|TIME LIMIT|Killed|[Ee]rror", re.I)

@@ -39,7 +39,8 @@ COLUMNS = {
                 ("lat_mean_us", "lat mean us", ".1f"), ("lat_p50_us", "P50 us", ".1f"),
                 ("lat_p99_us", "P99 us", ".1f"), ("lat_p999_us", "P99.9 us", ".1f"), ("run", "run", None)],
 }
-SECTION = {"commbench": lambda r: group_of(r), "iobench": lambda r: f"{r.get('mount')} ({r.get('storage_class') or 'n/a'})"}
+SECTION = {"commbench": lambda r: group_of(r),
+           "iobench": lambda r: f"{r.get('mount')} ({r.get('storage_class') or 'n/a'})"}
 ORDER = {"commbench": ("dtype", "op", "in_place", "world_size", "size_bytes", "run"),
          "iobench": ("profile", "direction", "run")}
 LATENCIES = (("lat_mean_us", "mean"), ("lat_p50_us", "P50"), ("lat_p99_us", "P99"), ("lat_p999_us", "P99.9"))

@@ -267,3 +267,11 @@ def test_a_row_that_an_info_line_cut_and_that_never_continued(tmp_path):
     ((kind, reason),) = events(recs)
     assert rows(recs) == [] and kind == "truncated"
     assert "row cut mid-way at line 8" in reason and "NCCL WARN Cuda failure" in reason
+
+
+def test_iobench_import_is_the_same_command():
+    done = subprocess.run([sys.executable, "-m", "iobench.cli", "import", str(FOREIGN / "fio-3.1.json")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert [json.loads(line) for line in done.stdout.splitlines()] == load("fio-3.1.json")
+    assert "fio-3.1.json: 1 measurements (fio-json)" in done.stderr
