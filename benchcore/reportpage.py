@@ -97,7 +97,7 @@ def sections(records, baseline=()):
             rows.sort(key=lambda r: tuple(str(r.get(k)) if not isinstance(r.get(k), (int, float)) else
                                           f"{r.get(k):020.6f}" for k in ORDER[tool]))
             columns = list(COLUMNS[tool])
-            if base:
+            if any(k[0] == tool for k in base):
                 metric = TOOL[tool].metric
                 for r in rows:
                     b = base.get(identity(r))
@@ -122,15 +122,19 @@ def busbw_plot(path, title, recs, base_recs):
     for recs_, style, tag in ((recs, "-", ""), (base_recs, "--", "baseline ")):
         series = {}
         for r in recs_:
-            if r.get("size_bytes") and r.get("busbw_gbps"):
-                key = f"{tag}{_run(r)} {_place(r.get('in_place'))}-of-place {r.get('dtype') or ''}".strip()
+            if r.get("size_bytes") and r.get("busbw_gbps") and r["busbw_gbps"] > 0:
+                place = {True: "in-place", False: "out-of-place"}.get(r.get("in_place"), "")
+                key = f"{tag}{_run(r)} {place} {r.get('dtype') or ''}".strip()
                 series.setdefault(key, []).append(r)
         for key, rs in series.items():
-            rs.sort(key=lambda r: r["size_bytes"])
-            line, = ax.plot([r["size_bytes"] for r in rs], [r["busbw_gbps"] for r in rs], style, marker="o",
-                            markersize=3, label=key)
-            pred = [(r["size_bytes"], r["busbw_gbps"] * r["time_us"] / r["predicted_time_us"]) for r in rs
-                    if r.get("predicted_time_us") and r.get("time_us")]
+            sizes = sorted({r["size_bytes"] for r in rs})
+            at = {s: sorted(r["busbw_gbps"] for r in rs if r["size_bytes"] == s) for s in sizes}
+            mid = [stats.geometric_mean(at[s]) for s in sizes]      # repeats (cycles, runs): middle and range
+            line = ax.errorbar(sizes, mid, yerr=[[max(0.0, m - at[s][0]) for s, m in zip(sizes, mid)],
+                                                 [max(0.0, at[s][-1] - m) for s, m in zip(sizes, mid)]],
+                               fmt=style, marker="o", markersize=3, capsize=2, label=key).lines[0]
+            pred = sorted({(r["size_bytes"], r["busbw_gbps"] * r["time_us"] / r["predicted_time_us"]) for r in rs
+                           if r.get("predicted_time_us") and r.get("time_us")})
             if pred and not tag:
                 ax.plot(*zip(*pred), ":", color=line.get_color(), label=f"{key} model")
     peaks = sorted({r["link_peak_gbps"] for r in recs if r.get("link_peak_gbps")})
