@@ -275,3 +275,14 @@ def test_iobench_import_is_the_same_command():
     assert done.returncode == 0, done.stderr
     assert [json.loads(line) for line in done.stdout.splitlines()] == load("fio-3.1.json")
     assert "fio-3.1.json: 1 measurements (fio-json)" in done.stderr
+
+
+def test_all_types_in_one_table_are_not_cycles(tmp_path):
+    """-d all: the sizes start again for each type; a type is a row key, not a repeat."""
+    head, rest = PER_ITER.split("     1048576", 1)
+    row = "     1048576" + rest.split("\n", 1)[0]
+    text = head + row + "\n" + row.replace("131072     float", "262144      half") + "\n" + rest.split("\n", 1)[1]
+    (tmp_path / "d-all.log").write_text(text)
+    recs = results.load(str(tmp_path / "d-all.log")).records
+    assert [(r["dtype"], r["count"], r.get("cycle")) for r in recs] == \
+        [("float32", 262144, None)] * 2 + [("float16", 524288, None)] * 2
