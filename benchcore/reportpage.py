@@ -41,7 +41,7 @@ COLUMNS = {
 }
 SECTION = {"commbench": lambda r: group_of(r),
            "iobench": lambda r: f"{r.get('mount')} ({r.get('storage_class') or 'n/a'})"}
-ORDER = {"commbench": ("dtype", "op", "in_place", "world_size", "size_bytes", "run"),
+ORDER = {"commbench": ("dtype", "op", "in_place", "world_size", "size_bytes", "run", "cycle"),
          "iobench": ("profile", "direction", "run")}
 LATENCIES = (("lat_mean_us", "mean"), ("lat_p50_us", "P50"), ("lat_p99_us", "P99"), ("lat_p999_us", "P99.9"))
 
@@ -97,6 +97,8 @@ def sections(records, baseline=()):
             rows.sort(key=lambda r: tuple(str(r.get(k)) if not isinstance(r.get(k), (int, float)) else
                                           f"{r.get(k):020.6f}" for k in ORDER[tool]))
             columns = list(COLUMNS[tool])
+            if any(r.get("cycle") is not None for r in rows):      # repeats within a run (nccl-tests -N)
+                columns.insert(-1, ("cycle", "cycle", "d"))
             if any(k[0] == tool for k in base):
                 metric = TOOL[tool].metric
                 for r in rows:
