@@ -56,6 +56,7 @@ def payload_rows(records, outcomes, baseline):
             rows.append({"label": label, "time_us": _median(times), "spread": (max(times) - min(times)) / _median(times) * 100,
                          "repeats": len(recs), "busbw_gbps": _median([r["busbw_gbps"] for r in recs]),
                          "link_utilization": _median([r.get("link_utilization") for r in recs]),
+                         "predicted_time_us": recs[0].get("predicted_time_us"),  # the model's: same every repeat
                          "vs": _speedup(found.get(size), label, baseline) if recs[0].get("phase") == TOTAL else "",
                          "wrong": sum(r["wrong"] or 0 for r in recs) if recs[0].get("wrong") is not None else None,
                          **{k: recs[0].get(k) for k in ("wire_bytes", "max_abs_error", "max_rel_error")}})
@@ -71,7 +72,8 @@ def print_compare(records, baseline="ring"):
     notes += verdict.equivalence_lines(outcomes)
     notes += [r["reason"] for r in records if r.get("event") == "verdict" and r["check"] == "chunked"]
     first = next(r for r in records if not r.get("event"))
-    columns = [("label", "strategy", None), ("time_us", "time us", ".1f"), ("spread", "spread %", ".1f"),
+    columns = [("label", "strategy", None), ("time_us", "time us", ".1f"), ("predicted_time_us", "model us", ".1f"),
+               ("spread", "spread %", ".1f"),
                ("repeats", "n", "d"), ("busbw_gbps", "busbw GB/s", ".3f"), ("link_utilization", "link util", ".2f"),
                ("vs", f"speed-up vs {baseline} [95% CI]", None), ("wrong", "#wrong", "d")]
     if any(r.get("max_abs_error") is not None for r in records):

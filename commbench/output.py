@@ -11,7 +11,8 @@ from benchcore.units import format_size
 from commbench.registry import record_label
 
 PLACE_COLUMNS = [("time_us", "time us", ".1f"), ("algbw_gbps", "algbw GB/s", ".3f"),
-                 ("busbw_gbps", "busbw GB/s", ".3f"), ("wrong", "#wrong", "d")]
+                 ("busbw_gbps", "busbw GB/s", ".3f"), ("link_utilization", "util", ".2f"), ("wrong", "#wrong", "d")]
+MODEL_COLUMNS = ("predicted_time_us", "_link_utilization")   # the model's columns, the last ones a narrow table drops
 SIDES = (("out", "out-of-place"), ("in", "in-place"))
 
 
@@ -40,7 +41,8 @@ def collective_rows(records):
         row = rows.setdefault(key, {"collective": rec["collective"], "size": rec["size_bytes"],
                                     "size_h": format_size(rec["size_bytes"]), "count": rec["count"],
                                     "type": rec["dtype"], "redop": rec.get("op") or "none",
-                                    "root": rec.get("root") if rec.get("root") is not None else -1})
+                                    "root": rec.get("root") if rec.get("root") is not None else -1,
+                                    "predicted_time_us": rec.get("predicted_time_us"), "topology": rec.get("topology")})
         side = "in" if rec["in_place"] else "out"
         for col, _, _ in PLACE_COLUMNS:
             row[f"{side}_{col}"] = rec.get(col)
@@ -54,7 +56,8 @@ def _layouts(rows, title_bits, sides):
     place = [(f"{s}_{key}", f"{label} {head}" if key == "time_us" else head, fmt)
              for s, label in sides for key, head, fmt in PLACE_COLUMNS]
     columns = [("size", "size (B)", "d"), ("size_h", "", None), ("count", "count", "d"),
-               ("type", "type", None), ("redop", "redop", None), ("root", "root", "d")] + place
+               ("type", "type", None), ("redop", "redop", None), ("root", "root", "d"),
+               ("predicted_time_us", "model us", ".1f")] + place
     yield columns, list(title_bits)
     folded = []
     for key in ("type", "redop", "root"):           # constant in the table: said once in the title
@@ -75,7 +78,10 @@ def _layouts(rows, title_bits, sides):
     short = {f"{s}_time_us": f"{s} us" for s, _ in sides}      # "out-of-place time us" -> "out us"
     columns = [(k, short.get(k, h), f) for k, h, f in columns]
     yield columns, bits
-    yield [c for c in columns if not c[0].endswith("_algbw_gbps")], bits + ["algbw = busbw / bus factor"]
+    columns = [c for c in columns if not c[0].endswith("_algbw_gbps")]
+    bits = bits + ["algbw = busbw / bus factor"]
+    yield columns, bits
+    yield [c for c in columns if not c[0].endswith(MODEL_COLUMNS)], bits
 
 
 def _fitting(name, rows, title_bits, sides, out):
@@ -114,6 +120,7 @@ def print_collective_tables(records, out=None):
     wide = Console(file=out.file, width=1000, highlight=False, markup=False, soft_wrap=False)
     first = recs[0]
     title_bits = [f"{first['backend']}", f"{first['world_size']} ranks on {first['nodes']} node(s)",
+                  f"util = busbw / {first.get('topology')} peak",
                   "blocking" if first["blocking"] else "non-blocking", f"agg {first.get('agg', 'avg')}"]
     for name in dict.fromkeys(r["collective"] for r in rows):
         mine = [r for r in rows if r["collective"] == name]
