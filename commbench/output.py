@@ -42,7 +42,7 @@ def collective_rows(records):
                                     "size_h": format_size(rec["size_bytes"]), "count": rec["count"],
                                     "type": rec["dtype"], "redop": rec.get("op") or "none",
                                     "root": rec.get("root") if rec.get("root") is not None else -1,
-                                    "predicted_time_us": rec.get("predicted_time_us"), "topology": rec.get("topology")})
+                                    "predicted_time_us": rec.get("predicted_time_us")})
         side = "in" if rec["in_place"] else "out"
         for col, _, _ in PLACE_COLUMNS:
             row[f"{side}_{col}"] = rec.get(col)
