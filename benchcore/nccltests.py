@@ -12,9 +12,9 @@ The generations (from NVIDIA/nccl-tests' and ROCm/rccl-tests' sources):
   rccl-tests   'rccl-tests: Version ...' preamble, in-place-only tables, '# Testing N cycle.'
 
 The table is read from its own header, so columns are found by name and values by whitespace (a value that
-overflows its column still has its own token). Logs as people keep them: mpirun --tag-output prefixes,
-NCCL INFO/WARN and other lines interleaved (also inside a row, as stdout buffering leaves them), Markdown
-indentation, header lines without '#', elided rows ('...'), zero-byte rows, footers with or without unit.
+overflows its column still has its own token). Logs as people keep them: mpirun --tag-output and srun --label
+prefixes, NCCL INFO/WARN and other lines interleaved (also inside a row, as stdout buffering leaves them),
+Markdown indentation, header lines without '#', elided rows ('...'), zero-byte rows, footers with or without unit.
 A table that ends before its footer keeps its complete rows and adds an `event: "truncated"` record.
 """
 import re
@@ -36,7 +36,7 @@ COLUMNS = {"size": "size", "bytes": "size", "count": "count", "n": "count", "typ
            "op": "op", "root": "root", "time": "time", "cputime": "time", "algbw": "algbw", "busbw": "busbw",
            "#wrong": "wrong", "wrong": "wrong", "error": "error", "res": "error"}
 
-TAG = re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:")                        # mpirun --tag-output
+TAG = re.compile(r"^(?:\[\d+,\d+\]<(?:stdout|stderr)>:|\s*\d+: )")   # mpirun --tag-output, srun --label
 # host:pid:tid [dev] NCCL INFO (the host starts with a letter: inside a row it follows a digit)
 NCCL_LOG = re.compile(r"[A-Za-z][\w.-]*:\d+:\d+ \[\d+\] (?:[\w.]+:\d+ )?(?:NCCL|RCCL) (?:INFO|WARN|TRACE|ABORT)")
 NUMBER = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")

@@ -286,3 +286,10 @@ def test_all_types_in_one_table_are_not_cycles(tmp_path):
     recs = results.load(str(tmp_path / "d-all.log")).records
     assert [(r["dtype"], r["count"], r.get("cycle")) for r in recs] == \
         [("float32", 262144, None)] * 2 + [("float16", 524288, None)] * 2
+
+
+def test_srun_label_prefixes(tmp_path):
+    text = "".join(f"{0:>3}: {line}\n" for line in PER_ITER.splitlines())
+    (tmp_path / "srun.log").write_text(text)
+    assert rows(results.load(str(tmp_path / "srun.log")).records) == \
+        [(1048576, False, 20.51, 51.12, 25.56), (1048576, True, 20.02, 52.38, 26.19)]
