@@ -129,16 +129,14 @@ class Context:
 class Table:
     layout: Layout
     line: int
-    labels: list
     context: Context
     program: str                                  # from the banner, a command line or the file name
-    rows: list = field(default_factory=list)      # (line number, tokens, in-place-only)
-    ended: bool = False
+    rows: list = field(default_factory=list)      # (line number, row, cycle)
+    ended: bool = False                           # its footer was seen
     cut: int = None                               # line of a row cut mid-way
-    failed: int = None
+    failed: int = None                            # Out of bounds values : N FAILED
     footer_line: int = None
-    cycle: int = 0
-    cycles: list = field(default_factory=list)
+    cycle: int = 0                                # rccl-tests' '# Testing N cycle.'
     after: list = field(default_factory=list)     # lines after the last row (for a reason)
 
 
@@ -222,7 +220,7 @@ def parse(text, source_file, run_id):
         layout = header(line, labels)
         if layout:
             if current is None or current.rows or current.ended:
-                current = Table(layout, n, labels, ctx, ctx.program or hint or (names[0] if names else None))
+                current = Table(layout, n, ctx, ctx.program or hint or (names[0] if names else None))
                 tables.append(current)
                 hint = None
             else:
