@@ -248,7 +248,7 @@ def parse(text, source_file, run_id):
                 current.cut = n
             else:
                 current.rows.append((n, row, current.cycle))
-                current.after = []
+                current.after, current.cut = [], None
             continue
         if not current.ended and line not in ("...", "\u2026"):
             current.after.append((n, line))
