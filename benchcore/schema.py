@@ -38,6 +38,11 @@ EXTENSIONS = {
         "max_abs_error": "compressed: largest absolute error", "max_rel_error": "compressed: normwise relative error",
         "sweep_config": "sweep: the config's key", "sweep_fingerprint": "sweep: what makes two sweeps the same",
         "repeat": "which of --repeats separate measurements of this config at this size (sweep: the round)",
+        "time_us_p50": "median iteration time over every iteration of every rank (per operation)",
+        "time_us_p99": "99th percentile of the same", "time_cv": "their coefficient of variation (stdev / mean)",
+        "slowest_rank": "the rank the others wait for: latest to reach the iterations (host clock)",
+        "slowest_host": "its host", "slowest_excess": "iteration time over what the median rank alone would take",
+        "outlier_ranks": "ranks consistently late beyond 3.5 robust z-scores and 5% of an iteration",
         "link_tier": "the tier that bounds the measurement in the model (intra-node or inter-node); "
                      "link_peak_gbps is the busbw that saturates it",
     },

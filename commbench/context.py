@@ -59,6 +59,7 @@ class Context:
         dist.all_gather_object(ids, (self.host, os.environ.get("GROUP_RANK", "0"), plan.what_is_measured(), env))
         same_plan(ids)
         self.hosts = sorted({i[0] for i in ids})
+        self.rank_hosts = [i[0] for i in ids]
         self.node_of = [i[1] for i in ids]   # rank -> the node (torchrun group rank) it runs on
         envs = {i[0]: i[3] for i in ids}
         self.env = env if all(e == env for *_, e in ids) else envs  # per host when the ranks' differ

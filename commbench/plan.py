@@ -46,6 +46,7 @@ class Plan:
     cpu_time: bool = False       # report wall time on the CPU instead of CUDA events (nccl-tests -C)
     cycles: int = 1              # the whole sweep this many times (nccl-tests -N)
     repeats: int = 1             # per size, every config this many times, interleaved (records carry repeat)
+    iter_stats: bool = True      # per-iteration marks on every rank: p50/p99/cv, the slowest rank (rankstats.py)
     backend: str = "auto"
     timeout: float = 300
     launcher: str = "local"
@@ -65,7 +66,7 @@ class Plan:
     def what_is_measured(self):
         """The fields every node must agree on (not its run id, launcher or tags)."""
         keep = ("sizes", "configs", "iters", "warmup", "check", "agg", "blocking", "agg_iters", "cuda_graph",
-                "cpu_time", "cycles", "repeats", "timeout")
+                "cpu_time", "cycles", "repeats", "iter_stats", "timeout")
         return {k: getattr(self, k) for k in keep}
 
     def to_json(self):
@@ -106,6 +107,7 @@ class MeasureOptions:
     cuda_graph: int
     cpu_time: bool
     cycles: int
+    iter_stats: bool
     topology: Optional[str] = None
 
 
@@ -219,6 +221,10 @@ def measure_options(min_bytes="8", max_bytes="256M"):
                      help="Report CPU wall time instead of CUDA-event time (nccl-tests -C)."),
         click.option("-N", "--cycles", type=int, default=1, show_default=True,
                      help="Run the whole sweep this many times, one record each (nccl-tests -N; 0 is refused)."),
+        click.option("--iter-stats/--no-iter-stats", default=True, show_default=True,
+                     help="Keep every rank's per-iteration times: p50/p99/cv and the rank the others wait for."),
+        click.option("--stats", "show_stats", is_flag=True,
+                     help="Show the per-rank statistics table (p50, p99, cv, slowest rank and its excess)."),
         click.option("--out", default=None, metavar="FILE",
                      help="Append records to this JSONL file (never overwritten; /dev/null: none)."),
         click.option("--topology", default=None, metavar="FILE|NAME",
@@ -300,6 +306,7 @@ def build_plan(names, measure, case_opts, spec, repeats=1):
                 check=measure.check and not measure.no_check, agg=agg,
                 blocking=z if z is not None else measure.blocking, agg_iters=measure.agg_iters,
                 cuda_graph=measure.cuda_graph, cpu_time=measure.cpu_time, cycles=measure.cycles, repeats=repeats,
+                iter_stats=measure.iter_stats,
                 backend=spec.backend, timeout=spec.timeout, launcher=spec.launcher,
                 topology=for_run(measure.topology, spec).as_dict(),
                 command=shlex.join(["commbench", *sys.argv[1:]]))

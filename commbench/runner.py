@@ -9,7 +9,7 @@ from benchcore import procs
 from benchcore.errors import UserError
 from benchcore.records import RecordWriter, hostname, output_file
 from benchcore.units import format_size
-from commbench import launch
+from commbench import launch, rankstats
 from commbench.output import print_collective_tables, render
 from commbench.plan import CaseOptionsText, MeasureOptions, build_plan, no_leftovers, take
 from commbench.registry import record_label
@@ -105,5 +105,6 @@ def measure(names, kw, table_fn=print_collective_tables, label="measuring", plot
     plan = build_plan(names, take(kw, MeasureOptions), take(kw, CaseOptionsText).parse(), spec,
                       kw.pop("repeats", 1))
     out, fmt, plot = kw.pop("out"), kw.pop("fmt"), kw.pop("plot", None)
+    table_fn = rankstats.with_stats(table_fn, kw.pop("show_stats"))
     no_leftovers(kw)
     run_plan(spec, plan, out, fmt, table_fn, label, plot, plot_fn, judge)

@@ -16,7 +16,7 @@ from benchcore.errors import UserError
 from benchcore.records import RecordWriter, new_run_id, output_file, read_records
 from benchcore.report import console, line_plot, print_table
 from benchcore.units import format_size
-from commbench import launch, verdict
+from commbench import launch, rankstats, verdict
 from commbench.case import TOTAL
 from commbench.envvars import CATALOGUE, read_by, split_values, validate
 from commbench.output import render
@@ -156,7 +156,7 @@ def print_ranking(outcomes, verdicts, failed, notes):
 @measure_options("1M", "1G")
 @launch.launch_options
 def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per_config_timeout, repeats, plot,
-          fmt, out, **kw):
+          fmt, out, show_stats, **kw):
     """Sweep NCCL/Gloo settings: every config is its own launch, in rounds, then verdicts.
 
     NCCL reads its environment when a communicator is created, so each config
@@ -217,7 +217,7 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
                 writer.write(rec)
     notes = [f"{', '.join(ignored)}: ignored by {backend}"] if ignored else []
     render(good if fmt == "nccl-tests" else records + found, fmt,
-           lambda _: print_ranking(outcomes, found, failed, notes))
+           rankstats.with_stats(lambda _: print_ranking(outcomes, found, failed, notes), show_stats))
     if plot:
         plot_sweep(good, plot)
     if failed:

@@ -13,11 +13,13 @@ import torch
 import torch.distributed as dist
 
 from benchcore.torchrun import rank_sum
+from commbench import rankstats
 from commbench.case import TOTAL
 from commbench.collectives import DTYPES, torch_dtype
 
 CORRUPT_ENV = "COMMBENCH_TEST_CORRUPT"   # test only: corrupt this case's result on rank 0 before the check
 SKIP_ENV = "COMMBENCH_TEST_SKIP"         # test only: the check run of these cases (comma list) does nothing
+SLOW_RANK_ENV = "COMMBENCH_TEST_SLOW_RANK"   # test only: RANK:SECONDS, that rank sleeps before each timed iteration
 SLOW_ENV = "COMMBENCH_TEST_SLOW"         # test only: CASE:SECONDS[,...], a sleep inside every run of those cases
 
 
@@ -33,25 +35,29 @@ def slowed(case, run_once):
     return slow
 
 
-def time_loop(ctx, run_once, iters, blocking):
-    """Seconds per operation on this rank: iters iterations of the plan's agg_iters operations each."""
+def time_loop(ctx, run_once, iters, blocking, samples=None):
+    """Seconds per operation on this rank: iters iterations of the plan's agg_iters operations each. samples, a
+    list, gets the per-iteration record commbench/rankstats.py reads: on the host clock the arrival at each
+    iteration and the end (blocking loops), from CUDA events each iteration's time."""
     plan = ctx.plan
     ops = iters * plan.agg_iters
     ctx.barrier()
     if ctx.device.type == "cuda" and plan.cuda_graph:
         return _graph_loop(ctx, run_once, ops)
     if ctx.device.type == "cuda" and not plan.cpu_time:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(ops):
-            run_once(False)
-            if blocking:
-                torch.cuda.synchronize()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3 / ops
+        return _event_loop(ctx, run_once, iters, blocking, samples)
+    late = _late_seconds(ctx)
     t0 = time.perf_counter()
-    if blocking:
+    if blocking and (samples is not None or late):
+        marks = [] if samples is None else samples
+        for _ in range(iters):
+            if late:
+                time.sleep(late)
+            marks.append(time.perf_counter() - t0)
+            for _ in range(plan.agg_iters):
+                run_once(False)
+        marks.append(time.perf_counter() - t0)
+    elif blocking:
         for _ in range(ops):
             run_once(False)
     else:
@@ -62,6 +68,45 @@ def time_loop(ctx, run_once, iters, blocking):
     if ctx.device.type == "cuda":
         torch.cuda.synchronize()
     return (time.perf_counter() - t0) / ops
+
+
+def _late_seconds(ctx):
+    """The test-only delay of SLOW_RANK_ENV for this rank (0 when it names another)."""
+    rank, _, seconds = os.environ.get(SLOW_RANK_ENV, "").partition(":")
+    return float(seconds) if rank == str(ctx.rank) else 0.0
+
+
+def _event_loop(ctx, run_once, iters, blocking, samples):
+    """CUDA events around the loop; with samples, an event pair per iteration too, read after the loop."""
+    agg = ctx.plan.agg_iters
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    marks = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)] if samples is not None else None
+    start.record()
+    for i in range(iters):
+        if marks:
+            marks[i].record()
+        for _ in range(agg):
+            run_once(False)
+            if blocking:
+                torch.cuda.synchronize()
+    if marks:
+        marks[iters].record()
+    end.record()
+    end.synchronize()
+    if marks:
+        samples.extend(a.elapsed_time(b) / 1e3 for a, b in zip(marks, marks[1:]))
+    return start.elapsed_time(end) / 1e3 / (iters * agg)
+
+
+def rank_stats(ctx, samples):
+    """Per-iteration statistics over every rank (commbench/rankstats.py), gathered outside the timed loop."""
+    marks = ctx.device.type != "cuda" or ctx.plan.cpu_time
+    keep = rankstats.MAX_ITERS + (1 if marks else 0)
+    mine = torch.tensor(samples[-keep:], dtype=torch.float64, device=ctx.device)
+    every = torch.empty(ctx.world_size * mine.numel(), dtype=torch.float64, device=ctx.device)
+    dist.all_gather_into_tensor(every, mine)
+    per_rank = every.view(ctx.world_size, -1).cpu().tolist()
+    return rankstats.summarize(per_rank, ctx.rank_hosts, marks, ctx.plan.agg_iters)
 
 
 def _graph_loop(ctx, run_once, ops):
@@ -126,11 +171,13 @@ def measure_case(ctx, case, cfg, size, shared):
         timed.refill()
         if plan.warmup:
             time_loop(ctx, run_once, plan.warmup, blocking)
-        t, t_min, t_max = over_ranks(ctx, time_loop(ctx, run_once, plan.iters, blocking))
+        samples = [] if plan.iter_stats else None
+        t, t_min, t_max = over_ranks(ctx, time_loop(ctx, run_once, plan.iters, blocking, samples))
+        stats = rank_stats(ctx, samples) if samples else {}
         algbw = size / t / 1e9
         rows.append({"phase": phase, "blocking": blocking, "time_source": time_source(ctx), "time_us": t * 1e6, "time_us_min": t_min * 1e6,
                      "time_us_max": t_max * 1e6, "algbw_gbps": algbw, "busbw_gbps": algbw * timed.factors[phase],
-                     **timed.fields(phase)})
+                     **stats, **timed.fields(phase)})
     wrong, fields = check(ctx, case, timed) if plan.check else (None, {})
     peak = peak_memory(ctx)
     return [ctx.record(case, cfg, row, size_bytes=size, count=count, wrong=wrong, peak_mem_bytes=peak, **fields)

@@ -1,0 +1,113 @@
+"""Per-rank, per-iteration statistics: the distribution of iteration times and the rank the others wait for.
+
+Every rank marks, on its own clock, when it reaches each timed iteration and when the last one ends,
+counted from the barrier that starts the loop (ranks leave a barrier together, to within its latency).
+Iteration k's time is the gap between marks k and k+1. A rank that reaches the collectives late holds
+every other rank up, yet all ranks then see the same iteration time, so the slow rank is the one that
+arrives late: its lateness is the median over iterations of its arrival minus the median rank's. With
+the median iteration time T and the slowest rank's lateness L, the median rank alone would take T - L:
+slowest_excess = T / (T - L). A rank is named an outlier when its lateness is beyond 3.5 robust
+z-scores (median absolute deviation over ranks, Iglewicz & Hoaglin) and above 5 % of T, so a
+microsecond of noise on an otherwise flat set is never a verdict.
+
+On GPUs (CUDA events) only the iteration times are kept: a host clock does not see when a kernel
+starts, so nothing is said about lateness there. A slow link slows every rank of a ring alike;
+`commbench pairs` tells links apart.
+"""
+import statistics
+
+from benchcore.report import console, print_table
+
+Z_LIMIT = 3.5
+MIN_SHARE = 0.05
+MAD_TO_SIGMA = 1.4826
+MAX_ITERS = 4096   # per-iteration marks kept per rank (the last ones): bounded memory at any -n
+
+
+def percentile(values, p):
+    """The p-th percentile (0-100) by linear interpolation between closest ranks."""
+    values = sorted(values)
+    pos = (len(values) - 1) * p / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (pos - lo)
+
+
+def summarize(samples, hosts, marks=True, ops_per_iter=1):
+    """Record fields from every rank's samples and each rank's host. marks: samples are seconds from the loop's
+    start (arrival at each iteration, then the end); otherwise iteration times (CUDA events)."""
+    times = [[b - a for a, b in zip(m, m[1:])] for m in samples] if marks else samples
+    flat = [t / ops_per_iter for per_rank in times for t in per_rank]
+    if not flat:
+        return {}
+    mean = statistics.fmean(flat)
+    fields = {"time_us_p50": percentile(flat, 50) * 1e6, "time_us_p99": percentile(flat, 99) * 1e6,
+              "time_cv": statistics.pstdev(flat) / mean if mean > 0 else None}
+    if not marks or len(samples) < 2:   # CUDA events: no arrivals; one rank: nobody to wait for
+        return fields
+    late = lateness([m[:-1] for m in samples])
+    slowest = max(range(len(late)), key=late.__getitem__)
+    t_iter = statistics.median(t for per_rank in times for t in per_rank)
+    behind = late[slowest] - statistics.median(late)
+    fields.update(slowest_rank=slowest, slowest_host=hosts[slowest],
+                  slowest_excess=t_iter / (t_iter - behind) if behind < t_iter else None,
+                  outlier_ranks=outliers(late, t_iter))
+    return fields
+
+
+def lateness(arrivals):
+    """Per rank: median over iterations of its arrival minus the median rank's arrival at that iteration."""
+    per_iter = [statistics.median(col) for col in zip(*arrivals)]
+    return [statistics.median(a - m for a, m in zip(ranks, per_iter)) for ranks in arrivals]
+
+
+def outliers(late, t_iter):
+    """Ranks consistently late beyond Z_LIMIT robust z-scores and MIN_SHARE of an iteration."""
+    mid = statistics.median(late)
+    mad = statistics.median(abs(v - mid) for v in late) * MAD_TO_SIGMA
+    return [r for r, v in enumerate(late)
+            if v - mid > MIN_SHARE * t_iter and (mad == 0 or (v - mid) / mad > Z_LIMIT)]
+
+
+def notes(records):
+    """One line per rank that is a consistent outlier in some measurement; nothing when ranks are alike."""
+    seen = {}
+    for rec in records:
+        for rank in rec.get("outlier_ranks") or []:
+            seen.setdefault(rank, []).append(rec)
+    lines = []
+    for rank, recs in sorted(seen.items()):
+        worst = max(recs, key=lambda r: r.get("slowest_excess") or 0)
+        host = worst["slowest_host"] if worst.get("slowest_rank") == rank else "?"
+        lines.append(f"note: rank {rank} on {host} is a consistent straggler in {len(recs)} of "
+                     f"{len(records)} measurements (robust z > {Z_LIMIT} over ranks): the others wait for it; "
+                     f"worst: the median rank would take 1/{worst.get('slowest_excess') or float('nan'):.2f} "
+                     f"of the time ({worst['collective']} at {worst['size_bytes']} B)")
+    return lines
+
+
+def print_stats(records):
+    """--stats: one row per measurement with its per-iteration statistics."""
+    from commbench.registry import record_label
+    rows = [{**r, "label": record_label(r), "place": "in" if r.get("in_place") else "out"}
+            for r in records if not r.get("event") and r.get("time_us_p50") is not None]
+    if rows:
+        print_table(rows, STATS_COLUMNS, title="per-iteration statistics over every rank (commbench/rankstats.py)")
+
+
+def with_stats(table_fn, show):
+    """table_fn, then (with --stats) the statistics table, then the straggler notes."""
+    def tables(records):
+        table_fn(records)
+        if show:
+            print_stats(records)
+        out = console()
+        for line in notes([r for r in records if not r.get("event")]):
+            out.print(line)
+    return tables
+
+
+STATS_COLUMNS = [("label", "measured", None), ("size_bytes", "size (B)", "d"), ("place", "place", None),
+                 ("time_us", "time us", ".1f"), ("time_us_p50", "p50 us", ".1f"), ("time_us_p99", "p99 us", ".1f"),
+                 ("time_cv", "cv", ".3f"), ("slowest_rank", "slowest rank", "d"), ("slowest_host", "host", None),
+                 ("slowest_excess", "excess", ".2f")]

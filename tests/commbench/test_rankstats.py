@@ -1,0 +1,45 @@
+"""Per-rank, per-iteration statistics: the rank the others wait for is named, and only a real straggler."""
+import pytest
+
+from commbench import rankstats
+from tests.conftest import read_records, run_tool
+
+
+def test_lateness_and_excess_from_marks():
+    """Three ranks; rank 1 reaches every iteration 3 ms after the others (iterations of 10 ms)."""
+    marks = [[0.0, 0.010, 0.020, 0.030], [0.003, 0.013, 0.023, 0.030], [0.0001, 0.0101, 0.0200, 0.030]]
+    fields = rankstats.summarize(marks, ["a", "b", "c"])
+    assert fields["slowest_rank"] == 1 and fields["slowest_host"] == "b"
+    assert fields["slowest_excess"] == pytest.approx(0.010 / (0.010 - 0.0029), rel=0.02)
+    assert fields["outlier_ranks"] == [1]
+    assert fields["time_us_p50"] == pytest.approx(10000, rel=1e-6) and 0 < fields["time_cv"] < 0.2
+    flat = [[0.0, 0.010, 0.020], [0.00001, 0.01001, 0.020], [0.0, 0.01002, 0.020]]   # microseconds apart
+    assert rankstats.summarize(flat, ["a", "b", "c"])["outlier_ranks"] == []
+
+
+@pytest.mark.slow
+def test_a_rank_slowed_by_a_hook_is_named_and_nothing_is_named_without_it(tmp_path):
+    """COMMBENCH_TEST_SLOW_RANK makes rank 2 of 3 sleep 8 ms before each timed iteration."""
+    slow, plain = tmp_path / "slow.jsonl", tmp_path / "plain.jsonl"
+    args = ["run", "--nproc-per-node", 3, "-b", "96K", "-e", "96K", "-n", 20, "-w", 2, "--stats"]
+    proc = run_tool("commbench", *args, "--out", slow, env={"COMMBENCH_TEST_SLOW_RANK": "2:0.008"})
+    assert proc.returncode == 0, proc.stderr
+    (rec,) = read_records(slow)
+    assert rec["slowest_rank"] == 2 and rec["outlier_ranks"] == [2] and rec["slowest_host"]
+    assert 1.3 < rec["slowest_excess"] < 20 and rec["time_us"] > 8000
+    assert rec["time_us_p50"] <= rec["time_us_p99"] and rec["time_cv"] >= 0
+    assert "note: rank 2 on" in proc.stdout and "per-iteration statistics" in proc.stdout
+    proc = run_tool("commbench", *args, "--out", plain)
+    assert proc.returncode == 0, proc.stderr
+    (rec,) = read_records(plain)
+    assert rec["outlier_ranks"] == [] and "straggler" not in proc.stdout
+    assert rec["slowest_excess"] < 1.3
+
+
+def test_no_iter_stats_leaves_the_fields_out(tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = run_tool("commbench", "run", "--nproc-per-node", 2, "-b", "1K", "-e", "1K", "-n", 2, "-w", 0,
+                    "--no-iter-stats", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    (rec,) = read_records(out)
+    assert "time_us_p50" not in rec and "slowest_rank" not in rec
