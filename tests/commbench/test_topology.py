@@ -9,6 +9,7 @@ import json
 import math
 import re
 import subprocess
+import sys
 
 import pytest
 
@@ -302,3 +303,8 @@ def test_records_carry_topology_prediction_and_utilization(tmp_path):
         assert rec["predicted_time_us"] == pytest.approx(want.time_us)
         assert rec["link_peak_gbps"] == pytest.approx(want.peak_gbps)
         assert rec["link_utilization"] == pytest.approx(rec["busbw_gbps"] / rec["link_peak_gbps"])
+
+
+def test_cli_start_imports_neither_torch_nor_pynvml():
+    code = "import sys, commbench.cli; sys.exit(1 if {'torch', 'pynvml', 'numpy'} & set(sys.modules) else 0)"
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
