@@ -1,6 +1,7 @@
 """`commbench model`: the alpha-beta model's predictions for a topology without running anything, and
 alpha and beta per tier fitted to measured records (commbench/model.py has the formulas)."""
 import json
+import os
 
 import click
 
@@ -78,7 +79,10 @@ def fit(records, topo):
         (alpha, beta), *_ = np.linalg.lstsq(a, np.ones(len(mine)), rcond=None)
         if alpha < 0:  # latency below what the sizes resolve: a bandwidth-only fit
             alpha, beta = 0.0, float(np.sum(a[:, 1]) / np.sum(a[:, 1] ** 2))
-        tiers[tier] = {"tier": tier, "alpha_us": float(alpha), "gbps": 1e-3 / float(beta), "points": len(mine)}
+        elif beta <= 0:  # bandwidth below what the sizes resolve (all latency-bound): a latency-only fit
+            alpha, beta = float(np.sum(a[:, 0]) / np.sum(a[:, 0] ** 2)), 0.0
+        tiers[tier] = {"tier": tier, "alpha_us": float(alpha), "gbps": 1e-3 / float(beta) if beta else None,
+                       "points": len(mine)}
         for r in mine:
             r["fitted_us"] = alpha * r["steps"] + beta * r["bytes"]
             r["error"] = r["fitted_us"] / r["time_us"] - 1
@@ -156,6 +160,8 @@ def model(topology, nodes, nproc_per_node, collectives, strategies, min_bytes, m
 
 
 def _print_fit(path, topo, fmt):
+    if not os.path.isfile(path):
+        raise UserError(f"--fit {path}: no such file")
     tiers, rows = fit(read_records(path), topo)
     if not rows:
         raise UserError(f"--fit {path}: no measurement records the model covers")

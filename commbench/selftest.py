@@ -335,7 +335,7 @@ def model_check(rate, lo_rate, hierarchical_sizes, out, fmt, port, **args):
             fitted = next((t for t in tiers if t["tier"] == "inter-node"), None)
         except UserError as exc:
             errors.append(str(exc))
-    if fitted:
+    if fitted and fitted["gbps"]:
         expect = bits / 8e9 * topo.payload_fraction
         ratio = fitted["gbps"] / expect
         fit_row = {"alpha_us": fitted["alpha_us"], "fitted_gbps": fitted["gbps"], "expected_gbps": expect,

@@ -60,6 +60,7 @@ def test_broken_file_on_the_command_line_is_one_line(tmp_path):
     bad.write_text("name: [unclosed\n")
     assert_one_line_error(run_tool("commbench", "model", "--topology", bad), "not valid YAML")
     assert_one_line_error(run_tool("commbench", "run", "--topology", "no-such-system", "--dry-run"), "no-such-system")
+    assert_one_line_error(run_tool("commbench", "model", "--fit", tmp_path / "missing.jsonl"), "no such file")
 
 
 def predicted(name, size, topo, n, nodes, backend="nccl", cfg=None):
