@@ -306,7 +306,8 @@ def topo(as_json, link):
     rows += [{"name": n["name"], "kind": "loopback" if n["loopback"] else "ethernet", "state": n["state"],
               "mtu": n["mtu"], "rate": f"{n['speed_mbit']} Mb/s" if n["speed_mbit"] else "not reported",
               "shaped": f"tc tbf {n['shaped_bits'] / 1e6:g} Mbit/s" if n["shaped_bits"] else "",
-              "role": "inter-node link" if n["name"] == found["link"] else ""} for n in found["net"]]
+              "role": "inter-node link" if n["name"] == found["link"] else
+              "intra-node link" if n["loopback"] and not found["gpus"] else ""} for n in found["net"]]
     print_table(rows, [("name", "NIC", None), ("kind", "kind", None), ("state", "state", None), ("mtu", "mtu", None),
                        ("rate", "rate (sysfs)", None), ("shaped", "shaped", None), ("role", "role", None)],
                 title="network" + ("" if found["ib"] else " (no InfiniBand/RoCE ports in /sys/class/infiniband)"))

@@ -254,6 +254,7 @@ def command(args):
     if args.cmd == "up":
         took = up(args.nodes, args.rate, args.prefix, args.subnet, args.lo_rate)
         shaped = f", links shaped to {format_rate(parse_rate(args.rate))}" if args.rate else ""
+        shaped += f", loopback to {format_rate(parse_rate(args.lo_rate))}" if args.lo_rate else ""
         NETNS.log(f"{args.nodes} nodes {ns_name(args.prefix, 0)}..{args.nodes - 1} "
                   f"on {args.subnet}{shaped} (up in {took:.2f} s)")
     elif args.cmd == "down":
