@@ -136,7 +136,7 @@ def model(topology, nodes, nproc_per_node, collectives, strategies, min_bytes, m
     local = nproc_per_node or topo.gpus_per_node or 2
     sizes = size_range(parse_size(min_bytes, "-b/--min-bytes"), parse_size(max_bytes, "-e/--max-bytes"), step_factor)
     opts = CaseOptionsText(chunk_sizes=case_kw["chunk_sizes"], threshold=case_kw["threshold"],
-                           inflight=case_kw["inflight"], compress=case_kw["compress"], place="in").parse()
+                           inflight=case_kw["inflight"], compress=case_kw["compress"], place=case_kw["place"]).parse()
     backend = backend or ("nccl" if topo.gpus_per_node else "gloo")
     rows = predictions(topo, names, sizes, nodes, local, backend, opts)
     if fmt == "json":
