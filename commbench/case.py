@@ -22,6 +22,8 @@ class Timed:
     check: Callable[[], Tuple[int, dict]]  # after poison, refill, one run: (wrong on this rank, record fields)
     fields: Callable[[str], dict] = lambda phase: {}   # extra record fields of a phase, read after it is timed
     blocking: Optional[bool] = None       # wait for each run before the next; None: the plan's choice
+    per_run: int = 1                      # operations one run performs (p2p: the messages of a window, or the two
+                                          # one-way trips of a ping-pong): times are per operation
 
 
 @dataclass

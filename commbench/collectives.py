@@ -23,7 +23,6 @@ from commbench.case import TOTAL, Case, Timed
 from commbench.model import Phase
 
 torch = lazy("torch", globals())
-dist = lazy("torch.distributed", globals(), "dist")
 
 
 @dataclass(frozen=True)
@@ -53,44 +52,9 @@ def torch_dtype(name):
     return getattr(torch, name)
 
 
-def reduce_op(name):
-    return getattr(dist.ReduceOp, OPS[name])
-
-
 def poison_value(name):
     """A value no correct result holds: fill values, sums and products are positive and below `exact`."""
     return DTYPES[name].exact + 1 if name == "uint8" else -1
-
-
-def all_gather_fn():
-    """torch's single-tensor all_gather (renamed in torch 2.13)."""
-    return getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-
-
-def reduce_scatter_fn():
-    return getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-
-
-def _sendrecv(send, recv, async_op):
-    rank, n = dist.get_rank(), dist.get_world_size()
-    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, send, (rank + 1) % n),
-                                    dist.P2POp(dist.irecv, recv, (rank - 1) % n)])
-    if async_op:
-        return _Works(works)
-    for w in works:
-        w.wait()
-    return None
-
-
-class _Works:
-    """Several work handles waited on as one."""
-
-    def __init__(self, works):
-        self.works = works
-
-    def wait(self):
-        for w in self.works:
-            w.wait()
 
 
 @dataclass(frozen=True)
@@ -101,7 +65,8 @@ class Collective:
     send_piece: bool                     # send buffer is one piece (all_gather)
     recv_piece: bool                     # recv buffer is one piece (reduce_scatter)
     placements: Tuple[str, ...]          # "out" and/or "in"
-    bind: Callable                       # bind(send, recv, op, root) -> run(async_op=...) -> work or None
+    bind: Callable                       # bind(comm, send, recv, op, root) -> run(async_op=...) -> work or None
+                                         # (comm: the transport's primitives, commbench/transport.py)
     expected: Callable                   # expected(rank, n, count, op, vals, root) -> regions to check
     model: Callable                      # model(size, shape, backend) -> alpha-beta terms (commbench/model.py)
     reduces: bool = False                # takes --op (its records carry op)
@@ -153,23 +118,23 @@ def _exp_sendrecv(rank, n, count, op, vals, root):
 
 COLLECTIVES = {c.name: c for c in [
     Collective("all_reduce", lambda n: 2 * (n - 1) / n, False, False, False, ("in",),
-               lambda s, r, op, root: partial(dist.all_reduce, r, op=op), _exp_all_reduce, model.all_reduce,
+               lambda c, s, r, op, root: partial(c.all_reduce, r, op), _exp_all_reduce, model.all_reduce,
                reduces=True),
     Collective("all_gather", lambda n: (n - 1) / n, True, True, False, ("out", "in"),
-               lambda s, r, op, root: partial(all_gather_fn(), r, s), _exp_all_gather, model.all_gather),
+               lambda c, s, r, op, root: partial(c.all_gather, r, s), _exp_all_gather, model.all_gather),
     Collective("reduce_scatter", lambda n: (n - 1) / n, True, False, True, ("out", "in"),
-               lambda s, r, op, root: partial(reduce_scatter_fn(), r, s, op=op), _exp_reduce_scatter,
+               lambda c, s, r, op, root: partial(c.reduce_scatter, r, s, op), _exp_reduce_scatter,
                model.reduce_scatter, reduces=True),
     Collective("broadcast", lambda n: 1.0, False, False, False, ("in",),
-               lambda s, r, op, root: partial(dist.broadcast, r, src=root), _exp_broadcast, model.chain, rooted=True),
+               lambda c, s, r, op, root: partial(c.broadcast, r, root), _exp_broadcast, model.chain, rooted=True),
     Collective("reduce", lambda n: 1.0, False, False, False, ("in",),
-               lambda s, r, op, root: partial(dist.reduce, r, dst=root, op=op), _exp_reduce, model.chain,
+               lambda c, s, r, op, root: partial(c.reduce, r, root, op), _exp_reduce, model.chain,
                reduces=True,
                rooted=True),
     Collective("all_to_all", lambda n: (n - 1) / n, True, False, False, ("out",),
-               lambda s, r, op, root: partial(dist.all_to_all_single, r, s), _exp_all_to_all, model.all_to_all),
+               lambda c, s, r, op, root: partial(c.all_to_all, r, s), _exp_all_to_all, model.all_to_all),
     Collective("sendrecv", lambda n: 1.0, False, False, False, ("out",),
-               lambda s, r, op, root: partial(_sendrecv, s, r), _exp_sendrecv, model.sendrecv),
+               lambda c, s, r, op, root: partial(c.sendrecv, s, r), _exp_sendrecv, model.sendrecv),
 ]}
 
 
@@ -244,7 +209,7 @@ def _case(coll):
         n, op_name, root = ctx.world_size, cfg["op"] or "sum", cfg["root"]
         send, recv = buffers(coll, cfg["in_place"], count, ctx, dtype)
         vals = lambda r: fill_values(r, n, cfg["dtype"], op_name)  # noqa: E731
-        run = coll.bind(send, recv, reduce_op(op_name), root)
+        run = coll.bind(ctx.comm, send, recv, op_name, root)
         return Timed(
             phases={TOTAL: lambda a: run(async_op=a)},
             factors={TOTAL: coll.bus_factor(n)},

@@ -11,8 +11,9 @@ from benchcore.records import git_revision, hostname, timestamp
 from commbench.case import TOTAL
 from commbench.model import record_fields
 from commbench.topology import from_dict
+from commbench.transport import torch_primitives
 
-ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_")
+ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_", "OMPI_MCA_", "PRTE_MCA_", "MPIR_CVAR_", "UCX_")
 
 
 def same_plan(ids):
@@ -45,18 +46,23 @@ class Context:
         self.backend = backend
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         timeout = datetime.timedelta(seconds=plan.timeout)
-        if backend == "nccl":
-            self.device = torch.device("cuda", self.local_rank)
-            torch.cuda.set_device(self.device)
-            dist.init_process_group("nccl", timeout=timeout, device_id=self.device)
+        more_versions = {}
+        if backend == "mpi":  # mpirun started the ranks; MPI_COMM_WORLD is the process group
+            from commbench import mpi
+            self.comm, self.device, self.rank, self.world_size, more_versions = mpi.start(self.local_rank)
         else:
-            self.device = torch.device("cpu")
-            dist.init_process_group("gloo", timeout=timeout)
-        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+            if backend == "nccl":
+                self.device = torch.device("cuda", self.local_rank)
+                torch.cuda.set_device(self.device)
+                dist.init_process_group("nccl", timeout=timeout, device_id=self.device)
+            else:
+                self.device = torch.device("cpu")
+                dist.init_process_group("gloo", timeout=timeout)
+            self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+            self.comm = torch_primitives(self.device, self.local_rank)
         self.host = hostname()
         env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
-        ids = [None] * self.world_size
-        dist.all_gather_object(ids, (self.host, os.environ.get("GROUP_RANK", "0"), plan.what_is_measured(), env))
+        ids = self.comm.gather_object((self.host, os.environ.get("GROUP_RANK", "0"), plan.what_is_measured(), env))
         same_plan(ids)
         self.hosts = sorted({i[0] for i in ids})
         self.rank_hosts = [i[0] for i in ids]
@@ -70,12 +76,10 @@ class Context:
         if backend == "nccl":
             self.versions["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
             self.versions["cuda"] = torch.version.cuda
+        self.versions.update(more_versions)
 
     def barrier(self):
-        if self.backend == "nccl":
-            dist.barrier(device_ids=[self.local_rank])
-        else:
-            dist.barrier()
+        self.comm.barrier()
 
     def record(self, case, cfg, row, **fields):
         """The record of one timed phase (row) of case config cfg, with this run's context."""

@@ -33,11 +33,12 @@ from benchcore.errors import UserError
 from benchcore.records import hostname
 from benchcore.report import console
 from benchcore.torchrun import torchrun_argv
+from commbench import mpi
 from commbench.liveness import ADDR_ENV, CHANNEL, PROBE_TIMEOUT_S, RECORD_NODE_ENV, STATUS_ENV, probe
 from commbench.plan import Plan
 
-LAUNCHERS = ("auto", "local", "torchrun", "slurm")
-BACKENDS = ("auto", "nccl", "gloo")
+LAUNCHERS = ("auto", "local", "torchrun", "slurm", "mpirun")
+BACKENDS = ("auto", "nccl", "gloo", "mpi")
 IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 STOP_GRACE_S = 5   # a rank stopped past --timeout + this is killed (its peers' diagnosis sees it stopped first)
 AGENT_GRACE_S = 5  # an agent still running this long after one of its ranks failed is stuck: stopped
@@ -74,12 +75,13 @@ def launch_options(fn):
         click.option("--nproc-per-node", type=int, default=None,
                      help="Ranks per node [default: GPUs on this node, else 1]."),
         click.option("--launcher", type=click.Choice(LAUNCHERS), default="auto", show_default=True,
-                     help="auto: slurm inside an allocation, torchrun with --rdzv-endpoint, else local emulation."),
+                     help="auto: slurm inside an allocation, torchrun with --rdzv-endpoint, mpirun with --backend "
+                          "mpi, else local emulation."),
         click.option("--rdzv-endpoint", default=None, metavar="HOST:PORT",
                      help="Rendezvous on node rank 0 (run the same command on every node)."),
         click.option("--node-rank", type=int, default=None, help="This node's rank with --rdzv-endpoint."),
         click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
-                     help="auto: NCCL when CUDA is available, else Gloo."),
+                     help="auto: NCCL when CUDA is available, else Gloo (mpi: mpi4py, under mpirun or srun)."),
         click.option("-T", "--timeout", type=float, default=300, show_default=True,
                      help="Process-group timeout in s: a dead or stuck peer ends the run within it."),
         click.option("--rdzv-timeout", type=float, default=120, show_default=True,
@@ -109,13 +111,15 @@ def spec_from_options(kw):
     if spec.nproc_per_node is None:
         spec.nproc_per_node = gpus or (2 if spec.nodes == 1 else 1)
         if not gpus and spec.nodes == 1:
-            spec.notes.append("no GPU here: 2 local ranks on Gloo (one rank would measure no communication; "
-                              "--nproc-per-node N chooses)")
+            spec.notes.append(f"no GPU here: 2 local ranks on {'MPI' if spec.backend == 'mpi' else 'Gloo'} (one rank "
+                              "would measure no communication; --nproc-per-node N chooses)")
     if spec.nproc_per_node < 1:
         raise UserError(f"--nproc-per-node must be at least 1, got {spec.nproc_per_node}")
 
     if spec.timeout <= 0 or spec.rdzv_timeout <= 0:
         raise UserError("--timeout and --rdzv-timeout must be positive")
+    if spec.backend == "mpi" or spec.launcher == "mpirun":
+        mpi.resolve(spec)
     if spec.launcher == "auto":
         spec.launcher = ("slurm" if os.environ.get("SLURM_JOB_ID") else
                          "torchrun" if spec.rdzv_endpoint else "local")
@@ -259,6 +263,8 @@ def commands(spec, plan):
     if spec.launcher == "torchrun":
         host, port = split_endpoint(spec.rdzv_endpoint)
         env, local = node_env(spec, host, spec.node_rank == 0)
+    if spec.backend == "mpi":
+        return mpi.commands(spec, plan)
         rdzv_id = f"commbench-{port}"  # every node derives the same id; each one's run_id is its own
         return [(agent_argv(spec, spec.rdzv_endpoint, rdzv_id, spec.node_rank == 0, local, plan), env)]
     agent = {"spec": spec.__dict__, "plan": plan.to_json(), "endpoint": slurm_endpoint()}

@@ -18,6 +18,7 @@ from benchcore.report import FORMATS
 from benchcore.units import parse_size, size_list, size_range
 from commbench.case import CaseOptions
 from commbench.collectives import DTYPES, NCCL_ONLY_OPS, OPS
+from commbench import mpi
 from commbench.detect import for_run
 from commbench.registry import CASES
 from commbench.strategies import COMPRESS
@@ -294,9 +295,12 @@ def build_plan(names, measure, case_opts, spec, repeats=1):
             for size in sizes:
                 case.check_size(size, DTYPES[dtype].bytes, spec.world_size)
             mine = case.configs(case_opts, dtype)
+            if spec.backend == "mpi":  # what MPI_IN_PLACE cannot express, and types MPI cannot reduce
+                mine = [c for c in mine if not mpi.drops(name, c, dtype, case.reduces or case.sums)]
             if not mine:
                 wanted = " or ".join(PLACE_WORDS[p] for p in case_opts.places)
-                raise UserError(f"{name} has no {wanted} variant in torch.distributed; see --place")
+                where = "MPI" if spec.backend == "mpi" else "torch.distributed"
+                raise UserError(f"{name} has no {wanted} variant in {where}; see --place")
             for cfg in mine:
                 configs += [{**cfg, "dtype": dtype, "op": op, "root": root}
                             for op in (ops if case.reduces else ["sum" if case.sums else None])

@@ -38,11 +38,10 @@ from benchcore.lazy import lazy
 from benchcore.units import format_size
 from commbench import model
 from commbench.case import TOTAL, Case, Timed
-from commbench.collectives import COLLECTIVES, DTYPES, all_gather_fn, pieces, poison_value, reduce_scatter_fn
+from commbench.collectives import COLLECTIVES, DTYPES, pieces, poison_value
 from commbench.model import Phase
 
 torch = lazy("torch", globals())
-dist = lazy("torch.distributed", globals(), "dist")
 
 FILL_PERIOD = 251  # T[i] = i % 251 + 1 (fewer in types that hold fewer integers): a misplaced element shows
 COMPRESS = {"bf16": "bfloat16", "fp8": "float8_e4m3fn"}   # wire type -> torch type name
@@ -113,7 +112,7 @@ def _ring(ctx, cfg, count, dtype, shared):
     p = Payload(ctx, cfg, count, dtype)
     buf = p.empty(p.count)
     own = [(p.rank * p.piece, (p.rank + 1) * p.piece)]
-    return p.timed({TOTAL: lambda a: dist.all_reduce(buf, async_op=a)}, {TOTAL: factor("all_reduce", p.n)},
+    return p.timed({TOTAL: lambda a: ctx.comm.all_reduce(buf, "sum", async_op=a)}, {TOTAL: factor("all_reduce", p.n)},
                    lambda: p.fill_owned(buf, own), lambda: buf)
 
 
@@ -127,13 +126,11 @@ def _rs_ag(ctx, cfg, count, dtype, shared):
     else:
         piece, out = p.empty(p.piece), p.empty(padded)
 
-    reduce_scatter, all_gather = reduce_scatter_fn(), all_gather_fn()
-
     def rs(a):
-        return reduce_scatter(piece, send, async_op=a)
+        return ctx.comm.reduce_scatter(piece, send, "sum", async_op=a)
 
     def ag(a):
-        return all_gather(out, piece, async_op=a)
+        return ctx.comm.all_gather(out, piece, async_op=a)
 
     def total(a):
         rs(False)
@@ -187,14 +184,13 @@ def _chunked(ctx, cfg, count, dtype, groups):
     views = [(mine, buf[s:s + ln]) for mine, (s, ln) in zip(inputs, chunks)]
     k = cfg["inflight"]
     counter = Counter()
-    all_gather = all_gather_fn()
 
     def run(a):
         pending = collections.deque()
         for i, (mine, whole) in enumerate(views):
             if len(pending) >= k:
                 pending.popleft().wait()
-            pending.append(all_gather(whole, mine, group=groups[i % k], async_op=True))
+            pending.append(ctx.comm.all_gather(whole, mine, group=groups[i % k], async_op=True))
             counter.issued(pending)
         for work in pending:
             work.wait()
@@ -211,13 +207,13 @@ def _chunked(ctx, cfg, count, dtype, groups):
 def inflight_groups(ctx, cfgs):
     """One process group per in-flight slot (all ranks), so chunk operations can overlap."""
     k = max([cfg["inflight"] for cfg in cfgs] + [1])
-    return [dist.group.WORLD] + [dist.new_group() for _ in range(k - 1)]
+    return [None] + [ctx.comm.new_group() for _ in range(k - 1)]
 
 
 def _compressed(ctx, cfg, count, dtype, shared):
     p = Payload(ctx, cfg, count, dtype)
     narrow = getattr(torch, COMPRESS[cfg["compress"]])
-    ag = all_gather_fn()
+    ag = ctx.comm.all_gather
     padded = p.piece * p.n
     own_start = p.rank * p.piece
     exact = torch.randn(padded, generator=torch.Generator().manual_seed(1234), dtype=torch.float32).to(ctx.device)
@@ -252,7 +248,7 @@ def _compressed(ctx, cfg, count, dtype, shared):
         errs = torch.tensor([err.max().item() if p.count else 0.0,
                              err.max().item() / ref.max().item() if p.count else 0.0],  # normwise
                             dtype=torch.float64, device=ctx.device)
-        dist.all_reduce(errs, op=dist.ReduceOp.MAX)
+        ctx.comm.all_reduce(errs, "max")
         return int((err > bound).sum().item()), {"max_abs_error": errs[0].item(), "max_rel_error": errs[1].item()}
     wire_bytes = p.count * torch.empty((), dtype=narrow).element_size()
     return Timed({TOTAL: run}, {TOTAL: factor("all_gather", p.n)}, lambda: None, lambda: p.poison(out),
@@ -266,8 +262,8 @@ def node_groups(ctx, cfgs):
     local = len(members[0])
     if any(len(m) != local for m in members):
         raise RuntimeError("hierarchical needs the same number of ranks on every node")
-    intra, _ = dist.new_subgroups_by_enumeration(members)
-    inter, _ = dist.new_subgroups_by_enumeration([[m[j] for m in members] for j in range(local)])
+    intra = ctx.comm.subgroup(members)
+    inter = ctx.comm.subgroup([[m[j] for m in members] for j in range(local)])
     return intra, inter, local, len(nodes)
 
 
@@ -284,16 +280,14 @@ def _hierarchical(ctx, cfg, count, dtype, groups):
     shard = p.empty(p.piece * p.n // local)
     own = [(p.rank * p.piece, (p.rank + 1) * p.piece)]
 
-    reduce_scatter, all_gather = reduce_scatter_fn(), all_gather_fn()
-
     def rs(a):
-        return reduce_scatter(shard, buf, group=intra, async_op=a)
+        return ctx.comm.reduce_scatter(shard, buf, "sum", group=intra, async_op=a)
 
     def ar(a):
-        return dist.all_reduce(shard, group=inter, async_op=a)
+        return ctx.comm.all_reduce(shard, "sum", group=inter, async_op=a)
 
     def ag(a):
-        return all_gather(buf, shard, group=intra, async_op=a)
+        return ctx.comm.all_gather(buf, shard, group=intra, async_op=a)
 
     def total(a):
         rs(False)
@@ -307,7 +301,7 @@ def _hierarchical(ctx, cfg, count, dtype, groups):
 def _plain(ctx, cfg, count, dtype, shared):
     """One all_gather of the whole payload: the chunked strategy with a threshold no payload exceeds."""
     whole = {**cfg, "chunk_bytes": 1, "threshold_bytes": float("inf"), "inflight": 1}
-    return _chunked(ctx, whole, count, dtype, [dist.group.WORLD])
+    return _chunked(ctx, whole, count, dtype, [None])
 
 
 def _gather_work(cfg, count, n, elt):

@@ -10,9 +10,6 @@ import resource
 import time
 
 import torch
-import torch.distributed as dist
-
-from benchcore.torchrun import rank_sum
 from commbench import rankstats
 from commbench.case import TOTAL
 from commbench.collectives import DTYPES, torch_dtype
@@ -102,10 +99,7 @@ def rank_stats(ctx, samples):
     """Per-iteration statistics over every rank (commbench/rankstats.py), gathered outside the timed loop."""
     marks = ctx.device.type != "cuda" or ctx.plan.cpu_time
     keep = rankstats.MAX_ITERS + (1 if marks else 0)
-    mine = torch.tensor(samples[-keep:], dtype=torch.float64, device=ctx.device)
-    every = torch.empty(ctx.world_size * mine.numel(), dtype=torch.float64, device=ctx.device)
-    dist.all_gather_into_tensor(every, mine)
-    per_rank = every.view(ctx.world_size, -1).cpu().tolist()
+    per_rank = ctx.comm.gather_floats(samples[-keep:])
     return rankstats.summarize(per_rank, ctx.rank_hosts, marks, ctx.plan.agg_iters)
 
 
@@ -131,10 +125,7 @@ def _graph_loop(ctx, run_once, ops):
 
 def over_ranks(ctx, seconds):
     """(aggregated, min, max) of every rank's time, aggregated by the plan's --agg."""
-    mine = torch.tensor([seconds], dtype=torch.float64, device=ctx.device)
-    every = torch.empty(ctx.world_size, dtype=torch.float64, device=ctx.device)
-    dist.all_gather_into_tensor(every, mine)
-    every = every.cpu().tolist()
+    every = [t for t, in ctx.comm.gather_floats([seconds])]
     avg, lo, hi = sum(every) / len(every), min(every), max(every)
     return {"avg": avg, "min": lo, "max": hi, "rank0": every[0]}[ctx.plan.agg], lo, hi
 
@@ -150,7 +141,7 @@ def check(ctx, case, timed):
     if os.environ.get(CORRUPT_ENV) == case.name and ctx.rank == 0:
         timed.result().reshape(-1)[0] += 1
     mine, fields = timed.check()
-    return rank_sum(mine, ctx.device), fields
+    return ctx.comm.reduce_int(mine, "sum"), fields
 
 
 def time_source(ctx):
@@ -172,7 +163,7 @@ def measure_case(ctx, case, cfg, size, shared):
         if plan.warmup:
             time_loop(ctx, run_once, plan.warmup, blocking)
         samples = [] if plan.iter_stats else None
-        t, t_min, t_max = over_ranks(ctx, time_loop(ctx, run_once, plan.iters, blocking, samples))
+        t, t_min, t_max = over_ranks(ctx, time_loop(ctx, run_once, plan.iters, blocking, samples) / timed.per_run)
         stats = rank_stats(ctx, samples) if samples else {}
         algbw = size / t / 1e9
         rows.append({"phase": phase, "blocking": blocking, "time_source": time_source(ctx), "time_us": t * 1e6, "time_us_min": t_min * 1e6,
@@ -190,6 +181,4 @@ def peak_memory(ctx):
         mine = torch.cuda.max_memory_allocated(ctx.device)
     else:
         mine = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    t = torch.tensor([mine], dtype=torch.int64, device=ctx.device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return int(t.item())
+    return ctx.comm.reduce_int(mine, "max")

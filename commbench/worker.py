@@ -14,6 +14,7 @@ import sys
 import torch.distributed as dist
 
 from benchcore.records import RecordWriter, hostname
+from commbench import mpi
 from commbench.context import Context
 from commbench.liveness import CHANNEL, RECORD_NODE_ENV, STATUS_ENV, Liveness
 from commbench.plan import Plan
@@ -47,6 +48,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="commbench.worker")
     parser.add_argument("--plan", required=True, help="JSON plan written by the commbench CLI")
     plan = Plan.from_json(parser.parse_args(argv).plan)
+    if plan.backend == "mpi":  # mpirun / srun name the ranks their own way
+        os.environ.update(mpi.rank_env())
     rank = os.environ.get("RANK", "?")
     code = 0
     live = Liveness(hostname())  # heartbeats from before the process group exists
@@ -74,6 +77,9 @@ def main(argv=None):
         print(f"commbench-worker: rank {rank} on {hostname()}: {type(exc).__name__}: {first}",
               file=sys.stderr, flush=True)
         code = 1
+        if plan.backend == "mpi":  # MPI has no timeout: the others would wait forever in their next collective
+            live.close(code)
+            mpi.abort(code)
     finally:
         live.close(code)
         if dist.is_initialized():

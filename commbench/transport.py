@@ -1,0 +1,116 @@
+"""The primitives a transport supplies: the one table the cases and the timed path call.
+
+Per transport (gloo, nccl, mpi) only these differ (DESIGN.md): collectives.py, strategies.py,
+timing.py and context.py never call torch.distributed or mpi4py themselves. Every operation takes
+torch tensors; `async_op=True` returns a work with wait() and is_completed(), else None. Reduction
+ops are nccl-tests' names (sum, prod, max, min, avg). `group` is None (every rank) or one that
+new_group / subgroup made.
+
+The torch.distributed table is here; the MPI table (mpi4py on the tensors' memory) is
+commbench/mpi.py's.
+"""
+from dataclasses import dataclass
+from typing import Callable
+
+from benchcore.lazy import lazy
+
+torch = lazy("torch", globals())
+dist = lazy("torch.distributed", globals(), "dist")
+
+
+@dataclass(frozen=True)
+class Primitives:
+    all_reduce: Callable       # (t, op, group=None, async_op=False): in place
+    all_gather: Callable       # (out, inp, group=None, async_op=False): inp may be out's own slot (in place)
+    reduce_scatter: Callable   # (out, inp, op, group=None, async_op=False)
+    broadcast: Callable        # (t, root, async_op=False)
+    reduce: Callable           # (t, root, op, async_op=False): in place, the result on root
+    all_to_all: Callable       # (out, inp, async_op=False)
+    sendrecv: Callable         # (send, recv, async_op=False): to rank + 1, from rank - 1
+    send: Callable             # (t, peer, async_op=False)
+    recv: Callable             # (t, peer, async_op=False)
+    barrier: Callable          # ()
+    gather_floats: Callable    # (list of floats) -> one such list per rank (the per-rank time gather)
+    reduce_int: Callable       # (int, op) -> int over every rank (wrong counts, peak memory)
+    gather_object: Callable    # (picklable) -> one per rank
+    new_group: Callable        # () -> a group of every rank (its own stream / communicator)
+    subgroup: Callable         # (partition: list of rank lists) -> the group holding this rank
+
+
+class Works:
+    """Several works waited on as one."""
+
+    def __init__(self, works):
+        self.works = works
+
+    def wait(self):
+        for w in self.works:
+            w.wait()
+
+    def is_completed(self):
+        return all(w.is_completed() for w in self.works)
+
+
+def _op(name):
+    from commbench.collectives import OPS
+    return getattr(dist.ReduceOp, OPS[name])
+
+
+def all_gather_fn():
+    """torch's single-tensor all_gather (renamed in torch 2.13)."""
+    return getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+def reduce_scatter_fn():
+    return getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
+def _sendrecv(send, recv, async_op=False):
+    rank, n = dist.get_rank(), dist.get_world_size()
+    works = Works(dist.batch_isend_irecv([dist.P2POp(dist.isend, send, (rank + 1) % n),
+                                          dist.P2POp(dist.irecv, recv, (rank - 1) % n)]))
+    if async_op:
+        return works
+    works.wait()
+    return None
+
+
+def _p2p(blocking, nonblocking):
+    return lambda t, peer, async_op=False: nonblocking(t, peer) if async_op else blocking(t, peer)
+
+
+def torch_primitives(device, local_rank=None):
+    """torch.distributed's table on the default process group (NCCL when device is a GPU, else Gloo)."""
+    all_gather, reduce_scatter = all_gather_fn(), reduce_scatter_fn()
+    n = dist.get_world_size()
+
+    def gather_floats(values):
+        mine = torch.tensor(values, dtype=torch.float64, device=device)
+        every = torch.empty(n * mine.numel(), dtype=torch.float64, device=device)
+        all_gather(every, mine)
+        return every.view(n, -1).cpu().tolist()
+
+    def reduce_int(value, op):
+        t = torch.tensor([int(value)], dtype=torch.int64, device=device)
+        dist.all_reduce(t, op=_op(op))
+        return int(t.item())
+
+    def gather_object(obj):
+        out = [None] * n
+        dist.all_gather_object(out, obj)
+        return out
+
+    return Primitives(
+        all_reduce=lambda t, op, group=None, async_op=False: dist.all_reduce(t, op=_op(op), group=group,
+                                                                             async_op=async_op),
+        all_gather=lambda out, inp, group=None, async_op=False: all_gather(out, inp, group=group, async_op=async_op),
+        reduce_scatter=lambda out, inp, op, group=None, async_op=False: reduce_scatter(
+            out, inp, op=_op(op), group=group, async_op=async_op),
+        broadcast=lambda t, root, async_op=False: dist.broadcast(t, src=root, async_op=async_op),
+        reduce=lambda t, root, op, async_op=False: dist.reduce(t, dst=root, op=_op(op), async_op=async_op),
+        all_to_all=lambda out, inp, async_op=False: dist.all_to_all_single(out, inp, async_op=async_op),
+        sendrecv=_sendrecv,
+        send=_p2p(lambda t, p: dist.send(t, p), dist.isend), recv=_p2p(lambda t, p: dist.recv(t, p), dist.irecv),
+        barrier=(lambda: dist.barrier(device_ids=[local_rank])) if device.type == "cuda" else dist.barrier,
+        gather_floats=gather_floats, reduce_int=reduce_int, gather_object=gather_object,
+        new_group=dist.new_group, subgroup=lambda members: dist.new_subgroups_by_enumeration(members)[0])
