@@ -101,7 +101,8 @@ def _gpu(nvml, index, h, sys_root):
     words = (os.cpu_count() + 63) // 64
     affinity = _try(nvml.nvmlDeviceGetCpuAffinity, h, words)
     gen, width = _try(nvml.nvmlDeviceGetMaxPcieLinkGeneration, h), _try(nvml.nvmlDeviceGetMaxPcieLinkWidth, h)
-    return {"index": index, "name": _text(nvml.nvmlDeviceGetName(h)), "memory_bytes": nvml.nvmlDeviceGetMemoryInfo(h).total,
+    return {"index": index, "name": _text(nvml.nvmlDeviceGetName(h)),
+            "memory_bytes": nvml.nvmlDeviceGetMemoryInfo(h).total,
             "pci_bus": bus, "numa_node": numa, "cpu_affinity": cpu_list(affinity) if affinity else None,
             "pcie": f"Gen{gen} x{width}" if gen and width else None,
             "pcie_gbps": PCIE_LANE_GBPS.get(gen, 0) * width if gen and width else None,

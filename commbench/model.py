@@ -35,7 +35,6 @@ import math
 from dataclasses import dataclass
 from typing import List, Optional
 
-from commbench.case import TOTAL
 
 INTRA, INTER = "intra-node", "inter-node"
 

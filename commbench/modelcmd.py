@@ -50,7 +50,8 @@ def summary(rows):
         ring = next((r for r in mine if r["strategy"] == "ring"), None)
         out.append({"size": format_size(size), "fastest": min(mine, key=lambda r: r["predicted_time_us"])["case"],
                     "chunked_pick": pick["case"] if pick else "",
-                    "chunked_vs_ring": ring["predicted_time_us"] / pick["predicted_time_us"] if pick and ring else None})
+                    "chunked_vs_ring": (ring["predicted_time_us"] / pick["predicted_time_us"]
+                                        if pick and ring else None)})
     return out
 
 
