@@ -262,7 +262,9 @@ def model_check(rate, lo_rate, hierarchical_sizes, out, fmt, port, **args):
     TCP payload ceiling included). Passes when ring all_reduce (1 rank per node) at 64 MiB and above
     and the hierarchical all-reduce (2 nodes x 2 local ranks) reach 0.90-1.10 of the predicted busbw,
     and the inter-node beta fitted to the ring sizes is within 0.90-1.10 of the configured rate x the
-    TCP payload ceiling.
+    TCP payload ceiling. On your own pair of nodes the same check is `commbench ring --nodes 2` between
+    them (records carry predicted_time_us and link_utilization from the topology each node detects)
+    followed by `commbench model --fit` on its records.
 
     \b
     Example:
