@@ -41,12 +41,22 @@ def _speedup(outcome, label, baseline):
     return f"{r.ratio:.2f} [{r.low:.2f}, {r.high:.2f}] {mark}"
 
 
+def candidates(records):
+    """(candidate_of, work_of) of compare's records: with several backends the backend is part of both (the same
+    strategy on another transport is another candidate, never the same work)."""
+    if len({r.get("backend") for r in records if not r.get("event")}) < 2:
+        return record_label, verdict.record_work
+    return (lambda rec: f"{record_label(rec)} [{rec['backend']}]",
+            lambda rec: verdict.record_work(rec) + (rec["backend"],))
+
+
 def payload_rows(records, outcomes, baseline):
     """{size: [row per config and phase]}: medians over repeats, the spread, speed-up vs baseline."""
     by = {}
+    label_of = candidates(records)[0]
     for rec in records:
         if not rec.get("event"):
-            by.setdefault(rec["size_bytes"], {}).setdefault(record_label(rec), []).append(rec)
+            by.setdefault(rec["size_bytes"], {}).setdefault(label_of(rec), []).append(rec)
     found = {o.size: o for o in outcomes}
     table = {}
     for size, labels in sorted(by.items()):
@@ -67,11 +77,15 @@ def payload_rows(records, outcomes, baseline):
 def print_compare(records, baseline="ring"):
     """One table per payload, then the verdict records' sentences (none when the run failed or was wrong)."""
     out = console()
-    outcomes = verdict.judge(records)
+    label_of, work_of = candidates(records)
+    outcomes = verdict.judge(records, candidate_of=label_of, work_of=work_of)
+    first = next(r for r in records if not r.get("event"))
+    backends = "/".join(dict.fromkeys(r["backend"] for r in records if not r.get("event")))
+    if label_of is not record_label:  # several backends: the baseline on the first one
+        baseline = label_of({**first, "case": baseline, "phase": TOTAL})
     notes = [r["reason"] for r in records if r.get("event") == "verdict" and r["check"] == "fastest"]
     notes += verdict.equivalence_lines(outcomes)
     notes += [r["reason"] for r in records if r.get("event") == "verdict" and r["check"] == "chunked"]
-    first = next(r for r in records if not r.get("event"))
     columns = [("label", "strategy", None), ("time_us", "time us", ".1f"), ("predicted_time_us", "model us", ".1f"),
                ("spread", "spread %", ".1f"),
                ("repeats", "n", "d"), ("busbw_gbps", "busbw GB/s", ".3f"), ("link_utilization", "link util", ".2f"),
@@ -83,7 +97,7 @@ def print_compare(records, baseline="ring"):
         for row in rows:
             row["wire"] = format_size(row["wire_bytes"]) if row.get("wire_bytes") else ""
         print_table(rows, columns, title=f"payload {format_size(size)}: time to the same final tensor on every rank "
-                    f"(median of n repeats; {first['backend']}, {first['world_size']} ranks on {first['nodes']} node(s))")
+                    f"(median of n repeats; {backends}, {first['world_size']} ranks on {first['nodes']} node(s))")
     if notes:
         out.print(f"verdicts ({stats.METHOD}):")
     for line in notes:
@@ -92,9 +106,10 @@ def print_compare(records, baseline="ring"):
 
 def plot(records, path):
     series = {}
+    label_of = candidates(records)[0]
     for rec in records:
         if not rec.get("event") and rec.get("phase") == TOTAL:
-            series.setdefault(record_label(rec), {}).setdefault(rec["size_bytes"], []).append(rec["time_us"])
+            series.setdefault(label_of(rec), {}).setdefault(rec["size_bytes"], []).append(rec["time_us"])
     line_plot(path, {k: [(s, _median(t)) for s, t in v.items()] for k, v in series.items()},
               "payload (bytes)", "time to the final tensor (us, median of repeats)",
               "commbench compare: lower is better", log_y=True)
@@ -150,7 +165,8 @@ def _config_of(label):
 
 def judge(records, answer):
     """The verdict records of a compare (and chunked's answer)."""
-    outcomes = verdict.judge(records)
+    label_of, work_of = candidates(records)
+    outcomes = verdict.judge(records, candidate_of=label_of, work_of=work_of)
     run_id = next((r["run_id"] for r in records if r.get("run_id")), None)
     found = verdict.verdicts(outcomes, run_id)
     if answer:
@@ -167,12 +183,15 @@ def run_strategies(names, baseline, kw, answer=False):
 @click.option("--strategies", default="ring,rs-ag,plain,chunked", show_default=True,
               help="Comma list: " + ",".join(STRATEGY_NAMES))
 @click.option("--baseline", default="ring", show_default=True, help="Strategy the speed-up is measured against.")
+@click.option("--backends", default=None, metavar="LIST",
+              help="Comma list of backends (gloo,mpi): every strategy on each, side by side; one launch per backend "
+                   "and repeat, each round starting with the next backend.")
 @repeats_option(3)
 @case_options()
 @PLOT_OPTION
 @measure_options("1M", "1G")
 @launch.launch_options
-def compare(strategies, baseline, repeats, **kw):
+def compare(strategies, baseline, repeats, backends, **kw):
     """Strategies side by side on the same payloads: time to the same final tensor, with verdicts.
 
     Every strategy leaves each rank holding the same N-byte tensor (see commbench/strategies.py for
@@ -184,8 +203,11 @@ def compare(strategies, baseline, repeats, **kw):
     Example:
       commbench compare --strategies ring,plain,chunked -b 1M -e 256M --chunk-size 1M,4M --repeats 5
       commbench compare --strategies ring,hierarchical --nodes 2 --nproc-per-node 2 -b 1M -e 256M
+      commbench compare --backends gloo,mpi --strategies ring,plain,chunked -b 1M -e 64M -f 4
     """
     names = parse_names(strategies, "strategy", "--strategies")
+    if backends is not None:
+        kw["backends"] = launch.parse_backends(backends)
     if baseline not in names:
         raise UserError(f"--baseline {baseline} is not one of --strategies {','.join(names)}")
     kw["repeats"] = repeats

@@ -94,6 +94,15 @@ def launch_options(fn):
     return fn
 
 
+def parse_backends(text):
+    """'gloo,mpi' -> ['gloo', 'mpi'] (at least two, each known, auto excluded)."""
+    names = list(dict.fromkeys(b.strip() for b in str(text).split(",") if b.strip()))
+    bad = [b for b in names if b not in BACKENDS[1:]]
+    if bad or len(names) < 2:
+        raise UserError(f"--backends takes two or more of {', '.join(BACKENDS[1:])}, got {text!r}")
+    return names
+
+
 def spec_from_options(kw):
     """Pop the launch options out of a command's keyword arguments into a checked LaunchSpec."""
     spec = LaunchSpec(nodes=kw.pop("nodes"), nproc_per_node=kw.pop("nproc_per_node"),

@@ -47,15 +47,17 @@ def check_memory(spec, plan):
                         f"per rank; there is {format_size(have, approx=True)} ({where}): use a smaller -e/--max-bytes")
 
 
-def run_plan(spec, plan, out, fmt, table_fn, label="measuring", plot=None, plot_fn=None, judge=None):
+def run_plan(spec, plan, out, fmt, table_fn, label="measuring", plot=None, plot_fn=None, judge=None, rounds=None):
     """Launch, judge (verdict records, written after the measurements), render (and plot), and exit non-zero
-    on failure or wrong results."""
-    parts = launches(spec, plan)
+    on failure or wrong results. rounds: [(spec, plan)] run one after another instead (compare --backends)."""
+    rounds = rounds or [(spec, plan)]
+    parts = [part for s, p in rounds for part in launches(s, p)]
     path = None if spec.dry_run else output_file(out)
     if not spec.dry_run:
-        check_memory(spec, plan)
-        launch.check_endpoint(spec)
-    for text in spec.notes:  # on stderr: stdout stays a table, JSON or CSV
+        for s, p in rounds:
+            check_memory(s, p)
+            launch.check_endpoint(s)
+    for text in dict.fromkeys(n for s, _ in rounds for n in s.notes):  # on stderr: stdout stays a table, JSON or CSV
         click.echo(f"note: {text}", err=True)
     if spec.dry_run:
         for part_spec, part in parts:
@@ -94,17 +96,43 @@ def run_plan(spec, plan, out, fmt, table_fn, label="measuring", plot=None, plot_
     if spec.launcher == "torchrun" and spec.node_rank != 0:  # every node says how it ended
         click.echo(f"node rank {spec.node_rank} on {hostname()}: done; node rank 0 prints and writes the records",
                    err=True)
-    elif len(measured) < plan.records_expected():
-        click.echo(f"error: only {len(measured)} of {plan.records_expected()} measurements were recorded", err=True)
+    elif len(measured) < sum(p.records_expected() for _, p in rounds):
+        click.echo(f"error: only {len(measured)} of {sum(p.records_expected() for _, p in rounds)} measurements were "
+                   "recorded", err=True)
         sys.exit(1)
 
 
 def measure(names, kw, table_fn=print_collective_tables, label="measuring", plot_fn=None, judge=None):
-    """Build the plan of the named cases from the command's options and run it."""
-    spec = launch.spec_from_options(kw)
-    plan = build_plan(names, take(kw, MeasureOptions), take(kw, CaseOptionsText).parse(), spec,
-                      kw.pop("repeats", 1))
+    """Build the plan of the named cases from the command's options and run it (on each of kw's backends)."""
+    backends = kw.pop("backends", None)
+    if backends:
+        rounds = backend_rounds(names, kw, backends)
+        spec, plan = rounds[0]
+    else:
+        spec = launch.spec_from_options(kw)
+        plan = build_plan(names, take(kw, MeasureOptions), take(kw, CaseOptionsText).parse(), spec,
+                          kw.pop("repeats", 1))
+        rounds = None
     out, fmt, plot = kw.pop("out"), kw.pop("fmt"), kw.pop("plot", None)
     table_fn = rankstats.with_stats(table_fn, kw.pop("show_stats"))
     no_leftovers(kw)
-    run_plan(spec, plan, out, fmt, table_fn, label, plot, plot_fn, judge)
+    run_plan(spec, plan, out, fmt, table_fn, label, plot, plot_fn, judge, rounds)
+
+
+def backend_rounds(names, kw, backends):
+    """[(spec, plan)] of the same plan on each backend, --repeats rounds of one launch per backend, each round
+    starting one backend later (drift hits every backend alike); every record carries its round as repeat."""
+    if kw.get("backend") not in (None, "auto"):
+        raise UserError("--backends and --backend exclude each other")
+    specs = []
+    for backend in backends:
+        mine = dict(kw, backend=backend)
+        specs.append(launch.spec_from_options(mine))
+    for key in set(kw) - set(mine):  # the launch options every spec took
+        kw.pop(key)
+    measure_opts, case_opts, repeats = take(kw, MeasureOptions), take(kw, CaseOptionsText).parse(), kw.pop("repeats")
+    plans = [build_plan(names, measure_opts, case_opts, spec) for spec in specs]
+    plans = [dataclasses.replace(p, run_id=plans[0].run_id) for p in plans]
+    pairs = list(zip(specs, plans))
+    return [(s, dataclasses.replace(p, tags={**p.tags, "repeat": r}) if repeats > 1 else p)
+            for r in range(repeats) for s, p in pairs[r % len(pairs):] + pairs[:r % len(pairs)]]
