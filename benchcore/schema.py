@@ -136,3 +136,6 @@ EXTENSIONS["commbench"].update(IMPORTED, check_error="import: nccl-tests before 
 EXTENSIONS["iobench"].update(IMPORTED, interrupted="import: fio said 'terminating on signal' (a run cut short)")
 EVENT_EXTENSIONS["commbench"].update(IMPORTED, collective="import: the collective of the table cut short or failed")
 EVENT_EXTENSIONS["iobench"].update(IMPORTED, job="import: the fio job that ended with an error")
+
+# Point-to-point (commbench p2p, commbench/p2p.py): OSU-style modes; the MPI library is in versions.
+EXTENSIONS["commbench"].update(window="p2p: messages in flight per window (OSU's window size; 1 for latency)")

@@ -1,10 +1,11 @@
-"""The case registry: every collective and strategy commbench times, by name."""
+"""The case registry: every collective, strategy and point-to-point mode commbench times, by name."""
 from benchcore.errors import UserError
 from commbench.case import label
 from commbench.collectives import COLLECTIVE_CASES
+from commbench.p2p import P2P_CASES
 from commbench.strategies import STRATEGY_CASES
 
-CASES = {**COLLECTIVE_CASES, **STRATEGY_CASES}
+CASES = {**COLLECTIVE_CASES, **STRATEGY_CASES, **P2P_CASES}
 COLLECTIVE_NAMES = list(COLLECTIVE_CASES)
 STRATEGY_NAMES = list(STRATEGY_CASES)
 

@@ -102,7 +102,7 @@ def run_plan(spec, plan, out, fmt, table_fn, label="measuring", plot=None, plot_
         sys.exit(1)
 
 
-def measure(names, kw, table_fn=print_collective_tables, label="measuring", plot_fn=None, judge=None):
+def measure(names, kw, table_fn=print_collective_tables, label="measuring", plot_fn=None, judge=None, reshape=None):
     """Build the plan of the named cases from the command's options and run it (on each of kw's backends)."""
     backends = kw.pop("backends", None)
     if backends:
@@ -113,6 +113,8 @@ def measure(names, kw, table_fn=print_collective_tables, label="measuring", plot
         plan = build_plan(names, take(kw, MeasureOptions), take(kw, CaseOptionsText).parse(), spec,
                           kw.pop("repeats", 1))
         rounds = None
+    if reshape:  # the command splits or adjusts the launches (p2p: OSU's iteration counts per size class)
+        rounds = reshape(rounds or [(spec, plan)])
     out, fmt, plot = kw.pop("out"), kw.pop("fmt"), kw.pop("plot", None)
     table_fn = rankstats.with_stats(table_fn, kw.pop("show_stats"))
     no_leftovers(kw)

@@ -1,0 +1,99 @@
+"""`commbench p2p`: OSU-style point-to-point (latency, bw, bibw) on one or more transports, one table."""
+import dataclasses
+
+import click
+from click.core import ParameterSource
+
+from benchcore.errors import UserError
+from benchcore.report import print_table
+from benchcore.units import format_size
+from commbench import launch
+from commbench.p2p import LARGE, MODES, WINDOW, case_name, osu_counts
+from commbench.plan import measure_options
+from commbench.runner import measure
+
+HEAD = {"latency": ("time_us", "latency us", ".2f"), "bw": ("bw_mbps", "bw MB/s", ".2f"),
+        "bibw": ("bw_mbps", "bibw MB/s", ".2f")}
+
+
+def p2p_table(records):
+    """One row per size: every mode on every transport (OSU's units: us, MB/s = 1e6 B/s)."""
+    recs = [r for r in records if not r.get("event") and str(r.get("collective", "")).startswith("p2p_")]
+    backends = list(dict.fromkeys(r["backend"] for r in recs))
+    modes = [m for m in MODES if any(r["collective"] == case_name(m) for r in recs)]
+    rows = {}
+    for rec in recs:
+        mode = rec["collective"][len("p2p_"):]
+        row = rows.setdefault(rec["size_bytes"], {"size": rec["size_bytes"], "size_h": format_size(rec["size_bytes"])})
+        key, _, _ = HEAD[mode]
+        value = rec["time_us"] if key == "time_us" else rec["busbw_gbps"] * 1e3
+        row.setdefault(f"{mode} {rec['backend']}", []).append(value)
+    for row in rows.values():  # the median of repeats, when there are several
+        for k, v in row.items():
+            if isinstance(v, list):
+                row[k] = sorted(v)[len(v) // 2]
+    columns = [("size", "size (B)", "d"), ("size_h", "", None)]
+    columns += [(f"{m} {b}", f"{HEAD[m][1]} {b}" if len(backends) > 1 else HEAD[m][1], HEAD[m][2])
+                for m in modes for b in backends]
+    first = recs[0] if recs else {}
+    print_table([rows[s] for s in sorted(rows)], columns,
+                title=f"p2p: one link between 2 ranks ({', '.join(backends)}; {first.get('nodes')} node(s); "
+                      f"latency one-way, bandwidth windows of {WINDOW} as OSU)")
+
+
+def osu_rounds(window, osu):
+    """The launches' plans with the window set and, where -n/-w were not given, OSU's counts: one launch per size
+    class (up to 8 KiB, above) and mode kind (ping-pong, windowed)."""
+    def reshape(rounds):
+        out = []
+        for spec, plan in rounds:
+            configs = [{**c, "window": window} if c["window"] > 1 else c for c in plan.configs]
+            if not osu:
+                out.append((spec, dataclasses.replace(plan, configs=configs)))
+                continue
+            for kind in ("latency", "window"):
+                cfgs = [c for c in configs if (c["window"] == 1) == (kind == "latency")]
+                for sizes in ([s for s in plan.sizes if s <= LARGE], [s for s in plan.sizes if s > LARGE]):
+                    if cfgs and sizes:
+                        iters, warmup = osu_counts("latency" if kind == "latency" else "bw", sizes[0])
+                        out.append((spec, dataclasses.replace(plan, configs=cfgs, sizes=sizes, iters=iters,
+                                                              warmup=warmup)))
+        return out
+    return reshape
+
+
+@click.command()
+@click.option("--mode", "modes", default="latency", show_default=True,
+              help="Comma list: latency (osu_latency ping-pong), bw (osu_bw), bibw (osu_bibw).")
+@click.option("--backends", default=None, metavar="LIST",
+              help="Comma list of transports (gloo,mpi): each one, side by side in one table.")
+@click.option("--window", type=click.IntRange(1, 4096), default=WINDOW, show_default=True,
+              help="Messages in flight per window of bw and bibw (OSU's -W).")
+@measure_options("1", "4M")
+@launch.launch_options
+@click.pass_context
+def p2p(click_ctx, modes, backends, window, **kw):
+    """What one link does: OSU-style point-to-point latency and bandwidth between 2 ranks.
+
+    Ping-pong latency (one-way, us) and windowed uni- and bi-directional bandwidth (MB/s = 1e6 B/s) of
+    messages of bytes, on torch.distributed (send/recv) or MPI (mpi4py), as osu_latency, osu_bw and
+    osu_bibw measure. Without -n/-w, OSU's counts: up to 8 KiB latency 10000 iterations after 100
+    warm-up and bw 100 windows after 10; above, 1000 after 10 and 20 windows after 2; window 64.
+
+    \b
+    Example:
+      commbench p2p --mode latency,bw,bibw -b 1 -e 4M --backends gloo,mpi
+      commbench p2p --mode bw --nodes 2 --nproc-per-node 1 --rdzv-endpoint node0:29500 --node-rank 0
+    """
+    names = [case_name(m.strip()) for m in modes.split(",") if m.strip()]
+    bad = [n for n in names if n[len("p2p_"):] not in MODES]
+    if bad or not names:
+        raise UserError(f"--mode takes {', '.join(MODES)}, got {modes!r}")
+    if kw["nproc_per_node"] is None:  # one link: 2 ranks on one node, else one per node
+        kw["nproc_per_node"] = 2 if (kw["nodes"] or 1) == 1 else 1
+    kw["dtype"] = "uint8"  # bytes, as OSU's MPI_CHAR
+    if backends is not None:
+        kw["backends"] = launch.parse_backends(backends)
+        kw["repeats"] = 1
+    osu = all(click_ctx.get_parameter_source(p) == ParameterSource.DEFAULT for p in ("iters", "warmup"))
+    measure(list(dict.fromkeys(names)), kw, p2p_table, "p2p", reshape=osu_rounds(window, osu))
