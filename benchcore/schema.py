@@ -85,7 +85,10 @@ EVENT_EXTENSIONS = {
                   "tied": "verdict: configs with no significant difference",
                   "beats_from_bytes": "chunked verdict: payload from which chunking beats ring and plain",
                   "no_difference_sizes": "chunked verdict: payloads where nothing is significantly better",
-                  "discarded": "sweep resume: records of runs cut short, left out"},
+                  "discarded": "sweep resume: records of runs cut short, left out",
+                  "ranks": "hang: every rank's position (what, step, operations entered/left) and state (inside the "
+                           "operation waiting on a peer, outside it: never entered, silent: no heartbeat)",
+                  "env": "hang: the NCCL/Gloo environment in effect"},
     "iobench": {"mount": "the path refused or failed"},
 }
 
@@ -139,3 +142,10 @@ EVENT_EXTENSIONS["iobench"].update(IMPORTED, job="import: the fio job that ended
 
 # Point-to-point (commbench p2p, commbench/p2p.py): OSU-style modes; the MPI library is in versions.
 EXTENSIONS["commbench"].update(window="p2p: messages in flight per window (OSU's window size; 1 for latency)")
+
+# Cluster acceptance (commbench accept, commbench/accept.py): every record of a check says which one made it;
+# a check's outcome is a verdict event (check, passed, seconds, rows: one per threshold).
+ACCEPT = {"accept_check": "accept: the spec's check that made this record"}
+for _tool in DESIGN:
+    EXTENSIONS[_tool].update(ACCEPT)
+    EVENT_EXTENSIONS[_tool].update(ACCEPT)

@@ -9,6 +9,7 @@ import torch.distributed as dist
 from benchcore import schema
 from benchcore.records import git_revision, hostname, timestamp
 from commbench.case import TOTAL
+from commbench.liveness import Position
 from commbench.model import record_fields
 from commbench.topology import from_dict
 from commbench.transport import torch_primitives
@@ -38,6 +39,7 @@ class Context:
 
     def __init__(self, plan):
         self.plan = plan
+        self.position = Position()   # where this rank is; the worker shares its Liveness's
         backend = plan.backend
         if backend == "auto":
             backend = "nccl" if torch.cuda.is_available() else "gloo"

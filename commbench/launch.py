@@ -34,7 +34,7 @@ from benchcore.records import hostname
 from benchcore.report import console
 from benchcore.torchrun import torchrun_argv
 from commbench import mpi
-from commbench.liveness import ADDR_ENV, CHANNEL, PROBE_TIMEOUT_S, RECORD_NODE_ENV, STATUS_ENV, probe
+from commbench.liveness import ADDR_ENV, CHANNEL, EXIT_HANG, PROBE_TIMEOUT_S, RECORD_NODE_ENV, STATUS_ENV, probe
 from commbench.plan import Plan
 
 LAUNCHERS = ("auto", "local", "torchrun", "slurm", "mpirun")
@@ -58,6 +58,7 @@ class LaunchSpec:
     verbose: bool
     env: dict = field(default_factory=dict)   # extra environment for this launch
     notes: list = field(default_factory=list)  # one-line notices, shown once the plan is accepted
+    hang_timeout: float = 60                   # no progress this long: a hang, reported with where each rank is
 
     @property
     def world_size(self):
@@ -86,6 +87,9 @@ def launch_options(fn):
                      help="Process-group timeout in s: a dead or stuck peer ends the run within it."),
         click.option("--rdzv-timeout", type=float, default=120, show_default=True,
                      help="Seconds to wait for every node to join."),
+        click.option("--hang-timeout", type=float, default=60, show_default=True,
+                     help="No operation finishing this long is a hang: rank 0 reports where every rank is and the "
+                          "run ends with exit code 4 (kept below --timeout)."),
         click.option("--dry-run", is_flag=True, help="Print the launch command lines and exit."),
         click.option("-v", "--verbose", is_flag=True, help="Stream torchrun and worker output."),
     ]
@@ -108,7 +112,8 @@ def spec_from_options(kw):
     spec = LaunchSpec(nodes=kw.pop("nodes"), nproc_per_node=kw.pop("nproc_per_node"),
                       launcher=kw.pop("launcher"), rdzv_endpoint=kw.pop("rdzv_endpoint"),
                       node_rank=kw.pop("node_rank"), backend=kw.pop("backend"), timeout=kw.pop("timeout"),
-                      rdzv_timeout=kw.pop("rdzv_timeout"), dry_run=kw.pop("dry_run"), verbose=kw.pop("verbose"))
+                      rdzv_timeout=kw.pop("rdzv_timeout"), dry_run=kw.pop("dry_run"), verbose=kw.pop("verbose"),
+                      hang_timeout=kw.pop("hang_timeout", 60))
     allocation = int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or 0)
     if spec.nodes is None:
         spec.nodes = allocation if allocation and spec.launcher in ("auto", "slurm") else 1
@@ -125,8 +130,9 @@ def spec_from_options(kw):
     if spec.nproc_per_node < 1:
         raise UserError(f"--nproc-per-node must be at least 1, got {spec.nproc_per_node}")
 
-    if spec.timeout <= 0 or spec.rdzv_timeout <= 0:
-        raise UserError("--timeout and --rdzv-timeout must be positive")
+    if spec.timeout <= 0 or spec.rdzv_timeout <= 0 or spec.hang_timeout <= 0:
+        raise UserError("--timeout, --rdzv-timeout and --hang-timeout must be positive")
+    spec.hang_timeout = min(spec.hang_timeout, spec.timeout * 0.8)   # reported before the process group gives up
     if spec.backend == "mpi" or spec.launcher == "mpirun":
         mpi.resolve(spec)
     if spec.launcher == "auto":
@@ -264,6 +270,8 @@ def node_env(spec, host, record_node):
 
 def commands(spec, plan):
     """[(argv, extra env)] for the agents this machine starts."""
+    if spec.backend == "mpi":
+        return mpi.commands(spec, plan)
     run_id = plan.run_id
     if spec.launcher == "local":
         endpoint = f"127.0.0.1:{free_port()}"
@@ -272,8 +280,6 @@ def commands(spec, plan):
     if spec.launcher == "torchrun":
         host, port = split_endpoint(spec.rdzv_endpoint)
         env, local = node_env(spec, host, spec.node_rank == 0)
-    if spec.backend == "mpi":
-        return mpi.commands(spec, plan)
         rdzv_id = f"commbench-{port}"  # every node derives the same id; each one's run_id is its own
         return [(agent_argv(spec, spec.rdzv_endpoint, rdzv_id, spec.node_rank == 0, local, plan), env)]
     agent = {"spec": spec.__dict__, "plan": plan.to_json(), "endpoint": slurm_endpoint()}
@@ -417,6 +423,10 @@ def execute(spec, plan, writer=None, progress_label="measuring", max_seconds=Non
                         procs.kill(st["pid"])
                         killed.add(st["pid"])
                         stopped_since.pop(rank)
+                if any(st.get("exit") == EXIT_HANG for st in ranks.values()):
+                    killed.update(st["pid"] for st in ranks.values())  # ended by us, not by their own fault
+                    _stop(agents, ranks, grace=2)  # a stopped rank cannot act on torchrun's SIGTERM
+                    break
                 gone = {r: st.get("exit") is not None or worker_state(st["pid"]) is None for r, st in ranks.items()}
                 if failed_at is None and ranks and all(gone.values()) and \
                         any(st.get("exit") for st in ranks.values()):
@@ -441,6 +451,8 @@ def execute(spec, plan, writer=None, progress_label="measuring", max_seconds=Non
         ranks.update(rank_status(logdir))
         codes = [p.returncode for p in agents]
         code = next((c for c in codes if c), 0) or (1 if faults else 0)
+        if any(st.get("exit") == EXIT_HANG for st in ranks.values()):
+            code = EXIT_HANG   # rank 0's watchdog reported a hang: commbench's own exit status says so
         reasons = list(dict.fromkeys(faults + _reasons(logs, spec, ranks, killed))) if code else []
         return LaunchResult(code, channel.records, reasons)
     finally:
@@ -495,7 +507,7 @@ def _reasons(logs, spec, ranks=None, killed=()):
         lines.extend(log.read().splitlines())
     worker = [ln[ln.index("commbench-worker:") + len("commbench-worker:"):].strip()
               for ln in lines if "commbench-worker:" in ln]
-    signalled = _signalled(lines, ranks or {}, set(killed))
+    signalled = _signalled(lines, ranks or {}, set(killed)) + mpi.dead_ranks(lines, ranks or {})
     if worker or signalled:
         return list(dict.fromkeys(signalled + worker))
     where = spec.rdzv_endpoint or "127.0.0.1"

@@ -11,6 +11,13 @@ Every rank (started by torchrun, before its process group exists):
 
 When a rank fails, `diagnose()` waits a little over two beats, takes the peers whose heartbeat
 did not move, and probes each: died / stopped responding / became unreachable.
+
+Hangs: every rank keeps a Position (what it measures, the step, operations entered and left), which
+the heartbeat thread publishes to `commbench/where/<rank>` once a beat, outside the timed loop.
+Rank 0's heartbeat thread is the watchdog: when its own position has not moved for --hang-timeout,
+it reads every rank's, reports who is inside the operation waiting on a peer, who never entered it
+(and where it is instead), who stopped beating, and the NCCL/Gloo environment, then ends the run
+with EXIT_HANG; the launcher keeps every record measured before.
 """
 import datetime
 import json
@@ -27,6 +34,28 @@ STATUS_ENV = "COMMBENCH_STATUS_DIR"       # the launch directory: status files a
 ADDR_ENV = "COMMBENCH_LOCAL_ADDR"
 RECORD_NODE_ENV = "COMMBENCH_RECORD_NODE"  # "1" on the node whose local rank 0 hands records back
 CHANNEL = "records.jsonl"                  # in the launch directory, appended per record
+
+
+EXIT_HANG = 4   # a rank's (and commbench's) exit status after a hang report
+
+
+class Position:
+    """Where this rank is: the measurement, its step, and the timed operations it entered and left."""
+
+    def __init__(self):
+        self.what, self.step, self.entered, self.left, self.since = "start-up", "", 0, 0, time.time()
+
+    def at(self, step, what=None):
+        self.what = what or self.what
+        self.step, self.since = step, time.time()
+
+    def state(self):
+        return {"what": self.what, "step": self.step, "entered": self.entered, "left": self.left,
+                "since": self.since}
+
+
+def where_key(rank):
+    return f"commbench/where/{rank}"
 
 
 def hb_key(rank):
@@ -62,7 +91,7 @@ def describe(rank, info, verdict):
 
 
 class Liveness:
-    def __init__(self, hostname):
+    def __init__(self, hostname, hang_timeout=None, on_hang=None):
         env = os.environ
         self.rank = int(env.get("RANK", "0"))
         self.world = int(env.get("WORLD_SIZE", "1"))
@@ -73,6 +102,9 @@ class Liveness:
         self.done = 0
         self.last_ok = time.monotonic()   # last heartbeat the store took
         self.rank0 = None                 # rank 0's info: whom to name when the store is gone
+        self.position = Position()
+        self.hang_timeout, self.on_hang = hang_timeout, on_hang   # the watchdog (rank 0)
+        self._moved = (None, time.monotonic())
         self._beat_store = self._query_store = None
         self._stopped = threading.Event()
         self.listener = socket.socket()
@@ -117,13 +149,53 @@ class Liveness:
                     self._beat_store, self._query_store = self._connect(), self._connect()
                     self._beat_store.set(info_key(self.rank), json.dumps(self.info))
                 self._beat_store.set(hb_key(self.rank), f"{time.time():.3f}")
+                self._beat_store.set(where_key(self.rank), json.dumps(self.position.state()))
                 self._beat_store.check([hb_key(self.rank)])  # set does not wait for the store; check does
                 self.last_ok = time.monotonic()
+                self._watch()
                 if self.rank0 is None and self.rank != 0:  # rank 0 publishes before its process group exists
                     self.rank0 = json.loads(self._beat_store.get(info_key(0)))
             except Exception:  # store unreachable or gone: diagnose() reads last_ok
                 pass
             self._stopped.wait(BEAT_S)
+
+    def _watch(self):
+        """Rank 0: report a hang once its position has not moved for hang_timeout."""
+        if self.rank != 0 or not self.on_hang or not self.hang_timeout:
+            return
+        state = self.position.state()
+        key = (state["what"], state["step"], state["entered"], state["left"])
+        if key != self._moved[0]:
+            self._moved = (key, time.monotonic())
+        elif time.monotonic() - self._moved[1] > self.hang_timeout:
+            self.on_hang(self.hang_report(time.monotonic() - self._moved[1]))
+
+    def hang_report(self, stuck_s):
+        """(lines, per-rank states): where every rank is, told apart: inside the operation (waiting on a peer),
+        never entered it (and where it is), or no longer beating (probed: died / stopped / unreachable)."""
+        store, now, mine = self._query_store, time.time(), self.position.state()
+        op = mine["entered"]
+        lines = [f"hang: no progress for {stuck_s:.0f} s (--hang-timeout) in {mine['what']}, {mine['step']}"
+                 + (f", timed operation {op}" if mine["entered"] > mine["left"] else "")]
+        ranks = []
+        for r in range(self.world):
+            info = json.loads(store.get(info_key(r))) if store.check([info_key(r)]) else {}
+            where = json.loads(store.get(where_key(r))) if store.check([where_key(r)]) else None
+            beat = float(store.get(hb_key(r))) if store.check([hb_key(r)]) else None
+            who = f"rank {r} on {info.get('host', '?')}"
+            if beat is None or now - beat > 3 * BEAT_S:
+                state, text = "silent", describe(r, info or None, probe(info["addr"], info["port"]) if info else None)
+            elif where and where["entered"] > where["left"]:
+                state = "inside"
+                text = f"{who}: inside timed operation {where['entered']} of {where['what']}, waiting on a peer"
+            else:
+                state = "outside"
+                text = (f"{who}: never entered {'operation ' + str(op) if op else 'it'}: alive, at "
+                        f"{where['what']}, {where['step']} for {now - where['since']:.0f} s" if where else
+                        f"{who}: alive, never reported a position")
+            ranks.append({"rank": r, "host": info.get("host"), "state": state, **(where or {})})
+            lines.append(text)
+        return lines, ranks
 
     def _peers(self, store):
         """{rank: last beat (wall time)} of every other rank that has beaten."""
@@ -164,6 +236,10 @@ class Liveness:
             return (f"{who}, which holds the rendezvous store, became unreachable from {self.host} "
                     "(link down or node gone)")
         return f"the rendezvous store at {addr}:{port} ({who}) stopped answering: its launcher ended"
+
+    def end(self, exit_code):
+        """From any thread, this one included: the launcher learns how this rank ends."""
+        self._write_status(exit_code)
 
     def close(self, exit_code):
         """Stop beating; tell the launcher how this rank ends (it stops an agent that then hangs)."""

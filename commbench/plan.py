@@ -50,6 +50,7 @@ class Plan:
     iter_stats: bool = True      # per-iteration marks on every rank: p50/p99/cv, the slowest rank (rankstats.py)
     backend: str = "auto"
     timeout: float = 300
+    hang_timeout: float = 60     # no progress this long on rank 0: a hang report (commbench/liveness.py)
     launcher: str = "local"
     topology: Optional[dict] = None  # the topology in effect (commbench.topology.Topology.as_dict())
     command: str = ""            # the command line that made this plan, as typed
@@ -311,6 +312,6 @@ def build_plan(names, measure, case_opts, spec, repeats=1):
                 blocking=z if z is not None else measure.blocking, agg_iters=measure.agg_iters,
                 cuda_graph=measure.cuda_graph, cpu_time=measure.cpu_time, cycles=measure.cycles, repeats=repeats,
                 iter_stats=measure.iter_stats,
-                backend=spec.backend, timeout=spec.timeout, launcher=spec.launcher,
+                backend=spec.backend, timeout=spec.timeout, hang_timeout=spec.hang_timeout, launcher=spec.launcher,
                 topology=for_run(measure.topology, spec).as_dict(),
                 command=shlex.join(["commbench", *sys.argv[1:]]))

@@ -11,12 +11,13 @@ import time
 
 import torch
 from commbench import rankstats
-from commbench.case import TOTAL
+from commbench.case import TOTAL, label
 from commbench.collectives import DTYPES, torch_dtype
 
 CORRUPT_ENV = "COMMBENCH_TEST_CORRUPT"   # test only: corrupt this case's result on rank 0 before the check
 SKIP_ENV = "COMMBENCH_TEST_SKIP"         # test only: the check run of these cases (comma list) does nothing
 SLOW_RANK_ENV = "COMMBENCH_TEST_SLOW_RANK"   # test only: RANK:SECONDS, that rank sleeps before each timed iteration
+STALL_ENV = "COMMBENCH_TEST_STALL"      # test only: RANK:OP, that rank stops before timed operation OP (alive)
 SLOW_ENV = "COMMBENCH_TEST_SLOW"         # test only: CASE:SECONDS[,...], a sleep inside every run of those cases
 
 
@@ -43,20 +44,23 @@ def time_loop(ctx, run_once, iters, blocking, samples=None):
         return _graph_loop(ctx, run_once, ops)
     if ctx.device.type == "cuda" and not plan.cpu_time:
         return _event_loop(ctx, run_once, iters, blocking, samples)
-    late = _late_seconds(ctx)
+    late, stall = _hook(ctx, SLOW_RANK_ENV), _hook(ctx, STALL_ENV)
+    pos = ctx.position
     t0 = time.perf_counter()
-    if blocking and (samples is not None or late):
-        marks = [] if samples is None else samples
+    if blocking:  # the watchdog sees each operation entered and left; the marks are the statistics' input
         for _ in range(iters):
             if late:
                 time.sleep(late)
-            marks.append(time.perf_counter() - t0)
+            if samples is not None:
+                samples.append(time.perf_counter() - t0)
             for _ in range(plan.agg_iters):
+                if stall and pos.entered + 1 == stall:
+                    time.sleep(1e6)
+                pos.entered += 1
                 run_once(False)
-        marks.append(time.perf_counter() - t0)
-    elif blocking:
-        for _ in range(ops):
-            run_once(False)
+                pos.left += 1
+        if samples is not None:
+            samples.append(time.perf_counter() - t0)
     else:
         works = [run_once(True) for _ in range(ops)]
         for work in works:
@@ -67,10 +71,10 @@ def time_loop(ctx, run_once, iters, blocking, samples=None):
     return (time.perf_counter() - t0) / ops
 
 
-def _late_seconds(ctx):
-    """The test-only delay of SLOW_RANK_ENV for this rank (0 when it names another)."""
-    rank, _, seconds = os.environ.get(SLOW_RANK_ENV, "").partition(":")
-    return float(seconds) if rank == str(ctx.rank) else 0.0
+def _hook(ctx, name):
+    """The number a test-only RANK:NUMBER hook gives this rank (0 when it names another)."""
+    rank, _, number = os.environ.get(name, "").partition(":")
+    return float(number) if rank == str(ctx.rank) else 0
 
 
 def _event_loop(ctx, run_once, iters, blocking, samples):
@@ -157,19 +161,27 @@ def measure_case(ctx, case, cfg, size, shared):
     timed = case.build(ctx, cfg, count, torch_dtype(cfg["dtype"]), shared)
     blocking = ctx.blocking if timed.blocking is None else timed.blocking
     rows = []
+    pos = ctx.position
     for phase in case.phases:
         run_once = slowed(case, timed.phases[phase])
+        pos.at("refill", f"{label(case, {**cfg, 'phase': phase})} at {size} B")
         timed.refill()
         if plan.warmup:
+            pos.at("warm-up")
             time_loop(ctx, run_once, plan.warmup, blocking)
         samples = [] if plan.iter_stats else None
-        t, t_min, t_max = over_ranks(ctx, time_loop(ctx, run_once, plan.iters, blocking, samples) / timed.per_run)
+        pos.at("timed loop")
+        seconds = time_loop(ctx, run_once, plan.iters, blocking, samples) / timed.per_run
+        pos.at("gathering the times")
+        t, t_min, t_max = over_ranks(ctx, seconds)
         stats = rank_stats(ctx, samples) if samples else {}
         algbw = size / t / 1e9
         rows.append({"phase": phase, "blocking": blocking, "time_source": time_source(ctx), "time_us": t * 1e6, "time_us_min": t_min * 1e6,
                      "time_us_max": t_max * 1e6, "algbw_gbps": algbw, "busbw_gbps": algbw * timed.factors[phase],
                      **stats, **timed.fields(phase)})
+    pos.at("check")
     wrong, fields = check(ctx, case, timed) if plan.check else (None, {})
+    pos.at("peak memory")
     peak = peak_memory(ctx)
     return [ctx.record(case, cfg, row, size_bytes=size, count=count, wrong=wrong, peak_mem_bytes=peak, **fields)
             for row in rows]

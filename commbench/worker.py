@@ -8,15 +8,17 @@ with one `commbench-worker:` line on stderr, which the launcher shows. Exit 3: w
 """
 import argparse
 import gc
+import json
 import os
 import sys
 
 import torch.distributed as dist
 
+from benchcore import schema
 from benchcore.records import RecordWriter, hostname
 from commbench import mpi
 from commbench.context import Context
-from commbench.liveness import CHANNEL, RECORD_NODE_ENV, STATUS_ENV, Liveness
+from commbench.liveness import CHANNEL, EXIT_HANG, RECORD_NODE_ENV, STATUS_ENV, Liveness
 from commbench.plan import Plan
 from commbench.registry import CASES
 from commbench.timing import measure_case
@@ -44,6 +46,19 @@ def run_plan(ctx, emit):
     return wrong
 
 
+def hang(report, live, writer, ctx):
+    """Rank 0's watchdog fired (on the heartbeat thread): the report as worker lines and a `hang` record, then the
+    run ends with EXIT_HANG (the main thread is stuck in the collective; records already written are kept)."""
+    lines, ranks = report
+    for line in lines + [f"environment in effect: {json.dumps(ctx.env, sort_keys=True)}"]:
+        print(f"commbench-worker: {line}", file=sys.stderr, flush=True)
+    if writer:
+        writer.write(schema.event("commbench", "hang", lines[0], run_id=ctx.plan.run_id, ranks=ranks, env=ctx.env))
+        writer.close()
+    live.end(EXIT_HANG)
+    os._exit(EXIT_HANG)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="commbench.worker")
     parser.add_argument("--plan", required=True, help="JSON plan written by the commbench CLI")
@@ -52,13 +67,15 @@ def main(argv=None):
         os.environ.update(mpi.rank_env())
     rank = os.environ.get("RANK", "?")
     code = 0
-    live = Liveness(hostname())  # heartbeats from before the process group exists
+    live = Liveness(hostname(), plan.hang_timeout)  # heartbeats from before the process group exists
     try:
         ctx = Context(plan)
+        ctx.position = live.position
         if os.environ.get(EXIT_RANK_ENV) == str(ctx.rank):
             os._exit(17)
         writes = os.environ.get(RECORD_NODE_ENV, "1") == "1" and ctx.local_rank == 0 and os.environ.get(STATUS_ENV)
         writer = RecordWriter(os.path.join(os.environ[STATUS_ENV], CHANNEL)) if writes else None
+        live.on_hang = lambda report: hang(report, live, writer, ctx)
 
         def emit(rec):
             if writer:

@@ -110,7 +110,7 @@ def test_peer_that_never_arrives_ends_with_a_clear_error():
     (["run", "-b", "12Q"], "is not a size"),
     (["run", "--collective", "all_reduce,allgather"], "unknown collective 'allgather'"),
     (["run", "--dtype", "float8"], "unknown dtype"),
-    (["run", "--op", "avg"], "unknown op 'avg'"),
+    (["run", "--op", "avg"], "-o/--op avg needs NCCL"),
     (["run", "-d", "f8e4m3"], "needs NCCL"),
     (["run", "-d", "int8", "--nproc-per-node", 200, "--dry-run"], "cannot hold a sum over 200 ranks"),
     (["run", "-G", "5"], "NCCL on GPUs only"),

@@ -1,0 +1,65 @@
+"""Hang diagnosis: a rank that stops participating is named within --hang-timeout + 10 s, with where every rank
+is; the run ends with exit code 4, the records measured before are kept, a stopped process is cleaned up."""
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import BIN, read_records
+
+pytestmark = pytest.mark.slow
+HANG_S = 4
+# per size: 1 warm-up + 3 timed operations, so timed operation 7 is in the second size (2K)
+ARGS = ["run", "--nproc-per-node", "3", "-b", "1K", "-e", "4K", "-n", "3", "-w", "1", "--hang-timeout", str(HANG_S)]
+
+
+def start(tmp_path, out, env=None):
+    return subprocess.Popen([str(BIN / "commbench"), *ARGS, "--out", str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp_path), **(env or {})})
+
+
+def errors(stderr):
+    return [line[len("error: "):] for line in stderr.splitlines() if line.startswith("error: ")]
+
+
+def test_a_rank_that_never_enters_the_collective_is_told_from_those_waiting_inside(tmp_path):
+    out = tmp_path / "h.jsonl"
+    t0 = time.monotonic()
+    proc = start(tmp_path, out, {"COMMBENCH_TEST_STALL": "1:7"})
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 4, stderr
+    lines = errors(stderr)
+    assert lines[0].startswith(f"hang: no progress for {HANG_S} s (--hang-timeout) in all_reduce at 2048 B"), lines
+    assert "rank 1 on" in lines[2] and "never entered operation 7: alive" in lines[2], lines
+    assert all("inside timed operation 7" in lines[i] and "waiting on a peer" in lines[i] for i in (1, 3)), lines
+    assert lines[4].startswith("environment in effect:")
+    recs = read_records(out)
+    assert [r["size_bytes"] for r in recs if not r.get("event")] == [1024]  # measured before the hang: kept
+    (event,) = [r for r in recs if r.get("event") == "hang"]
+    assert [r["state"] for r in event["ranks"]] == ["inside", "outside", "inside"]
+    assert time.monotonic() - t0 < 60   # start-up (~10 s here) + the first size + HANG_S, not the 300 s timeout
+
+
+def test_a_stopped_rank_is_named_and_cleaned_up(tmp_path):
+    out = tmp_path / "h.jsonl"
+    proc = start(tmp_path, out, {"COMMBENCH_TEST_SLOW_RANK": "0:0.2"})   # slow enough to stop rank 2 mid-run
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (out.exists() and out.read_text().strip()):
+        time.sleep(0.1)
+    (status,) = list(Path(tmp_path).glob("commbench-logs-*/rank2.json"))
+    pid = json.loads(status.read_text())["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    t0 = time.monotonic()
+    _, stderr = proc.communicate(timeout=120)
+    took = time.monotonic() - t0
+    assert proc.returncode == 4 and took < HANG_S + 10, (took, stderr)
+    lines = errors(stderr)
+    assert lines[0].startswith("hang: no progress"), lines
+    assert any(f"rank 2 on" in ln and f"pid {pid}) stopped responding" in ln for ln in lines), lines
+    assert not Path(f"/proc/{pid}").exists(), "the stopped worker was left behind"
+    (event,) = [r for r in read_records(out) if r.get("event") == "hang"]
+    assert event["ranks"][2]["state"] == "silent"
