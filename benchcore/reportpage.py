@@ -116,9 +116,10 @@ def _plt():
     return plt
 
 
-def busbw_plot(path, title, recs, base_recs):
+def busbw_plot(path, title, recs, base_recs, marks=()):
     """busbw vs size, log-log; one line per run and placement; the baseline dashed; link peak and the model's
-    prediction (busbw at predicted_time_us) where the records carry them."""
+    prediction (busbw at predicted_time_us) where the records carry them; marks: [(label, [(size, busbw)])],
+    thresholds drawn red."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(9, 5.5))
     for recs_, style, tag in ((recs, "-", ""), (base_recs, "--", "baseline ")):
@@ -142,6 +143,8 @@ def busbw_plot(path, title, recs, base_recs):
     peaks = sorted({r["link_peak_gbps"] for r in recs if r.get("link_peak_gbps")})
     for peak in peaks:
         ax.axhline(peak, color="grey", linestyle="-.", linewidth=1, label=f"link peak {peak:g} GB/s")
+    for text, points in marks:
+        ax.plot(*zip(*sorted(points)), "--", color="red", marker="_", markersize=12, label=f"threshold: {text}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("size (bytes)")
@@ -154,8 +157,9 @@ def busbw_plot(path, title, recs, base_recs):
     plt.close(fig)
 
 
-def storage_plot(path, recs, base_recs):
-    """Left: MB/s per profile, one bar per mount (baseline hatched); right: latency mean/P50/P99/P99.9 (log)."""
+def storage_plot(path, recs, base_recs, marks=()):
+    """Left: MB/s per profile, one bar per mount (baseline hatched); right: latency mean/P50/P99/P99.9 (log);
+    marks: [(axis 0 or 1, label, value)], thresholds drawn as red lines."""
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(13, 5.5))
     bars = [(r, "") for r in recs] + [(r, "baseline ") for r in base_recs]
@@ -186,25 +190,31 @@ def storage_plot(path, recs, base_recs):
         ax.set_xticks([x + w * (n - 1) / 2 for x in range(len(profiles))])
         ax.set_xticklabels(profiles, rotation=20, fontsize="small")
         ax.grid(True, axis="y", alpha=0.3)
+    for axis, text, value in marks:
+        axes[axis].axhline(value, color="red", linestyle="--", linewidth=1, label=f"threshold: {text}")
+    for ax in axes:
         ax.legend(fontsize="x-small")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
-def plots(directory, records, baseline=()):
-    """Draw every plot into directory; [(title, file name)]."""
+def plots(directory, records, baseline=(), marks=None):
+    """Draw every plot into directory; [(title, file name)]. marks: thresholds to draw, {group: busbw marks}
+    and {"storage": storage marks} (see busbw_plot, storage_plot)."""
+    marks = marks or {}
     out = []
     recs, base = measurements(records), measurements(baseline)
     comm = [r for r in recs if r["tool"] == "commbench"]
     for group in dict.fromkeys(group_of(r) for r in comm):
         name = f"busbw-{slug(group)}.png"
         busbw_plot(directory / name, group, [r for r in comm if group_of(r) == group],
-                   [r for r in base if r["tool"] == "commbench" and group_of(r) == group])
+                   [r for r in base if r["tool"] == "commbench" and group_of(r) == group], marks.get(group, ()))
         out.append((f"{group}: busbw vs size", name))
     io = [r for r in recs if r["tool"] == "iobench"]
     if io:
-        storage_plot(directory / "storage.png", io, [r for r in base if r["tool"] == "iobench"])
+        storage_plot(directory / "storage.png", io, [r for r in base if r["tool"] == "iobench"],
+                     marks.get("storage", ()))
         out.append(("storage: MB/s and latency percentiles per mount and profile", "storage.png"))
     return out
 
@@ -263,19 +273,25 @@ def export(frame_records, path, fmt):
 
 def write(inputs, records, out, baseline_inputs=(), baseline=(), fmt="csv", title="Benchmark report"):
     """Write DIR/report.md, DIR/report.html, the plots and DIR/results.<fmt>; returns the files written."""
-    recs = measurements(records)
-    if not recs:
+    if not measurements(records):
         raise UserError("no measurements in " + ", ".join(inputs))
-    directory = out_dir(out)
+    return write_into(out_dir(out), inputs, records, baseline_inputs, baseline, fmt, title)
+
+
+def write_into(directory, inputs, records, baseline_inputs=(), baseline=(), fmt="csv", title="Benchmark report",
+               lead=(), marks=None):
+    """write() into a directory already checked (accept's output directory); lead: lines before the event
+    notes (accept: the verdict per check); marks: thresholds drawn on the plots (see plots)."""
+    recs = measurements(records)
     events = [r for r in records if r.get("event")]
-    notes = [f"{r.get('event')}: {r.get('reason')}" + (f" ({r['source_file']}:{r['source_line']})"
-                                                        if r.get("source_file") and r.get("source_line") else "")
-             for r in events]
+    notes = list(lead) + [f"{r.get('event')}: {r.get('reason')}" + (f" ({r['source_file']}:{r['source_line']})"
+                                                                    if r.get("source_file") and r.get("source_line")
+                                                                    else "") for r in events]
     if baseline_inputs:
-        notes.insert(0, "baseline: " + ", ".join(baseline_inputs) + " (dashed/hatched in the plots; "
+        notes.insert(len(lead), "baseline: " + ", ".join(baseline_inputs) + " (dashed/hatched in the plots; "
                      "'new/baseline' is the metric's ratio to the baseline's geometric mean)")
     tables = sections(recs, baseline)
-    images = plots(directory, recs, baseline)
+    images = plots(directory, recs, baseline, marks)
     (directory / "report.md").write_text(markdown(title, inputs, tables, images, notes))
     (directory / "report.html").write_text(page(title, inputs, tables, images, notes, directory))
     export(recs, directory / f"results.{fmt}", fmt)

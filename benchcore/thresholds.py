@@ -1,0 +1,258 @@
+"""Acceptance thresholds over records of either tool: parsed from one line of text, judged on records.
+
+Forms (one registry each for fields' aliases, units and references):
+
+  [GROUP] FIELD OP VALUE [UNIT] [x REFERENCE] [at [OP] SIZE]
+      busbw >= 0.8 x link peak at >= 256M     relative to the topology's peak (records' link_peak_gbps)
+      time_us <= 1.5 x model at 8M            relative to the model's prediction (predicted_time_us)
+      time_us <= 50 at 8B                     absolute, in the field's unit unless one is given
+      wrong == 0
+      shard-write MB/s >= 2000                GROUP: a collective, strategy (commbench) or profile (iobench)
+      small-random-write P99 <= 2 ms
+  no regression > 5 % vs baseline             benchcore.diff against --baseline (its significance rules)
+
+A threshold is judged per measured thing (benchcore.results.identity): repeats and cycles of one thing
+are combined by their median first (wrong: the largest). Strategy phases are judged on the total only. It fails when any
+thing misses; the worst one is named with its size, measured against expected.
+"""
+import re
+import statistics
+from dataclasses import dataclass, field
+from typing import Optional
+
+from benchcore import schema, stats
+from benchcore.errors import UserError
+from benchcore.results import TOOL, group_of, identity, label, measurements
+from benchcore.units import format_size, parse_size
+
+ALIASES = {
+    "commbench": {"busbw": "busbw_gbps", "algbw": "algbw_gbps", "time": "time_us", "p50": "time_us_p50",
+                  "p99": "time_us_p99"},
+    "iobench": {"mb/s": "bw_mbps", "iops": "iops", "p50": "lat_p50_us", "p99": "lat_p99_us",
+                "p99.9": "lat_p999_us", "lat": "lat_mean_us", "files/s": "files_per_s"},
+}
+# A field's unit from its name's ending; the units a value may be written in, as factors to that unit.
+UNITS = {"_us": {"us": 1, "ms": 1e3, "s": 1e6},
+         "_gbps": {"gb/s": 1, "mb/s": 1e-3, "gbit/s": 1 / 8},
+         "_mbps": {"mb/s": 1, "gb/s": 1e3}}
+OPS = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, "<": lambda a, b: a < b,
+       "==": lambda a, b: a == b}
+HIGHER = (">=", ">")   # for these the worst thing is the lowest measured / expected
+COMBINE = {"wrong": max}   # how repeats of one thing combine (default: their median); one wrong element fails
+
+
+def _unit_of(name):
+    return next((end for end in UNITS if name.endswith(end)), None)
+
+
+def _model_value(rec, name):
+    """The model's prediction of field `name` for this record: its time, or a bandwidth at that time."""
+    predicted, time_us = rec.get("predicted_time_us"), rec.get("time_us")
+    if not predicted or not time_us or rec.get(name) is None:
+        return None
+    return predicted if name.endswith("_us") else rec[name] * time_us / predicted
+
+
+# reference name -> (which fields it applies to, what it is per record, what a record must carry)
+REFERENCES = {
+    "link peak": (lambda tool, name: tool == "commbench" and name.endswith("_gbps"),
+                  lambda rec, name: rec.get("link_peak_gbps"), "link_peak_gbps"),
+    "model": (lambda tool, name: tool == "commbench" and (name.endswith("_gbps") or name.startswith("time_us")),
+              _model_value, "predicted_time_us"),
+}
+REFERENCE_SPELLINGS = {"link peak": "link peak", "link_peak": "link peak", "link_peak_gbps": "link peak",
+                       "peak": "link peak", "model": "model", "prediction": "model", "predicted": "model",
+                       "predicted_time_us": "model"}
+
+_FORM = re.compile(r"^(?:(?P<group>\S+)\s+)??(?P<field>[^\s<>=]+)\s*(?P<op>>=|<=|==|>|<)\s*"
+                   r"(?P<value>[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?)\s*(?P<unit>[a-z/]+)?"
+                   r"(?:\s+x\s+(?P<ref>[a-z_ ]+?))?(?:\s+at\s+(?P<at_op>>=|<=|>|<|==)?\s*(?P<size>\S+))?$", re.I)
+_REGRESSION = re.compile(r"^no regression\s*>\s*(?P<pct>\d+(?:\.\d+)?)\s*%\s*vs\s+baseline$", re.I)
+
+
+@dataclass(frozen=True)
+class Threshold:
+    text: str
+    field: Optional[str] = None      # canonical record field (None: regression)
+    op: Optional[str] = None
+    value: float = 0.0               # in the field's unit, or the factor of the reference
+    reference: Optional[str] = None  # REFERENCES key
+    group: Optional[str] = None
+    at_op: Optional[str] = None
+    at_bytes: Optional[int] = None
+    regression: Optional[float] = None   # 0.05 = 5 %
+
+    def expected(self, rec):
+        """The value this record must reach, in the field's unit (None: the record lacks the reference)."""
+        if self.reference is None:
+            return self.value
+        ref = REFERENCES[self.reference][1](rec, self.field)
+        return None if ref is None else self.value * ref
+
+    def applies(self, rec):
+        if self.group is not None and self.group not in (group_of(rec), rec.get("phase")):
+            return False
+        if self.group != rec.get("phase") and rec.get("phase") not in (None, "total"):
+            return False
+        return self.at_bytes is None or (rec.get("size_bytes") is not None
+                                         and OPS[self.at_op](rec["size_bytes"], self.at_bytes))
+
+
+def parse(text, tool):
+    """Threshold of `text` on records of `tool`; UserError (without position: callers add it) when it is
+    not one of the forms or names a field the tool's records do not have."""
+    text = " ".join(str(text).split())
+    m = _REGRESSION.match(text)
+    if m:
+        return Threshold(text, regression=float(m.group("pct")) / 100)
+    m = _FORM.match(text)
+    if not m:
+        raise UserError(f"threshold {text!r} is not FIELD OP VALUE [UNIT] [x link peak|model] [at [OP] SIZE] "
+                        "nor 'no regression > N % vs baseline'")
+    name = ALIASES[tool].get(m.group("field").lower(), m.group("field"))
+    known = set(schema.DESIGN[tool]) | set(schema.EXTENSIONS[tool])
+    if name not in known:
+        raise UserError(f"threshold {text!r}: {tool} records have no field {m.group('field')!r} (aliases: "
+                        f"{', '.join(ALIASES[tool])}; or a field of benchcore.schema)")
+    value = float(m.group("value"))
+    if m.group("unit"):
+        units = UNITS.get(_unit_of(name), {})
+        factor = units.get(m.group("unit").lower())
+        if factor is None:
+            raise UserError(f"threshold {text!r}: {name} is not in {m.group('unit')}"
+                            + (f" (units: {', '.join(units)})" if units else " (it takes no unit)"))
+        value *= factor
+    reference = None
+    if m.group("ref"):
+        reference = REFERENCE_SPELLINGS.get(m.group("ref").strip().lower())
+        if reference is None:
+            raise UserError(f"threshold {text!r}: unknown reference {m.group('ref')!r} (x link peak, x model)")
+        if m.group("unit"):
+            raise UserError(f"threshold {text!r}: a factor of {reference} takes no unit")
+        if not REFERENCES[reference][0](tool, name):
+            raise UserError(f"threshold {text!r}: {name} cannot be compared with the {reference}")
+    at = parse_size(m.group("size"), f"threshold {text!r}: size") if m.group("size") else None
+    return Threshold(text, name, m.group("op"), value, reference, m.group("group"),
+                     m.group("at_op") or "==" if at else None, at)
+
+
+@dataclass
+class Outcome:
+    """How one threshold came out on one check's records."""
+    threshold: Threshold
+    passed: bool
+    skipped: bool = False
+    message: str = ""
+    measured: Optional[float] = None
+    expected: Optional[float] = None
+    size_bytes: Optional[int] = None
+    judged: int = 0
+    marks: list = field(default_factory=list)     # [(record, expected)] for plots
+
+    def as_dict(self):
+        return {"threshold": self.threshold.text, "passed": self.passed, "skipped": self.skipped,
+                "message": self.message, "measured": self.measured, "expected": self.expected,
+                "size_bytes": self.size_bytes, "judged": self.judged}
+
+
+def _fmt(v):
+    return f"{v:.6g}" if isinstance(v, (int, float)) else str(v)
+
+
+def _median_by_identity(recs, name):
+    """[(first record, median of the field)] per measured thing."""
+    by = {}
+    for rec in recs:
+        if isinstance(rec.get(name), (int, float)) and not isinstance(rec.get(name), bool):
+            by.setdefault(identity(rec), []).append(rec)
+    combine = COMBINE.get(name, statistics.median)
+    return [(rs[0], combine(r[name] for r in rs)) for rs in by.values()]
+
+
+def judge(threshold, records, baseline=None):
+    """Outcome of threshold on a check's records; baseline: the --baseline records (None: not given)."""
+    if threshold.regression is not None:
+        return _regression(threshold, records, baseline)
+    t, recs = threshold, [r for r in measurements(records) if threshold.applies(r)]
+    if not recs:
+        return Outcome(t, False, message="no measurement this threshold applies to")
+    rows, lacking = [], 0
+    for rec, measured in _median_by_identity(recs, t.field):
+        expected = t.expected(rec)
+        if expected is None:
+            lacking += 1
+        else:
+            rows.append((rec, measured, expected))
+    if not rows:
+        need = REFERENCES[t.reference][2] if t.reference and lacking else t.field
+        return Outcome(t, False, message=f"no measurement carries {need}")
+    bad = [row for row in rows if not OPS[t.op](row[1], row[2])]
+    pick = bad or rows
+    key = (lambda row: row[1] / row[2] if row[2] else row[1]) if t.op in HIGHER else \
+        (lambda row: -(row[1] / row[2]) if row[2] else -row[1])
+    rec, measured, expected = min(pick, key=key)
+    size = rec.get("size_bytes")
+    where = f" at {format_size(size)}" if size else ""
+    message = (f"{t.field} {_fmt(measured)} {'' if bad else 'meets '}{t.op} {_fmt(expected)}"
+               f"{f' ({_fmt(t.value)} x {t.reference})' if t.reference else ''}{where} ({label(rec)})")
+    if bad:
+        message = f"measured {t.field} {_fmt(measured)}, expected {t.op} {_fmt(expected)}" \
+                  f"{f' ({_fmt(t.value)} x {t.reference})' if t.reference else ''}{where} ({label(rec)}); " \
+                  f"{len(bad)} of {len(rows)} missed"
+    return Outcome(t, not bad, message=message, measured=measured, expected=expected, size_bytes=size,
+                   judged=len(rows), marks=[(r, e) for r, _, e in rows])
+
+
+def _regression(threshold, records, baseline):
+    from benchcore import diff
+    if baseline is None:
+        return Outcome(threshold, True, skipped=True, message="no --baseline given")
+    lines, _, _ = diff.compare(baseline, records, threshold.regression)
+    if not lines:
+        return Outcome(threshold, True, skipped=True, message="the baseline has none of these measurements")
+    worse = [ln for ln in lines if ln.significant and ln.worse]
+    if not worse:
+        return Outcome(threshold, True, judged=len(lines),
+                       message=f"no regression beyond {threshold.regression:.0%} and the spread in {len(lines)} rows")
+    ln = max(worse, key=lambda ln: ln.speed)
+    unit = TOOL[ln.tool].unit
+    size = next((r.get("size_bytes") for r in measurements(records) if label(r) == ln.label), None)
+    return Outcome(threshold, False, judged=len(lines), measured=stats.geometric_mean(ln.new),
+                   expected=stats.geometric_mean(ln.base), size_bytes=size,
+                   message=f"{len(worse)} of {len(lines)} rows regressed; worst {ln.label}: measured "
+                           f"{_fmt(stats.geometric_mean(ln.new))} {unit}, baseline "
+                           f"{_fmt(stats.geometric_mean(ln.base))} {unit} ({ln.speed:.2f}x slower; {ln.basis}: "
+                           f"{ln.sure})")
+
+
+def _busbw_at(rec, name, expected):
+    """The busbw a commbench record would have at the expected value of field name (None: not drawable)."""
+    busbw = rec.get("busbw_gbps")
+    if not busbw or not expected:
+        return None
+    if name == "busbw_gbps":
+        return expected
+    if name == "algbw_gbps" and rec.get("algbw_gbps"):
+        return busbw * expected / rec["algbw_gbps"]
+    if name == "time_us" and rec.get("time_us"):
+        return busbw * rec["time_us"] / expected
+    return None
+
+
+def plot_marks(outcomes):
+    """Thresholds as benchcore.reportpage draws them: {group: [(text, [(size, busbw)])], "storage": [(axis,
+    text, value)]} (busbw, algbw and time thresholds on the busbw plots; MB/s and latencies on storage)."""
+    out = {}
+    for outcome in outcomes:
+        t, points = outcome.threshold, {}
+        for rec, expected in outcome.marks:
+            if rec["tool"] == "commbench":
+                y = _busbw_at(rec, t.field, expected)
+                if y:
+                    points.setdefault(group_of(rec), set()).add((rec["size_bytes"], y))
+            elif t.field == "bw_mbps" or (t.field.startswith("lat_") and t.field.endswith("_us")):
+                out.setdefault("storage", []).append((0 if t.field == "bw_mbps" else 1, t.text, expected))
+        for group, pts in points.items():
+            out.setdefault(group, []).append((t.text, sorted(pts)))
+    out["storage"] = list(dict.fromkeys(out.get("storage", [])))
+    return out

@@ -1,0 +1,363 @@
+"""`commbench accept`: run a spec's checks (commbench/acceptspec.py), judge their thresholds, and write
+results.jsonl, junit.xml, report.md + report.html (benchcore.reportpage) and verdict.json.
+
+Each check is its own process (or one per node under a cluster exec prefix), so a check that crashes or
+hangs past its timeout is a failed check with its reason and the others still run. Ctrl-C stops the
+running check, keeps what it measured and still writes every output (exit 130).
+Exit: 0 every check passed, 1 one failed, 2 the run could not be done (bad spec, --out not new, ...).
+"""
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+
+from benchcore import procs, schema, thresholds
+from benchcore.errors import UserError
+from benchcore.records import RecordWriter, hostname, new_run_id, read_records, timestamp
+from commbench import acceptspec
+
+EXIT_PASS, EXIT_FAIL, EXIT_INTERRUPTED = 0, 1, 130
+AFTER_FIRST_EXIT_S = 30     # a node still running this long after another failed is stopped
+DRY_RUN_TIMEOUT_S = 120
+
+
+@dataclass
+class Result:
+    check: acceptspec.Check
+    commands: list
+    records: list = field(default_factory=list)
+    reason: str = ""            # why the run failed ("" when it completed)
+    seconds: float = 0.0
+    ran: bool = True            # False: not started (interrupted before it)
+    outcomes: list = field(default_factory=list)
+
+    @property
+    def passed(self):
+        return self.ran and not self.reason and all(o.passed for o in self.outcomes)
+
+
+def _env(check):
+    return {**os.environ, **check.env}
+
+
+def _reason(rc, stderr, node):
+    lines = [ln[len("error: "):] for ln in stderr.splitlines() if ln.startswith("error: ")]
+    last = next((ln for ln in reversed(stderr.splitlines()) if ln.strip()), "")
+    text = "; ".join(lines) or procs.one_line(last) or "no message"
+    return f"{f'node {node}: ' if node is not None else ''}exit {rc}: {text}"
+
+
+def validate(spec):
+    """Run every check that has --dry-run that way: a value the command refuses is refused here, naming the
+    spec's line, before anything is measured."""
+    for i, check in enumerate(spec.checks):
+        if not check.row.dry_run:
+            continue
+        argv = spec.commands(check, i, None)[0][1]
+        argv = argv[:argv.index("--format")] + ["--dry-run"]   # node 0's command (a cluster: inside node 0)
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=DRY_RUN_TIMEOUT_S, env=_env(check))
+        except subprocess.TimeoutExpired:
+            raise UserError(f"{spec.path}:{check.line}: check {check.name!r}: --dry-run took over "
+                            f"{DRY_RUN_TIMEOUT_S} s") from None
+        if proc.returncode:
+            raise UserError(f"{spec.path}:{check.line}: check {check.name!r}: "
+                            f"{_reason(proc.returncode, proc.stderr, None).split(': ', 1)[1]}")
+
+
+def run_check(spec, index, directory, result):
+    """Run one check to its end, its timeout or Ctrl-C (KeyboardInterrupt is re-raised after its records
+    are in result); its records carry accept_check."""
+    check = spec.checks[index]
+    out = directory / f".check-{index}.jsonl"
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="commbench-accept-") as tmp:
+        running = []
+        try:
+            for node, argv in spec.commands(check, index, str(out)):
+                result.commands.append(shlex.join(argv))
+                err = open(Path(tmp) / f"{len(running)}.err", "w+")
+                running.append((node, procs.spawn(argv, env=_env(check), stdout=subprocess.DEVNULL, stderr=err),
+                                err))
+            deadline = t0 + check.timeout
+            while any(p.poll() is None for _, p, _ in running) and time.monotonic() < deadline:
+                if any(p.poll() for _, p, _ in running):
+                    deadline = min(deadline, time.monotonic() + AFTER_FIRST_EXIT_S)
+                time.sleep(0.1)
+            hung = [node for node, p, _ in running if p.poll() is None]
+            for _, p, _ in running:
+                procs.stop(p)
+            reasons = []
+            for node, p, err in running:
+                err.seek(0)
+                if node in hung:
+                    reasons.append(f"{f'node {node}: ' if node is not None else ''}still running after "
+                                   f"{time.monotonic() - t0:.0f} s (timeout {check.timeout:g} s); stopped")
+                elif p.returncode:
+                    reasons.append(_reason(p.returncode, err.read(), node))
+            result.reason = "; ".join(reasons)
+        except KeyboardInterrupt:
+            for _, p, _ in running:
+                procs.stop(p)
+            result.reason = "interrupted (Ctrl-C)"
+            raise
+        finally:
+            for _, _, err in running:
+                err.close()
+            result.seconds = time.monotonic() - t0
+            result.records = [dict(r, accept_check=check.name) for r in read_records(out)]
+            if out.exists():
+                out.unlink()
+            if not result.records and not result.reason:
+                result.reason = "the run wrote no records"
+
+
+def judge(result, baseline):
+    result.outcomes = [thresholds.judge(t, result.records, baseline) for t, _ in result.check.thresholds]
+    return result
+
+
+def verdict_event(result, run_id):
+    return schema.event("commbench", "verdict", summary(result), run_id=run_id, check=result.check.name,
+                        passed=result.passed, seconds=round(result.seconds, 1),
+                        rows=[o.as_dict() for o in result.outcomes])
+
+
+def summary(result):
+    if not result.ran:
+        return f"{result.check.name}: not run (interrupted before it)"
+    failed = [o for o in result.outcomes if not o.passed]
+    skipped = sum(o.skipped for o in result.outcomes)
+    head = f"{'PASS' if result.passed else 'FAIL'} {result.check.name} ({result.seconds:.0f} s)"
+    parts = [result.reason] if result.reason else []
+    parts += [f"{o.threshold.text}: {o.message}" for o in failed]
+    if not parts:
+        parts = [f"{len(result.outcomes) - skipped} thresholds met" + (f", {skipped} skipped" if skipped else "")]
+    return f"{head}: " + "; ".join(parts)
+
+
+def junit(results, spec, seconds, path):
+    """JUnit XML: one testsuite, a testcase per check ('runs') and per threshold; failures carry measured vs
+    expected and the size; elements and attributes the JUnit schema requires are all present."""
+    cases = []
+    for r in results:
+        run_case = ET.Element("testcase", name="runs", classname=r.check.name, time=f"{r.seconds:.3f}")
+        if not r.ran:
+            ET.SubElement(run_case, "skipped", message="not run: interrupted before it")
+        elif r.reason:
+            failure = ET.SubElement(run_case, "failure", message=r.reason, type="run")
+            failure.text = "\n".join(r.commands)
+        cases.append(run_case)
+        for (t, line), o in zip(r.check.thresholds, r.outcomes or [None] * len(r.check.thresholds)):
+            case = ET.Element("testcase", name=t.text, classname=r.check.name, time="0",
+                              file=spec.path, line=str(line or r.check.line))
+            if o is None:
+                ET.SubElement(case, "skipped", message="not judged: the check did not run")
+            elif o.skipped:
+                ET.SubElement(case, "skipped", message=o.message)
+            elif not o.passed:
+                failure = ET.SubElement(case, "failure", message=o.message, type="threshold")
+                failure.text = (f"measured: {o.measured}\nexpected: {t.op or '<='} {o.expected}\n"
+                                f"size_bytes: {o.size_bytes}\n")
+            cases.append(case)
+    failures = sum(c.find("failure") is not None for c in cases)
+    skipped = sum(c.find("skipped") is not None for c in cases)
+    suite = ET.Element("testsuite", name=f"commbench accept {Path(spec.path).name}", tests=str(len(cases)),
+                       failures=str(failures), errors="0", skipped=str(skipped), time=f"{seconds:.3f}",
+                       timestamp=timestamp()[:19], hostname=hostname(), id="0", package="commbench.accept")
+    props = ET.SubElement(suite, "properties")
+    ET.SubElement(props, "property", name="spec", value=spec.path)
+    suite.extend(cases)
+    ET.SubElement(suite, "system-out").text = "\n".join(summary(r) for r in results)
+    ET.SubElement(suite, "system-err")
+    root = ET.Element("testsuites", name="commbench accept", tests=str(len(cases)), failures=str(failures),
+                      errors="0", time=f"{seconds:.3f}")
+    root.append(suite)
+    ET.indent(root)
+    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+
+
+def write_outputs(directory, spec, results, records, baseline_path, baseline, run_id, seconds, code):
+    from benchcore import reportpage
+    junit(results, spec, seconds, directory / "junit.xml")
+    outcomes = [o for r in results for o in r.outcomes]
+    lead = [f"{r.check.name} / {o.threshold.text}: {'SKIPPED' if o.skipped else 'PASS' if o.passed else 'FAIL'}: "
+            f"{o.message}" for r in results for o in r.outcomes]
+    reportpage.write_into(directory, ["results.jsonl"], records, [baseline_path] if baseline_path else [],
+                          baseline, "csv", f"commbench accept: {Path(spec.path).name}", lead,
+                          thresholds.plot_marks(outcomes))
+    verdict = {"spec": spec.path, "run_id": run_id, "passed": code == EXIT_PASS, "exit_code": code,
+               "interrupted": code == EXIT_INTERRUPTED, "seconds": round(seconds, 1), "baseline": baseline_path,
+               "checks": [{"name": r.check.name, "kind": r.check.kind, "line": r.check.line, "ran": r.ran,
+                           "passed": r.passed, "reason": r.reason or None, "seconds": round(r.seconds, 1),
+                           "records": len(r.records), "commands": r.commands,
+                           "thresholds": [{**o.as_dict(), "line": line}
+                                          for o, (_, line) in zip(r.outcomes, r.check.thresholds)]}
+                          for r in results]}
+    (directory / "verdict.json").write_text(json.dumps(verdict, indent=2) + "\n")
+
+
+def run(spec, out, baseline_path):
+    """Run every check; write the outputs; returns the exit code."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from benchcore.report import console
+    from benchcore.reportpage import out_dir
+    from benchcore.results import load_many
+
+    baseline = None
+    if baseline_path:
+        baseline, refused = load_many([baseline_path])
+        if refused:
+            raise UserError("--baseline " + "; ".join(refused))
+    validate(spec)
+    run_id = new_run_id()
+    directory = out_dir(out or f"acceptance-{run_id}")
+    results, records, code, t0 = [], [], EXIT_PASS, time.monotonic()
+    con = console(stderr=True)
+    con.print(f"accept: {len(spec.checks)} checks from {spec.path}; output in {directory}")
+    with RecordWriter(directory / "results.jsonl") as writer, \
+            Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=con,
+                     transient=True) as progress:
+        try:
+            for i, check in enumerate(spec.checks):
+                task = progress.add_task(f"[{i + 1}/{len(spec.checks)}] {check.name} ({check.kind})")
+                result = Result(check, [])
+                try:
+                    run_check(spec, i, directory, result)
+                except KeyboardInterrupt:
+                    code = EXIT_INTERRUPTED
+                judge(result, baseline)
+                results.append(result)
+                for rec in result.records + [verdict_event(result, run_id)]:
+                    writer.write(rec)
+                    records.append(rec)
+                progress.remove_task(task)
+                progress.console.print(summary(result))
+                if code == EXIT_INTERRUPTED:
+                    break
+        except KeyboardInterrupt:
+            code = EXIT_INTERRUPTED
+    results += [Result(c, [], ran=False, reason="not run: interrupted before it") for c in spec.checks[len(results):]]
+    if code != EXIT_INTERRUPTED and not all(r.passed for r in results):
+        code = EXIT_FAIL
+    with procs.signals_blocked():
+        write_outputs(directory, spec, results, records, baseline_path, baseline or [], run_id,
+                      time.monotonic() - t0, code)
+    passed = sum(r.passed for r in results)
+    click.echo(f"accept: {'PASS' if code == EXIT_PASS else 'INTERRUPTED' if code == EXIT_INTERRUPTED else 'FAIL'}: "
+               f"{passed} of {len(results)} checks passed; {directory}/verdict.json, junit.xml, report.html")
+    return code
+
+
+def init_text(topology, nodes):
+    """A starting spec for a topology and node count, each number's reason in a comment."""
+    from commbench.modelcmd import predictions
+    from commbench.plan import CaseOptionsText
+    from commbench.topology import resolve
+    topo = resolve(topology)
+    local = topo.gpus_per_node or 2
+    backend = "nccl" if topo.gpus_per_node else "gloo"
+    big = predictions(topo, ["all_reduce"], [1 << 30], nodes, local, backend, CaseOptionsText().parse())[0]
+    small = predictions(topo, ["all_reduce"], [8], nodes, local, backend, CaseOptionsText().parse())[0]
+    return f"""# Acceptance spec for {nodes} node(s) of {topo.name} (commbench accept --init --topology {topology} --nodes {nodes}).
+# Run: commbench accept --spec THIS.yaml --out accept-$(date +%F)/ [--baseline last-good/results.jsonl]
+# Numbers come from topologies/{topo.name}.yaml through the model (commbench model --topology {topo.name}
+# --nodes {nodes} --collective all_reduce -b 8 -e 1G -f 1024). Edit the mounts before running.
+topology: {topology}
+checks:
+  - name: all_reduce-bandwidth
+    kind: commbench
+    collective: all_reduce
+    nodes: {nodes}
+    min_bytes: 256M
+    max_bytes: 1G
+    step_factor: 2
+    iters: 20
+    warmup: 5
+    thresholds:
+      # all_reduce at 1G on {nodes} x {local} ranks is bound by the {big['link_tier']} tier: link peak
+      # {big['link_peak_gbps']:.1f} GB/s busbw; 0.8 of it is what a healthy fabric reaches with NCCL.
+      - busbw >= 0.8 x link peak at >= 256M
+      - wrong == 0
+      - no regression > 5 % vs baseline
+  - name: all_reduce-latency
+    kind: commbench
+    collective: all_reduce
+    nodes: {nodes}
+    min_bytes: 8
+    max_bytes: 64K
+    step_factor: 8
+    thresholds:
+      # the model's 8-byte time is {small['predicted_time_us']:.1f} us (per-step latency x steps); allow 2x.
+      - time_us <= 2 x model at 8B
+      - wrong == 0
+  - name: strategies
+    kind: commbench
+    strategy: [ring, rs-ag, chunked]
+    nodes: {nodes}
+    min_bytes: 64M
+    max_bytes: 256M
+    step_factor: 4
+    repeats: 3
+    thresholds:
+      - wrong == 0
+      - no regression > 5 % vs baseline
+  - name: checkpoint-storage
+    kind: iobench
+    mounts: [/raid]            # EDIT: the checkpoint mount(s)
+    profiles: [shard-write, small-random-write]
+    thresholds:
+      # EDIT: from your storage's datasheet; 2000 MB/s and 2 ms are placeholders for a local NVMe RAID.
+      - shard-write MB/s >= 2000
+      - small-random-write P99 <= 2 ms
+"""
+
+
+@click.command("accept")
+@click.option("--spec", "spec_path", default=None, metavar="FILE", help="The acceptance spec (YAML).")
+@click.option("--out", default=None, metavar="DIR",
+              help="New or empty directory for the outputs [default: a new acceptance-<run id>/ here]; an existing "
+                   "non-empty one is refused (nothing is overwritten).")
+@click.option("--baseline", default=None, metavar="RESULTS",
+              help="Results (records, nccl-tests logs, fio JSON) for 'no regression > N % vs baseline'.")
+@click.option("--dry-run", is_flag=True, help="Check the spec and print each check's command; run nothing.")
+@click.option("--init", "init", is_flag=True, help="Print a starting spec for --topology and --nodes to stdout.")
+@click.option("--topology", default=None, metavar="NAME|FILE", help="With --init: the topology the spec is for.")
+@click.option("--nodes", type=click.IntRange(1), default=1, show_default=True, help="With --init: node count.")
+def accept(spec_path, out, baseline, dry_run, init, topology, nodes):
+    """Cluster acceptance: run a spec's checks, judge their thresholds, write a verdict for CI and people.
+
+    Writes DIR/results.jsonl (every record, each with accept_check), junit.xml (a testcase per check and
+    threshold), report.md + report.html (plots with the thresholds drawn), verdict.json. Exit 0 when every
+    check passes, 1 when one fails, 2 when the run cannot be done, 130 on Ctrl-C (outputs still written).
+
+    \b
+    Example:
+      commbench accept --init --topology dgx-h100 --nodes 2 > acceptance.yaml
+      commbench accept --spec acceptance/localhost.yaml --out accept-today/ --baseline accept-last/results.jsonl
+    """
+    if init:
+        if not topology or spec_path:
+            raise UserError("--init needs --topology (and no --spec): commbench accept --init --topology dgx-h100")
+        click.echo(init_text(topology, nodes), nl=False)
+        return
+    if not spec_path:
+        raise UserError("give --spec FILE (or --init --topology NAME to write one)")
+    spec = acceptspec.load(spec_path)
+    if dry_run:
+        validate(spec)
+        for i, check in enumerate(spec.checks):
+            for _, argv in spec.commands(check, i, "OUT/results.jsonl"):
+                env = " ".join(f"{k}={shlex.quote(v)}" for k, v in check.env.items())
+                click.echo(f"# {check.name}\n{env + ' ' if env else ''}{shlex.join(argv)}")
+        return
+    sys.exit(run(spec, out, baseline))
