@@ -40,7 +40,7 @@ from commbench.plan import Plan
 LAUNCHERS = ("auto", "local", "torchrun", "slurm", "mpirun")
 BACKENDS = ("auto", "nccl", "gloo", "mpi")
 IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
-STOP_GRACE_S = 5   # a rank stopped past --timeout + this is killed (its peers' diagnosis sees it stopped first)
+STOP_GRACE_S = 5   # a rank stopped past --hang-timeout + this is killed (rank 0's watchdog reports it first)
 AGENT_GRACE_S = 5  # an agent still running this long after one of its ranks failed is stuck: stopped
 
 
@@ -392,6 +392,7 @@ def execute(spec, plan, writer=None, progress_label="measuring", max_seconds=Non
     logdir = Path(tempfile.mkdtemp(prefix="commbench-logs-"))
     channel = Channel(logdir / CHANNEL, writer)
     agents, logs, ranks, faults, killed, stopped_since, failed_at = [], [], {}, [], set(), {}, None
+    stopped_killed = False   # a rank stopped past --hang-timeout was killed here: the run hung
     try:
         for i, (argv, env) in enumerate(cmds):
             log = open(logdir / f"agent{i}.log", "w+")
@@ -417,12 +418,13 @@ def execute(spec, plan, writer=None, progress_label="measuring", max_seconds=Non
                     if worker_state(st["pid"]) != "T":
                         stopped_since.pop(rank, None)
                     elif time.monotonic() - stopped_since.setdefault(rank, time.monotonic()) > \
-                            spec.timeout + STOP_GRACE_S:
+                            spec.hang_timeout + STOP_GRACE_S:  # rank 0 itself stopped: nobody else reports it
                         faults.append(f"rank {rank} on {st['host']} (pid {st['pid']}) was stopped (SIGSTOP, "
-                                      f"state T) for more than --timeout {spec.timeout:g} s; killed it")
+                                      f"state T) for more than --hang-timeout {spec.hang_timeout:g} s; killed it")
                         procs.kill(st["pid"])
                         killed.add(st["pid"])
                         stopped_since.pop(rank)
+                        stopped_killed = True
                 if any(st.get("exit") == EXIT_HANG for st in ranks.values()):
                     killed.update(st["pid"] for st in ranks.values())  # ended by us, not by their own fault
                     _stop(agents, ranks, grace=2)  # a stopped rank cannot act on torchrun's SIGTERM
@@ -451,7 +453,7 @@ def execute(spec, plan, writer=None, progress_label="measuring", max_seconds=Non
         ranks.update(rank_status(logdir))
         codes = [p.returncode for p in agents]
         code = next((c for c in codes if c), 0) or (1 if faults else 0)
-        if any(st.get("exit") == EXIT_HANG for st in ranks.values()):
+        if any(st.get("exit") == EXIT_HANG for st in ranks.values()) or stopped_killed:
             code = EXIT_HANG   # rank 0's watchdog reported a hang: commbench's own exit status says so
         reasons = list(dict.fromkeys(faults + _reasons(logs, spec, ranks, killed))) if code else []
         return LaunchResult(code, channel.records, reasons)

@@ -63,3 +63,22 @@ def test_a_stopped_rank_is_named_and_cleaned_up(tmp_path):
     assert not Path(f"/proc/{pid}").exists(), "the stopped worker was left behind"
     (event,) = [r for r in read_records(out) if r.get("event") == "hang"]
     assert event["ranks"][2]["state"] == "silent"
+
+
+def test_rank_zero_stopped_is_reported_by_the_launcher(tmp_path):
+    """Rank 0 runs the watchdog; stopped, it cannot: the launcher names it after --hang-timeout + 5 s."""
+    out = tmp_path / "h.jsonl"
+    proc = start(tmp_path, out, {"COMMBENCH_TEST_SLOW_RANK": "1:0.2"})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (out.exists() and out.read_text().strip()):
+        time.sleep(0.1)
+    (status,) = list(Path(tmp_path).glob("commbench-logs-*/rank0.json"))
+    pid = json.loads(status.read_text())["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    t0 = time.monotonic()
+    _, stderr = proc.communicate(timeout=120)
+    took = time.monotonic() - t0
+    assert proc.returncode == 4 and took < HANG_S + 5 + 10, (took, stderr)
+    assert errors(stderr)[0].startswith(f"rank 0 on") and f"(pid {pid}) was stopped (SIGSTOP" in errors(stderr)[0]
+    assert not Path(f"/proc/{pid}").exists()
+    assert [r["size_bytes"] for r in read_records(out)][:1] == [1024]
