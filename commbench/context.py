@@ -8,13 +8,14 @@ import torch.distributed as dist
 
 from benchcore import schema
 from benchcore.records import git_revision, hostname, timestamp
+from commbench import mpi
 from commbench.case import TOTAL
 from commbench.liveness import Position
 from commbench.model import record_fields
 from commbench.topology import from_dict
 from commbench.transport import torch_primitives
 
-ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_", "OMPI_MCA_", "PRTE_MCA_", "MPIR_CVAR_", "UCX_")
+ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_", "MPIR_CVAR_", "UCX_")  # Open MPI's: commbench.mpi.user_vars
 
 
 def same_plan(ids):
@@ -50,7 +51,6 @@ class Context:
         timeout = datetime.timedelta(seconds=plan.timeout)
         more_versions = {}
         if backend == "mpi":  # mpirun started the ranks; MPI_COMM_WORLD is the process group
-            from commbench import mpi
             self.comm, self.device, self.rank, self.world_size, more_versions = mpi.start(self.local_rank)
         else:
             if backend == "nccl":
@@ -64,6 +64,8 @@ class Context:
             self.comm = torch_primitives(self.device, self.local_rank)
         self.host = hostname()
         env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
+        if backend == "mpi":
+            env = dict(sorted({**env, **mpi.user_vars()}.items()))
         ids = self.comm.gather_object((self.host, os.environ.get("GROUP_RANK", "0"), plan.what_is_measured(), env))
         same_plan(ids)
         self.hosts = sorted({i[0] for i in ids})
