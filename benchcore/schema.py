@@ -43,6 +43,10 @@ EXTENSIONS = {
         "slowest_rank": "the rank the others wait for: latest to reach the iterations (host clock)",
         "slowest_host": "its host", "slowest_excess": "iteration time over what the median rank alone would take",
         "outlier_ranks": "ranks consistently late beyond 3.5 robust z-scores and 5% of an iteration",
+        "rank_time_us": "pairs: every rank's own median iteration time", "rank_hosts": "pairs: every rank's host",
+        "round": "pairs: the round of the tournament", "kind": "pairs: the operation (sendrecv, all_reduce)",
+        "partner": "pairs: each rank's partner in the round (null: a bye)",
+        "host": "pairs: one end of the pair", "peer_host": "pairs: the other end",
         "link_tier": "the tier that bounds the measurement in the model (intra-node or inter-node); "
                      "link_peak_gbps is the busbw that saturates it",
     },
@@ -88,7 +92,10 @@ EVENT_EXTENSIONS = {
                   "discarded": "sweep resume: records of runs cut short, left out",
                   "ranks": "hang: every rank's position (what, step, operations entered/left) and state (inside the "
                            "operation waiting on a peer, outside it: never entered, silent: no heartbeat)",
-                  "env": "hang: the NCCL/Gloo environment in effect"},
+                  "env": "hang: the NCCL/Gloo environment in effect",
+                  "bad_nodes": "pairs verdict: hosts whose links are slow everywhere",
+                  "bad_links": "pairs verdict: [host, peer] pairs slow while both ends are fine elsewhere",
+                  "matrix": "pairs verdict: {host: {peer: sendrecv busbw GB/s}}"},
     "iobench": {"mount": "the path refused or failed"},
 }
 

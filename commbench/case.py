@@ -24,6 +24,7 @@ class Timed:
     blocking: Optional[bool] = None       # wait for each run before the next; None: the plan's choice
     per_run: int = 1                      # operations one run performs (p2p: the messages of a window, or the two
                                           # one-way trips of a ping-pong): times are per operation
+    per_rank: bool = False                # records carry every rank's own time and host (commbench pairs)
 
 
 @dataclass

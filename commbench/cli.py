@@ -3,7 +3,7 @@ import click
 
 from benchcore import commands
 from benchcore.errors import run_cli
-from commbench import accept, compare, detect, launch, modelcmd, p2pcmd, selftest, sweep
+from commbench import accept, compare, detect, launch, modelcmd, p2pcmd, pairs, selftest, sweep
 from commbench.plan import PLACES, measure_options
 from commbench.registry import COLLECTIVE_NAMES, parse_names
 from commbench.runner import measure
@@ -69,6 +69,7 @@ cli.add_command(detect.topo)
 cli.add_command(modelcmd.model)
 cli.add_command(accept.accept)
 cli.add_command(p2pcmd.p2p)
+cli.add_command(pairs.pairs)
 commands.add_to(cli, "commbench")  # import, diff, report (benchcore)
 
 

@@ -33,7 +33,7 @@ def percentile(values, p):
     return values[lo] + (values[hi] - values[lo]) * (pos - lo)
 
 
-def summarize(samples, hosts, marks=True, ops_per_iter=1):
+def summarize(samples, hosts, marks=True, ops_per_iter=1, per_rank=False):
     """Record fields from every rank's samples and each rank's host. marks: samples are seconds from the loop's
     start (arrival at each iteration, then the end); otherwise iteration times (CUDA events)."""
     times = [[b - a for a, b in zip(m, m[1:])] for m in samples] if marks else samples
@@ -43,6 +43,8 @@ def summarize(samples, hosts, marks=True, ops_per_iter=1):
     mean = statistics.fmean(flat)
     fields = {"time_us_p50": percentile(flat, 50) * 1e6, "time_us_p99": percentile(flat, 99) * 1e6,
               "time_cv": statistics.pstdev(flat) / mean if mean > 0 else None}
+    if per_rank:   # each rank's own median iteration time (pairs: every pair runs apart from the others)
+        fields.update(rank_time_us=[statistics.median(t) / ops_per_iter * 1e6 for t in times], rank_hosts=hosts)
     if not marks or len(samples) < 2:   # CUDA events: no arrivals; one rank: nobody to wait for
         return fields
     late = lateness([m[:-1] for m in samples])

@@ -3,9 +3,10 @@ from benchcore.errors import UserError
 from commbench.case import label
 from commbench.collectives import COLLECTIVE_CASES
 from commbench.p2p import P2P_CASES
+from commbench.paircase import PAIR_CASES
 from commbench.strategies import STRATEGY_CASES
 
-CASES = {**COLLECTIVE_CASES, **STRATEGY_CASES, **P2P_CASES}
+CASES = {**COLLECTIVE_CASES, **STRATEGY_CASES, **P2P_CASES, **PAIR_CASES}
 COLLECTIVE_NAMES = list(COLLECTIVE_CASES)
 STRATEGY_NAMES = list(STRATEGY_CASES)
 

@@ -47,9 +47,22 @@ def check_memory(spec, plan):
                         f"per rank; there is {format_size(have, approx=True)} ({where}): use a smaller -e/--max-bytes")
 
 
-def run_plan(spec, plan, out, fmt, table_fn, label="measuring", plot=None, plot_fn=None, judge=None, rounds=None):
+class Derived:
+    """A record writer that writes derive(record)'s records instead of each record (pairs: one per pair)."""
+
+    def __init__(self, writer, derive):
+        self.writer, self.derive = writer, derive
+
+    def write(self, rec):
+        for out in self.derive(rec):
+            self.writer.write(out)
+
+
+def run_plan(spec, plan, out, fmt, table_fn, label="measuring", plot=None, plot_fn=None, judge=None, rounds=None,
+             derive=None):
     """Launch, judge (verdict records, written after the measurements), render (and plot), and exit non-zero
-    on failure or wrong results. rounds: [(spec, plan)] run one after another instead (compare --backends)."""
+    on failure or wrong results. rounds: [(spec, plan)] run one after another instead (compare --backends).
+    derive: record -> the records written and shown in its place (pairs)."""
     rounds = rounds or [(spec, plan)]
     parts = [part for s, p in rounds for part in launches(s, p)]
     path = None if spec.dry_run else output_file(out)
@@ -64,11 +77,13 @@ def run_plan(spec, plan, out, fmt, table_fn, label="measuring", plot=None, plot_
             launch.execute(part_spec, part)
         return
     writer = RecordWriter(path) if path else None
-    records, errors, code = [], [], 0
+    sink = Derived(writer, derive) if writer and derive else writer
+    records, errors, code, raw = [], [], 0, 0
     try:
         for part_spec, part in parts:
-            result = launch.execute(part_spec, part, writer, label)
-            records += result.records
+            result = launch.execute(part_spec, part, sink, label)
+            raw += sum(1 for r in result.records if not r.get("event"))
+            records += [d for r in result.records for d in derive(r)] if derive else result.records
             if result.returncode:
                 code, errors = result.returncode, result.errors
                 break
@@ -96,8 +111,8 @@ def run_plan(spec, plan, out, fmt, table_fn, label="measuring", plot=None, plot_
     if spec.launcher == "torchrun" and spec.node_rank != 0:  # every node says how it ended
         click.echo(f"node rank {spec.node_rank} on {hostname()}: done; node rank 0 prints and writes the records",
                    err=True)
-    elif len(measured) < sum(p.records_expected() for _, p in rounds):
-        click.echo(f"error: only {len(measured)} of {sum(p.records_expected() for _, p in rounds)} measurements were "
+    elif raw < sum(p.records_expected() for _, p in rounds):
+        click.echo(f"error: only {raw} of {sum(p.records_expected() for _, p in rounds)} measurements were "
                    "recorded", err=True)
         sys.exit(1)
 

@@ -1,0 +1,164 @@
+"""`commbench pairs`: a node x node link matrix from pairwise tests, and the bad node or link named.
+
+One rank per node; nodes paired off in rounds (commbench/paircase.py), every pair of a round at once.
+Each round's record becomes one record per pair (host, peer_host, round). The verdict works on each
+pair's sendrecv busbw, the best of the rounds it was tested in (other load only ever slows a link, so
+the best is the link; by default every pair is tested twice):
+  - a node is bad when its links' median is below --min-fraction of the median node's and a robust
+    outlier below it (more than 3.5 robust z-scores: median absolute deviation over nodes);
+  - a link is bad when it is below --min-fraction of the median link while both its ends are fine.
+"""
+import dataclasses
+import statistics
+
+import click
+
+from benchcore import schema
+from benchcore.errors import UserError
+from benchcore.report import console, print_table
+from benchcore.units import parse_size
+from commbench import launch
+from commbench.case import CaseOptions
+from commbench.paircase import FULL_COVERAGE_UP_TO, tournament
+from commbench.plan import MeasureOptions, build_plan, measure_options, no_leftovers, take
+from commbench.rankstats import MAD_TO_SIGMA, Z_LIMIT
+from commbench.runner import run_plan
+
+DEFAULT_ROUNDS = lambda n: 2 * len(tournament(n)) if n <= FULL_COVERAGE_UP_TO else 16  # noqa: E731
+SHARED = ("run_id", "size_bytes", "count", "dtype", "wrong", "backend", "launcher", "env", "topology", "versions",
+          "timestamp", "iters", "warmup", "command")
+
+
+def pair_records(rec):
+    """One record per pair of a round record (a bye has none)."""
+    if rec.get("event") or rec.get("partner") is None:
+        return [rec]
+    hosts = rec["rank_hosts"]
+    if len(set(hosts)) < len(hosts):   # nodes emulated on one machine: told apart by rank
+        hosts = [f"{h}:{r}" for r, h in enumerate(hosts)]
+    out = []
+    for a, b in enumerate(rec["partner"]):
+        if b is None or b < a:
+            continue
+        t = max(rec["rank_time_us"][a], rec["rank_time_us"][b])   # the pair ends when both ends are done
+        algbw = rec["size_bytes"] / t / 1e3
+        out.append(schema.measurement(
+            "commbench", collective=rec["kind"], time_us=t, algbw_gbps=algbw, busbw_gbps=algbw, world_size=2,
+            nodes=2, hosts=sorted({rec["rank_hosts"][a], rec["rank_hosts"][b]}), host=hosts[a], peer_host=hosts[b], round=rec["round"], in_place=rec["kind"] == "all_reduce",
+            **{k: rec.get(k) for k in SHARED}))
+    return out
+
+
+def matrix(records, kind="sendrecv"):
+    """{(host, peer): best busbw over its rounds} of one operation."""
+    per = {}
+    for rec in records:
+        if not rec.get("event") and rec.get("peer_host") and rec["collective"] == kind:
+            per.setdefault(tuple(sorted((rec["host"], rec["peer_host"]))), []).append(rec["busbw_gbps"])
+    return {pair: max(v) for pair, v in per.items()}
+
+
+def judge(links, min_fraction):
+    """(bad nodes, bad links) from {(a, b): busbw}."""
+    hosts = sorted({h for pair in links for h in pair})
+    score = {h: statistics.median(bw for pair, bw in links.items() if h in pair) for h in hosts}
+    mid = statistics.median(score.values())
+    mad = statistics.median(abs(v - mid) for v in score.values()) * MAD_TO_SIGMA
+    bad_nodes = [h for h in hosts if score[h] < min_fraction * mid and (mad == 0 or (mid - score[h]) / mad > Z_LIMIT)]
+    typical = statistics.median(links.values())
+    bad_links = [list(pair) for pair, bw in sorted(links.items())
+                 if bw < min_fraction * typical and not set(pair) & set(bad_nodes)]
+    return bad_nodes, bad_links
+
+
+def verdict(records, min_fraction, run_id):
+    links = matrix(records)
+    if not links:
+        return []
+    pairs = [r for r in records if r.get("peer_host")]
+    if all(len(r["hosts"]) == 1 for r in pairs):   # emulated nodes: there is no link between them to judge
+        reason = (f"nodes emulated on one machine ({pairs[0]['hosts'][0]}) share its CPU and loopback: no link or "
+                  "node is judged; the matrix shows the numbers only")
+        return [schema.event("commbench", "verdict", reason, run_id=run_id, check="pairs", bad_nodes=[],
+                             bad_links=[], matrix=None, passed=None)]
+    bad_nodes, bad_links = judge(links, min_fraction)
+    grid = {}
+    for (a, b), bw in links.items():
+        grid.setdefault(a, {})[b] = grid.setdefault(b, {})[a] = bw
+    parts = ([f"bad node(s): {', '.join(bad_nodes)}"] if bad_nodes else []) + \
+            ([f"bad link(s): {', '.join(' - '.join(p) for p in bad_links)}"] if bad_links else [])
+    reason = ("; ".join(parts) if parts else "no bad node or link") + \
+        f" (sendrecv busbw below {min_fraction:g} of the median, robust z > {Z_LIMIT} for nodes)"
+    return [schema.event("commbench", "verdict", reason, run_id=run_id, check="pairs", bad_nodes=bad_nodes,
+                         bad_links=bad_links, matrix=grid, passed=not parts)]
+
+
+def print_pairs(records):
+    links = matrix(records)
+    hosts = sorted({h for pair in links for h in pair})
+    rows = [{"host": h, **{p: links.get(tuple(sorted((h, p)))) for p in hosts if p != h}} for h in hosts]
+    print_table(rows, [("host", "sendrecv busbw GB/s", None)] + [(h, h, ".3f") for h in hosts],
+                title="node x node link matrix (best of its rounds)")
+    for rec in records:
+        if rec.get("event") == "verdict":
+            console().print(f"verdict: {rec['reason']}")
+
+
+def plot_matrix(records, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    links = matrix(records)
+    hosts = sorted({h for pair in links for h in pair})
+    grid = [[links.get(tuple(sorted((a, b))), float("nan")) if a != b else float("nan") for b in hosts] for a in hosts]
+    fig, ax = plt.subplots(figsize=(1.2 * len(hosts) + 3, 1.2 * len(hosts) + 2))
+    image = ax.imshow(grid, cmap="viridis")
+    ax.set_xticks(range(len(hosts)), hosts, rotation=45, ha="right")
+    ax.set_yticks(range(len(hosts)), hosts)
+    fig.colorbar(image, label="sendrecv busbw (GB/s)")
+    ax.set_title("commbench pairs")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+@click.command()
+@click.option("--rounds", type=click.IntRange(1, 10000), default=None,
+              help="Rounds of pairings [default: two round-robins (every pair twice) up to 32 nodes, else 16 "
+                   "random rounds]; more than a round-robin plays it again.")
+@click.option("--size", default="256M", show_default=True, help="Bytes each pair moves per operation.")
+@click.option("--min-fraction", type=click.FloatRange(0, 1), default=0.7, show_default=True,
+              help="A link (or a node's median link) below this fraction of the median is bad.")
+@click.option("--plot", type=click.Path(dir_okay=False), default=None, help="Heat map PNG of the matrix.")
+@measure_options()
+@launch.launch_options
+def pairs(rounds, size, min_fraction, plot, **kw):
+    """Pairwise link test: a node x node bandwidth matrix, and which node or link is bad.
+
+    One rank per node. Nodes are paired off in rounds, N/2 pairs at once, a different pairing each
+    round; each pair runs sendrecv and a 2-rank all_reduce on its own process group. Records: one per
+    pair, operation and round (host, peer_host, round), then a verdict (bad_nodes, bad_links).
+
+    \b
+    Example:
+      commbench pairs --nodes 4 --size 64M --plot matrix.png                # emulated here
+      srun -N 16 ... commbench pairs --size 256M --out pairs.jsonl          # inside a Slurm allocation
+    """
+    if kw.get("nproc_per_node") not in (None, 1):
+        raise UserError("pairs runs one rank per node: --nproc-per-node 1")
+    kw["nproc_per_node"] = 1
+    spec = launch.spec_from_options(kw)
+    if spec.world_size < 2:
+        raise UserError("pairs needs at least 2 nodes (--nodes N)")
+    if (kw["min_bytes"], kw["max_bytes"]) != ("8", "256M"):
+        raise UserError("pairs measures one size: give it as --size, not -b/-e")
+    kw["min_bytes"] = kw["max_bytes"] = str(parse_size(size, "--size"))
+    plan = build_plan(["pair"], take(kw, MeasureOptions), CaseOptions(), spec)
+    configs = [{**cfg, "round": r, "partner": partner}
+               for r, partner in enumerate(tournament(spec.world_size, rounds or DEFAULT_ROUNDS(spec.world_size)))
+               for cfg in plan.configs]
+    plan = dataclasses.replace(plan, configs=configs, iter_stats=True)   # pairs need every rank's own time
+    out, fmt, show_stats = kw.pop("out"), kw.pop("fmt"), kw.pop("show_stats")
+    no_leftovers(kw)
+    run_plan(spec, plan, out, fmt, print_pairs, "pairs", plot, plot_matrix,
+             judge=lambda recs: verdict(recs, min_fraction, plan.run_id), derive=pair_records)
