@@ -98,7 +98,8 @@ def _check_size(size, elt, n):
 
 def _case(mode):
     return Case(case_name(mode), "p2p", case_name(mode), (TOTAL,), _build(mode),
-                lambda opts, dtype: [{"case": case_name(mode), "window": 1 if mode == "latency" else WINDOW}],
+                lambda opts, dtype: [{"case": case_name(mode), "in_place": False,
+                                     "window": 1 if mode == "latency" else WINDOW}],
                 check_size=_check_size,
                 footprint=lambda cfg, count, n, elt: 2 * count * elt,
                 model=lambda cfg, size, shape, backend: {
