@@ -49,7 +49,8 @@ def _env(check):
 
 
 def _reason(rc, stderr, node):
-    lines = [ln[len("error: "):] for ln in stderr.splitlines() if ln.startswith("error: ")]
+    lines = [" ".join(ln[len("error: "):].split()) for ln in stderr.splitlines() if ln.startswith("error: ")]
+    lines = [ln for ln in lines if ln.strip("=")]
     last = next((ln for ln in reversed(stderr.splitlines()) if ln.strip()), "")
     text = "; ".join(lines) or procs.one_line(last) or "no message"
     return f"{f'node {node}: ' if node is not None else ''}exit {rc}: {text}"
@@ -127,7 +128,7 @@ def judge(result, baseline):
 
 def verdict_event(result, run_id):
     return schema.event("commbench", "verdict", summary(result), run_id=run_id, check=result.check.name,
-                        passed=result.passed, seconds=round(result.seconds, 1),
+                        accept_check=result.check.name, passed=result.passed, seconds=round(result.seconds, 1),
                         rows=[o.as_dict() for o in result.outcomes])
 
 
@@ -220,7 +221,7 @@ def run(spec, out, baseline_path):
             raise UserError("--baseline " + "; ".join(refused))
     validate(spec)
     run_id = new_run_id()
-    directory = out_dir(out or f"acceptance-{run_id}")
+    directory = out_dir(out or f"acceptance-{run_id}").resolve()
     results, records, code, t0 = [], [], EXIT_PASS, time.monotonic()
     con = console(stderr=True)
     con.print(f"accept: {len(spec.checks)} checks from {spec.path}; output in {directory}")

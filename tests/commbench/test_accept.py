@@ -1,0 +1,348 @@
+"""commbench accept: specs refused before anything runs, and real acceptance runs end to end (torchrun, Gloo,
+fio), with a passing spec, an impossible threshold, a crashing check, a regressed baseline and Ctrl-C."""
+import json
+import re
+import signal
+import subprocess
+import time
+import xml.etree.ElementTree as ET
+
+import pytest
+from PIL import Image
+
+from benchcore import records, schema, thresholds
+from commbench import acceptspec
+from tests.conftest import BIN, ROOT, assert_one_line_error, read_records, run_tool
+
+SPECS = ROOT / "acceptance"
+LOCALHOST = SPECS / "localhost.yaml"
+
+
+def write_spec(tmp_path, text, name="spec.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+GOOD = """\
+checks:
+  - name: one
+    kind: commbench
+    collective: all_reduce
+    min_bytes: 1K
+    max_bytes: 4K
+    thresholds:
+      - wrong == 0
+"""
+
+
+@pytest.mark.parametrize("edit, line, needle", [
+    (("    min_bytes: 1K\n", "    min_bytes: 1K\n    colour: blue\n"), 6, "unknown key 'colour' for kind commbench"),
+    (("      - wrong == 0\n", "      - wrong == 0\n      - busbww >= 3\n"), 9, "commbench records have no field 'busbww'"),
+    (("      - wrong == 0\n", "      - wrong == 0\n      - shard-write MB/s >= 2000\n"), 9, "no field 'MB/s'"),
+    (("      - wrong == 0\n", "      - time_us <= 5 GB/s\n"), 8, "time_us is not in GB/s"),
+    (("      - wrong == 0\n", "      - wrong <= 1 x link peak\n"), 8, "wrong cannot be compared with the link peak"),
+    (("      - wrong == 0\n", "      - busbw is big\n"), 8, "is not FIELD OP VALUE"),
+    (("    min_bytes: 1K\n", "    min_bytes: lots\n"), 5, "min_bytes is 'lots', expected a size"),
+    (("    collective: all_reduce\n", "    collective: all_reduce\n    strategy: ring\n"), 2,
+     "exactly one of collective, strategy"),
+    (("checks:\n", "checkz:\n"), 1, "unknown key 'checkz'"),
+    (("    kind: commbench\n", "    kind: nccl\n"), 3, "kind must be one of commbench, iobench"),
+])
+def test_a_bad_spec_is_refused_in_one_line_naming_its_line(tmp_path, edit, line, needle):
+    path = write_spec(tmp_path, GOOD.replace(*edit))
+    proc = run_tool("commbench", "accept", "--spec", path, "--out", tmp_path / "out")
+    assert_one_line_error(proc, f"{path}:{line}: ")
+    assert needle in proc.stderr
+    assert not (tmp_path / "out").exists()          # nothing ran, nothing was written
+
+
+def test_a_value_the_command_refuses_is_refused_before_anything_runs(tmp_path):
+    path = write_spec(tmp_path, GOOD.replace("max_bytes: 4K", "max_bytes: 512"))
+    proc = run_tool("commbench", "accept", "--spec", path, "--out", tmp_path / "out")
+    assert_one_line_error(proc, f"{path}:2: check 'one': ")
+    assert "larger than --max-bytes" in proc.stderr
+
+
+def test_an_existing_non_empty_out_directory_is_refused(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "mine.txt").write_text("keep")
+    proc = run_tool("commbench", "accept", "--spec", write_spec(tmp_path, GOOD), "--out", tmp_path / "out")
+    assert_one_line_error(proc, "exists and is not an empty directory")
+    assert (tmp_path / "out" / "mine.txt").read_text() == "keep"
+
+
+@pytest.mark.parametrize("spec", sorted(SPECS.glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_example_spec_is_valid(spec):
+    loaded = acceptspec.load(spec)
+    assert loaded.checks and all(c.thresholds for c in loaded.checks)
+
+
+def test_init_writes_a_valid_spec_with_the_topologys_numbers(tmp_path):
+    proc = run_tool("commbench", "accept", "--init", "--topology", "dgx-h100", "--nodes", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert "inter-node tier: link peak" in proc.stdout and "400.0 GB/s busbw" in proc.stdout
+    spec = acceptspec.load(write_spec(tmp_path, proc.stdout))
+    assert {c.kind for c in spec.checks} == {"commbench", "iobench"}
+    assert all(c.values.get("topology") == "dgx-h100" for c in spec.checks if c.kind == "commbench")
+
+
+def help_options(*command):
+    """Every --long and -s option the CLI's --help lists for command."""
+    proc = run_tool(*command, "--help")
+    assert proc.returncode == 0, proc.stderr
+    return set(re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", proc.stdout))
+
+
+# kind -> [(a sample check's keys, the command it runs, options only that command of the kind takes)]
+COMMANDS = {"commbench": [({"collective": "all_reduce"}, ("commbench", "run"), {"--repeats", "--chunk-size"}),
+                          ({"strategy": "ring"}, ("commbench", "compare"), set())],
+            "iobench": [({"mounts": ["/tmp"]}, ("iobench", "ckpt"), set())],
+            "selftest-link": [({}, ("commbench", "selftest", "link"), set())],
+            "selftest-model": [({}, ("commbench", "selftest", "model"), set())]}
+
+
+def test_every_option_a_check_kind_uses_is_one_its_command_has():
+    assert set(COMMANDS) == set(acceptspec.KINDS)
+    for name, kind in acceptspec.KINDS.items():
+        for sample, command, elsewhere in COMMANDS[name]:
+            assert tuple(kind.words(sample)[:len(command) - 1]) == command[1:]
+            flags = {flag for flag, _ in kind.options.values() if flag} | {"--format", "--out"}
+            if kind.dry_run:
+                flags.add("--dry-run")
+            if kind.nodes_key:
+                flags |= {"--rdzv-endpoint", "--node-rank"}
+            have = help_options(*command)
+            assert flags - elsewhere <= have, (name, command, flags - elsewhere - have)
+
+
+# --- real runs -----------------------------------------------------------------------------------------
+
+def junit_cases(path):
+    """Testcases of a junit.xml, checked against the JUnit schema's required elements and attributes."""
+    root = ET.parse(path).getroot()
+    assert root.tag == "testsuites"
+    suites = root.findall("testsuite")
+    assert suites
+    cases = {}
+    for suite in suites:
+        for attr in ("name", "tests", "failures", "errors", "time", "timestamp", "hostname"):
+            assert suite.get(attr) is not None, attr
+        assert suite.find("properties") is not None
+        assert suite.find("system-out") is not None and suite.find("system-err") is not None
+        found = suite.findall("testcase")
+        assert int(suite.get("tests")) == len(found)
+        assert int(suite.get("failures")) == sum(c.find("failure") is not None for c in found)
+        for case in found:
+            for attr in ("name", "classname", "time"):
+                assert case.get(attr) is not None, attr
+            float(case.get("time"))
+            for failure in case.findall("failure"):
+                assert failure.get("type") and failure.get("message")
+            cases[(case.get("classname"), case.get("name"))] = case
+    return cases
+
+
+def outcome(case):
+    if case.find("failure") is not None:
+        return "fail"
+    return "skipped" if case.find("skipped") is not None else "pass"
+
+
+@pytest.fixture(scope="module")
+def localhost(tmp_path_factory):
+    out = tmp_path_factory.mktemp("accept") / "out"
+    t0 = time.monotonic()
+    proc = run_tool("commbench", "accept", "--spec", LOCALHOST, "--out", out, timeout=600, cwd=ROOT)
+    return proc, out, time.monotonic() - t0
+
+
+@pytest.mark.slow
+def test_localhost_spec_passes_end_to_end(localhost):
+    proc, out, seconds = localhost
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    print(proc.stderr + proc.stdout + f"({seconds:.0f} s)")
+    spec = acceptspec.load(LOCALHOST)
+    cases = junit_cases(out / "junit.xml")
+    assert len(cases) == sum(1 + len(c.thresholds) for c in spec.checks)
+    assert {outcome(c) for c in cases.values()} <= {"pass", "skipped"}
+    assert outcome(cases[("all_reduce-2node", "no regression > 5 % vs baseline")]) == "skipped"
+    for name in ("report.md", "report.html", "verdict.json", "results.jsonl", "results.csv"):
+        assert (out / name).stat().st_size > 0, name
+    pngs = sorted(out.glob("*.png"))
+    assert {p.name for p in pngs} >= {"busbw-all-reduce.png", "storage.png"}
+    for png in pngs:
+        with Image.open(png) as img:
+            img.verify()
+            assert img.format == "PNG" and img.size[0] > 100
+        assert f"({png.name})" in (out / "report.md").read_text()
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert verdict["passed"] and verdict["exit_code"] == 0 and len(verdict["checks"]) == len(spec.checks)
+    recs = read_records(out / "results.jsonl")           # every record follows benchcore.schema
+    measured = {r["accept_check"] for r in recs if not r.get("event")}
+    assert measured == {c.name for c in spec.checks}
+    assert {r["tool"] for r in recs if not r.get("event")} == {"commbench", "iobench"}
+    judged = [r for r in recs if r.get("event") == "verdict" and r.get("check") == r.get("accept_check")]
+    assert [r["check"] for r in judged] == [c.name for c in spec.checks] and all(r["passed"] for r in judged)
+    peak = next(r for r in recs if r.get("accept_check") == "all_reduce-2node" and not r.get("event"))
+    assert peak["link_peak_gbps"] and peak["predicted_time_us"]       # what 'x link peak' and 'x model' read
+    outcomes = [thresholds.judge(t, [r for r in recs if r.get("accept_check") == c.name])
+                for c in spec.checks for t, _ in c.thresholds]
+    marks = thresholds.plot_marks(outcomes)        # what the report drew: busbw, time and storage thresholds
+    assert {text for text, _ in marks["all_reduce"]} == {"busbw >= 0.05 x link peak at >= 1M",
+                                                         "time_us <= 20 x model at 8B", "time_us <= 100 ms at 8B"}
+    assert {text for _, text, _ in marks["storage"]} == {"shard-write MB/s >= 10", "small-random-write P99 <= 1 s"}
+
+
+FAILING = """\
+checks:
+  - name: steady                       # as localhost's all_reduce-2node: joins the baseline made from it
+    kind: commbench
+    collective: all_reduce
+    nodes: 2
+    nproc_per_node: 1
+    topology: localhost
+    min_bytes: 8
+    max_bytes: 4M
+    step_factor: 8
+    iters: 5
+    warmup: 2
+    thresholds:
+      - wrong == 0
+      - no regression > 5 % vs baseline
+  - name: impossible
+    kind: commbench
+    collective: all_reduce
+    nproc_per_node: 2
+    min_bytes: 1M
+    max_bytes: 1M
+    iters: 3
+    thresholds:
+      - wrong == 0
+      - busbw >= 1000 GB/s at 1M
+  - name: crashing
+    kind: commbench
+    collective: all_reduce
+    nproc_per_node: 2
+    min_bytes: 1K
+    max_bytes: 1K
+    env:
+      COMMBENCH_TEST_EXIT_RANK: 1
+    thresholds:
+      - wrong == 0
+  - name: storage
+    kind: iobench
+    mounts: [{tmp}]
+    profiles: shard-write
+    quick: true
+    size: 8M
+    ranks: 1
+    thresholds:
+      - shard-write MB/s >= 1
+"""
+
+
+@pytest.fixture(scope="module")
+def failing(localhost, tmp_path_factory):
+    """One run with a regressed baseline, an impossible threshold, a crashing check and a passing one."""
+    _, good, _ = localhost
+    tmp = tmp_path_factory.mktemp("failing")
+    slower = 1 / 0.7  # the new run is measured against a baseline 30 % faster: a 30 % drop
+    base = []
+    for rec in records.read_records(good / "results.jsonl"):
+        if rec.get("accept_check") == "all_reduce-2node" and not rec.get("event"):
+            rec = dict(rec, **{k: rec[k] / slower for k in ("time_us", "time_us_min", "time_us_max") if rec.get(k)},
+                       **{k: rec[k] * slower for k in ("algbw_gbps", "busbw_gbps") if rec.get(k)})
+            base.append(json.dumps(rec))
+    (tmp / "baseline.jsonl").write_text("\n".join(base) + "\n")
+    spec = write_spec(tmp, FAILING.replace("{tmp}", str(tmp)))
+    proc = run_tool("commbench", "accept", "--spec", spec, "--out", tmp / "out", "--baseline", tmp / "baseline.jsonl",
+                    timeout=600)
+    return proc, tmp / "out"
+
+
+@pytest.mark.slow
+def test_an_impossible_threshold_fails_naming_measured_and_expected(failing):
+    proc, out = failing
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    case = junit_cases(out / "junit.xml")[("impossible", "busbw >= 1000 GB/s at 1M")]
+    failure = case.find("failure")
+    assert re.search(r"measured busbw_gbps [\d.e-]+, expected >= 1000 at 1M", failure.get("message"))
+    assert "size_bytes: 1048576" in failure.text and "expected: >= 1000" in failure.text
+    assert outcome(junit_cases(out / "junit.xml")[("impossible", "wrong == 0")]) == "pass"
+    assert "FAIL impossible" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_crashing_check_fails_with_its_reason_and_the_others_still_run(failing):
+    proc, out = failing
+    cases = junit_cases(out / "junit.xml")
+    failure = cases[("crashing", "runs")].find("failure")
+    assert failure is not None and "exit" in failure.get("message"), failure.get("message")
+    assert re.search(r"rank : 1 .*exitcode : 17", failure.get("message")), failure.get("message")
+    for check in ("steady", "impossible", "storage"):
+        assert outcome(cases[(check, "runs")]) == "pass"
+    assert outcome(cases[("storage", "shard-write MB/s >= 1")]) == "pass"
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert [c["passed"] for c in verdict["checks"]] == [False, False, False, True]
+    assert verdict["exit_code"] == 1 and not verdict["interrupted"]
+
+
+@pytest.mark.slow
+def test_a_baseline_30_percent_faster_fails_the_regression_check(failing):
+    proc, out = failing
+    cases = junit_cases(out / "junit.xml")
+    assert outcome(cases[("steady", "wrong == 0")]) == "pass"
+    failure = cases[("steady", "no regression > 5 % vs baseline")].find("failure")
+    assert failure is not None
+    assert "regressed" in failure.get("message") and "slower" in failure.get("message")
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_what_was_measured_and_still_writes_the_report(tmp_path):
+    spec = write_spec(tmp_path, """\
+checks:
+  - name: first
+    kind: commbench
+    collective: all_reduce
+    nproc_per_node: 2
+    min_bytes: 1K
+    max_bytes: 4K
+    iters: 2
+    thresholds: [wrong == 0]
+  - name: slow
+    kind: commbench
+    collective: all_reduce
+    nproc_per_node: 2
+    min_bytes: 1K
+    max_bytes: 1M
+    step_factor: 4
+    iters: 2
+    env: {COMMBENCH_TEST_SLOW: "all_reduce:0.5"}
+    thresholds: [wrong == 0]
+  - name: never
+    kind: commbench
+    collective: all_reduce
+    thresholds: [wrong == 0]
+""")
+    out = tmp_path / "out"
+    proc = subprocess.Popen([str(BIN / "commbench"), "accept", "--spec", str(spec), "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not records.read_records(out / ".check-1.jsonl"):
+            time.sleep(0.2)
+        assert records.read_records(out / ".check-1.jsonl"), "the second check measured nothing in 120 s"
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stderr
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert verdict["interrupted"] and [c["ran"] for c in verdict["checks"]] == [True, True, False]
+    assert verdict["checks"][1]["reason"] == "interrupted (Ctrl-C)" and verdict["checks"][1]["records"] >= 1
+    recs = read_records(out / "results.jsonl")
+    assert {r["accept_check"] for r in recs if not r.get("event")} == {"first", "slow"}
+    assert (out / "report.html").stat().st_size > 0 and junit_cases(out / "junit.xml")
+    assert not list(out.glob(".check-*"))
+    assert schema.problems(recs[0]) == []
