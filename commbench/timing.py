@@ -99,12 +99,13 @@ def _event_loop(ctx, run_once, iters, blocking, samples):
     return start.elapsed_time(end) / 1e3 / (iters * agg)
 
 
-def rank_stats(ctx, samples, per_rank=False):
-    """Per-iteration statistics over every rank (commbench/rankstats.py), gathered outside the timed loop."""
+def rank_stats(ctx, samples, per_rank=False, per_run=1):
+    """Per-iteration statistics over every rank (commbench/rankstats.py), gathered outside the timed loop; per
+    operation, per_run operations to a run (p2p: the messages of a window)."""
     marks = ctx.device.type != "cuda" or ctx.plan.cpu_time
     keep = rankstats.MAX_ITERS + (1 if marks else 0)
     every = ctx.comm.gather_floats(samples[-keep:])
-    return rankstats.summarize(every, ctx.rank_hosts, marks, ctx.plan.agg_iters, per_rank)
+    return rankstats.summarize(every, ctx.rank_hosts, marks, ctx.plan.agg_iters * per_run, per_rank)
 
 
 def _graph_loop(ctx, run_once, ops):
@@ -174,7 +175,7 @@ def measure_case(ctx, case, cfg, size, shared):
         seconds = time_loop(ctx, run_once, plan.iters, blocking, samples) / timed.per_run
         pos.at("gathering the times")
         t, t_min, t_max = over_ranks(ctx, seconds)
-        stats = rank_stats(ctx, samples, timed.per_rank) if samples else {}
+        stats = rank_stats(ctx, samples, timed.per_rank, timed.per_run) if samples else {}
         algbw = size / t / 1e9
         rows.append({"phase": phase, "blocking": blocking, "time_source": time_source(ctx), "time_us": t * 1e6, "time_us_min": t_min * 1e6,
                      "time_us_max": t_max * 1e6, "algbw_gbps": algbw, "busbw_gbps": algbw * timed.factors[phase],
