@@ -187,3 +187,12 @@ def test_the_cli_imports_neither_torch_nor_mpi4py():
     import sys
     code = "import sys, commbench.cli; sys.exit(1 if {'torch', 'mpi4py'} & set(sys.modules) else 0)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_slurm_dry_run_is_one_srun_of_every_mpi_rank():
+    proc = run_tool("commbench", "run", "--backend", "mpi", "--launcher", "slurm", "--nodes", 2, "--nproc-per-node", 4,
+                    "--dry-run", "-e", "1K")
+    assert proc.returncode == 0, proc.stderr
+    line = proc.stdout.strip()
+    assert "srun --nodes 2 --ntasks-per-node 4 --kill-on-bad-exit=1 " in line and "commbench.worker --plan" in line
+    assert "mpirun" not in line and "torch.distributed.run" not in line
