@@ -24,6 +24,7 @@ import sys
 from benchcore.errors import UserError
 from benchcore.lazy import lazy
 from benchcore.records import hostname
+from commbench.liveness import RECORD_NODE_ENV
 from commbench.transport import Primitives, Works
 
 torch = lazy("torch", globals())
@@ -61,7 +62,7 @@ def rank_env(environ=os.environ):
     if environ.get(RANKS_PER_NODE_ENV):
         env["GROUP_RANK"] = str(rank // int(environ[RANKS_PER_NODE_ENV]))
     env.setdefault("GROUP_RANK", hostname())  # a node is a host
-    env["COMMBENCH_RECORD_NODE"] = "1" if rank == 0 else "0"
+    env[RECORD_NODE_ENV] = "1" if rank == 0 else "0"
     return env
 
 
