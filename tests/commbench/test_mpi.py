@@ -1,5 +1,8 @@
 """MPI as a transport (issue 16): real mpirun, real mpi4py ranks, the same worker, cases and timed path."""
 import json
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -8,6 +11,7 @@ from benchcore.diff import compare as compare_records
 from benchcore.errors import UserError
 from commbench import mpi
 from commbench.collectives import COLLECTIVES
+from commbench.plan import Plan
 from tests.conftest import assert_one_line_error, read_records, run_tool
 
 ALL = ",".join(COLLECTIVES)
@@ -183,8 +187,6 @@ def test_dead_ranks_from_mpirun_text():
 
 
 def test_the_cli_imports_neither_torch_nor_mpi4py():
-    import subprocess
-    import sys
     code = "import sys, commbench.cli; sys.exit(1 if {'torch', 'mpi4py'} & set(sys.modules) else 0)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
@@ -196,3 +198,15 @@ def test_slurm_dry_run_is_one_srun_of_every_mpi_rank():
     line = proc.stdout.strip()
     assert "srun --nodes 2 --ntasks-per-node 4 --kill-on-bad-exit=1 " in line and "commbench.worker --plan" in line
     assert "mpirun" not in line and "torch.distributed.run" not in line
+
+
+@pytest.mark.slow
+def test_ranks_of_another_mpis_launcher_are_told_in_one_line():
+    """A Hydra-style launcher (PMI_SIZE=2) whose MPI is not mpi4py's: each rank initialises alone; it says so."""
+    plan = Plan(run_id="x", sizes=[8], configs=[{"case": "all_reduce", "in_place": True, "dtype": "float32",
+                                                  "op": "sum", "root": None}], backend="mpi")
+    proc = subprocess.run([sys.executable, "-m", "commbench.worker", "--plan", plan.to_json()], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PMI_SIZE": "2", "PMI_RANK": "0"})
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines()[0].startswith("commbench-worker: rank 0 on ")
+    assert "mpi4py sees 1 rank(s) but the launcher started 2" in proc.stderr.splitlines()[0]
