@@ -94,6 +94,8 @@ def run_check(spec, index, directory, result):
                     deadline = min(deadline, time.monotonic() + AFTER_FIRST_EXIT_S)
                 time.sleep(0.1)
             hung = [node for node, p, _ in running if p.poll() is None]
+            why = (f"timeout {check.timeout:g} s" if time.monotonic() >= t0 + check.timeout else
+                   f"{AFTER_FIRST_EXIT_S} s after another node failed")
             for _, p, _ in running:
                 procs.stop(p)
             reasons = []
@@ -101,7 +103,7 @@ def run_check(spec, index, directory, result):
                 err.seek(0)
                 if node in hung:
                     reasons.append(f"{f'node {node}: ' if node is not None else ''}still running after "
-                                   f"{time.monotonic() - t0:.0f} s (timeout {check.timeout:g} s); stopped")
+                                   f"{time.monotonic() - t0:.0f} s ({why}); stopped")
                 elif p.returncode:
                     reasons.append(_reason(p.returncode, err.read(), node))
             result.reason = "; ".join(reasons)
@@ -269,7 +271,8 @@ def init_text(topology, nodes):
     backend = "nccl" if topo.gpus_per_node else "gloo"
     big = predictions(topo, ["all_reduce"], [1 << 30], nodes, local, backend, CaseOptionsText().parse())[0]
     small = predictions(topo, ["all_reduce"], [8], nodes, local, backend, CaseOptionsText().parse())[0]
-    return f"""# Acceptance spec for {nodes} node(s) of {topo.name} (commbench accept --init --topology {topology} --nodes {nodes}).
+    return f"""# Acceptance spec for {nodes} node(s) of {topo.name}
+#   (commbench accept --init --topology {topology} --nodes {nodes}).
 # Run: commbench accept --spec THIS.yaml --out accept-$(date +%F)/ [--baseline last-good/results.jsonl]
 # Numbers come from topologies/{topo.name}.yaml through the model (commbench model --topology {topo.name}
 # --nodes {nodes} --collective all_reduce -b 8 -e 1G -f 1024). Edit the mounts before running.

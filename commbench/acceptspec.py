@@ -74,6 +74,19 @@ class Kind:
     dry_run: bool = False                  # the command has --dry-run: the spec check runs it first
     nodes_key: Optional[str] = None        # the key saying how many nodes (cluster exec)
     top_topology: bool = False             # takes the spec's top-level topology
+    groups: Callable = lambda check: set()  # check -> what a threshold's GROUP may name (cases and phases, profiles)
+
+
+def _cases(*names):
+    """The named cases and their phases (what benchcore.results.group_of and records' phase say)."""
+    from commbench.registry import CASES
+    names = [n for name in names for n in _joined(name).split(",") if n]
+    return set(names) | {p for n in names if n in CASES for p in CASES[n].phases}
+
+
+def _profiles(check):
+    from iobench.profiles import PROFILES
+    return set(_joined(check["profiles"]).split(",")) if "profiles" in check else set(PROFILES)
 
 
 def _commbench_words(check):
@@ -88,19 +101,22 @@ KINDS = {
                        "nodes": ("--nodes", "whole"), "nproc_per_node": ("--nproc-per-node", "whole"),
                        "backend": ("--backend", "text"), "topology": ("--topology", "text"),
                        "repeats": ("--repeats", "whole"), "chunk_size": ("--chunk-size", "names")},
-                      one_of=("collective", "strategy"), dry_run=True, nodes_key="nodes", top_topology=True),
+                      one_of=("collective", "strategy"), dry_run=True, nodes_key="nodes", top_topology=True,
+                      groups=lambda check: _cases(check.get("collective", ""), check.get("strategy", ""))),
     "iobench": Kind("iobench", "iobench.cli", lambda check: ["ckpt", *check["mounts"]],
                     {"mounts": (None, "paths"), "profiles": ("--profile", "names"), "quick": ("--quick", "flag"),
                      "runtime": ("--runtime", "whole"), "size": ("--size", "size"), "bs": ("--bs", "size"),
                      "iodepth": ("--iodepth", "whole"), "jobs": ("--jobs", "whole"), "ranks": ("--ranks", "whole"),
                      "direct": ("--direct", "flag")},
-                    required=("mounts",), dry_run=True),
+                    required=("mounts",), dry_run=True, groups=_profiles),
     "selftest-link": Kind("commbench", "commbench.cli", lambda check: ["selftest", "link"],
                           {"rate": ("--rate", "text"), "collective": ("--collective", "names"), **SIZES,
-                           "cycles": ("-N", "whole")}),
+                           "cycles": ("-N", "whole")},
+                          groups=lambda check: _cases(check.get("collective", "all_reduce"))),
     "selftest-model": Kind("commbench", "commbench.cli", lambda check: ["selftest", "model"],
                            {"rate": ("--rate", "text"), "lo_rate": ("--lo-rate", "text"), **SIZES,
-                            "cycles": ("-N", "whole")}),
+                            "cycles": ("-N", "whole")},
+                           groups=lambda check: _cases("all_reduce", "hierarchical")),
 }
 
 
@@ -273,8 +289,13 @@ def _check(raw, topology, fail_at, lines):
         if not isinstance(text, str):
             fail_at(texts, i, f"check {name!r}: a threshold is one line of text")
         try:
-            judged.append((thresholds.parse(text, kind.tool), lines.get(id(texts), {}).get(i)))
+            threshold = thresholds.parse(text, kind.tool)
         except UserError as exc:
             fail_at(texts, i, f"check {name!r}: {exc}")
+        groups = kind.groups(values)
+        if threshold.group is not None and threshold.group not in groups:
+            fail_at(texts, i, f"check {name!r}: threshold {text!r}: {threshold.group!r} is none of what this check "
+                              f"measures ({', '.join(sorted(groups))})")
+        judged.append((threshold, lines.get(id(texts), {}).get(i)))
     return Check(name, raw["kind"], lines.get(id(raw), {}).get(None, 1), values, judged, float(timeout),
                  {k: str(v) for k, v in env.items()})

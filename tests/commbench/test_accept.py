@@ -38,11 +38,14 @@ checks:
 
 @pytest.mark.parametrize("edit, line, needle", [
     (("    min_bytes: 1K\n", "    min_bytes: 1K\n    colour: blue\n"), 6, "unknown key 'colour' for kind commbench"),
-    (("      - wrong == 0\n", "      - wrong == 0\n      - busbww >= 3\n"), 9, "commbench records have no field 'busbww'"),
+    (("      - wrong == 0\n", "      - wrong == 0\n      - busbww >= 3\n"), 9,
+     "commbench records have no field 'busbww'"),
     (("      - wrong == 0\n", "      - wrong == 0\n      - shard-write MB/s >= 2000\n"), 9, "no field 'MB/s'"),
     (("      - wrong == 0\n", "      - time_us <= 5 GB/s\n"), 8, "time_us is not in GB/s"),
     (("      - wrong == 0\n", "      - wrong <= 1 x link peak\n"), 8, "wrong cannot be compared with the link peak"),
     (("      - wrong == 0\n", "      - busbw is big\n"), 8, "is not FIELD OP VALUE"),
+    (("      - wrong == 0\n", "      - all_gather busbw >= 1\n"), 8,
+     "'all_gather' is none of what this check measures"),
     (("    min_bytes: 1K\n", "    min_bytes: lots\n"), 5, "min_bytes is 'lots', expected a size"),
     (("    collective: all_reduce\n", "    collective: all_reduce\n    strategy: ring\n"), 2,
      "exactly one of collective, strategy"),
@@ -230,6 +233,17 @@ checks:
       COMMBENCH_TEST_EXIT_RANK: 1
     thresholds:
       - wrong == 0
+  - name: hanging
+    kind: commbench
+    collective: all_reduce
+    nproc_per_node: 2
+    min_bytes: 1K
+    max_bytes: 1K
+    timeout: 12
+    env:
+      COMMBENCH_TEST_SLOW: "all_reduce:120"
+    thresholds:
+      - wrong == 0
   - name: storage
     kind: iobench
     mounts: [{tmp}]
@@ -244,7 +258,8 @@ checks:
 
 @pytest.fixture(scope="module")
 def failing(localhost, tmp_path_factory):
-    """One run with a regressed baseline, an impossible threshold, a crashing check and a passing one."""
+    """One run with a regressed baseline, an impossible threshold, a crashing check, a hanging one and one that
+    passes."""
     _, good, _ = localhost
     tmp = tmp_path_factory.mktemp("failing")
     slower = 1 / 0.7  # the new run is measured against a baseline 30 % faster: a 30 % drop
@@ -258,6 +273,7 @@ def failing(localhost, tmp_path_factory):
     spec = write_spec(tmp, FAILING.replace("{tmp}", str(tmp)))
     proc = run_tool("commbench", "accept", "--spec", spec, "--out", tmp / "out", "--baseline", tmp / "baseline.jsonl",
                     timeout=600)
+    print(proc.stderr + proc.stdout)
     return proc, tmp / "out"
 
 
@@ -274,17 +290,19 @@ def test_an_impossible_threshold_fails_naming_measured_and_expected(failing):
 
 
 @pytest.mark.slow
-def test_a_crashing_check_fails_with_its_reason_and_the_others_still_run(failing):
+def test_a_crashing_or_hanging_check_fails_with_its_reason_and_the_others_still_run(failing):
     proc, out = failing
     cases = junit_cases(out / "junit.xml")
     failure = cases[("crashing", "runs")].find("failure")
     assert failure is not None and "exit" in failure.get("message"), failure.get("message")
     assert re.search(r"rank : 1 .*exitcode : 17", failure.get("message")), failure.get("message")
+    hang = cases[("hanging", "runs")].find("failure").get("message")
+    assert re.fullmatch(r"still running after 1[2-9] s \(timeout 12 s\); stopped", hang), hang
     for check in ("steady", "impossible", "storage"):
         assert outcome(cases[(check, "runs")]) == "pass"
     assert outcome(cases[("storage", "shard-write MB/s >= 1")]) == "pass"
     verdict = json.loads((out / "verdict.json").read_text())
-    assert [c["passed"] for c in verdict["checks"]] == [False, False, False, True]
+    assert [c["passed"] for c in verdict["checks"]] == [False, False, False, False, True]
     assert verdict["exit_code"] == 1 and not verdict["interrupted"]
 
 
