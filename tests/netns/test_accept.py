@@ -1,5 +1,6 @@
 """commbench accept with acceptance/netns-2node.yaml on two tc-shaped namespaces: passes at the rate the nodes
-are shaped to, fails when one node's link runs at half that rate (node 0 still detects the full rate)."""
+are shaped to, fails when one node's link runs at half that rate (node 0 still detects the full rate); and a
+selftest-link check judged on the records of its own private pair."""
 import json
 import os
 
@@ -61,3 +62,25 @@ def test_fails_when_one_nodes_link_runs_at_half_the_rate(cluster, tmp_path):
     assert not t["passed"] and t["measured"] < 0.6 * peak
     assert "measured busbw_gbps" in t["message"] and "expected >= " in t["message"] and "at 64M" in t["message"]
     assert verdict["checks"][0]["reason"] is None      # the run itself worked: the link is what failed
+
+
+def test_a_selftest_link_check_is_judged_on_its_records(tmp_path):
+    spec = tmp_path / "link.yaml"
+    spec.write_text("""\
+checks:
+  - name: link
+    kind: selftest-link
+    rate: 1gbit
+    min_bytes: 64M
+    max_bytes: 64M
+    cycles: 1
+    thresholds:
+      - wrong == 0
+      - busbw >= 0.8 x link peak at 64M
+""")
+    proc = run_tool("commbench", "accept", "--spec", spec, "--out", tmp_path / "out", timeout=600)
+    print(proc.stderr + proc.stdout)
+    assert proc.returncode == 0, proc.stderr
+    verdict = json.loads((tmp_path / "out" / "verdict.json").read_text())
+    t = verdict["checks"][0]["thresholds"][1]
+    assert t["passed"] and t["expected"] == pytest.approx(0.8 * netns.parse_rate(RATE) / 8e9 * 1448 / 1514, rel=1e-3)
