@@ -76,7 +76,12 @@ def _sendrecv(send, recv, async_op=False):
 
 
 def _p2p(blocking, nonblocking):
-    return lambda t, peer, async_op=False: nonblocking(t, peer) if async_op else blocking(t, peer)
+    def op(t, peer, async_op=False):
+        if async_op:
+            return nonblocking(t, peer)
+        blocking(t, peer)
+        return None
+    return op
 
 
 def torch_primitives(device, local_rank=None):
@@ -110,7 +115,7 @@ def torch_primitives(device, local_rank=None):
         reduce=lambda t, root, op, async_op=False: dist.reduce(t, dst=root, op=_op(op), async_op=async_op),
         all_to_all=lambda out, inp, async_op=False: dist.all_to_all_single(out, inp, async_op=async_op),
         sendrecv=_sendrecv,
-        send=_p2p(lambda t, p: dist.send(t, p), dist.isend), recv=_p2p(lambda t, p: dist.recv(t, p), dist.irecv),
+        send=_p2p(dist.send, dist.isend), recv=_p2p(dist.recv, dist.irecv),
         barrier=(lambda: dist.barrier(device_ids=[local_rank])) if device.type == "cuda" else dist.barrier,
         gather_floats=gather_floats, reduce_int=reduce_int, gather_object=gather_object,
         new_group=dist.new_group, subgroup=lambda members: dist.new_subgroups_by_enumeration(members)[0])
