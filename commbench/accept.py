@@ -124,6 +124,10 @@ def run_check(spec, index, directory, result):
 
 
 def judge(result, baseline):
+    """Every threshold on the check's records. A baseline that is an earlier accept run is compared check by
+    check (its records of the check with the same name); other baselines whole."""
+    if baseline:
+        baseline = [r for r in baseline if r.get("accept_check") == result.check.name] or baseline
     result.outcomes = [thresholds.judge(t, result.records, baseline) for t, _ in result.check.thresholds]
     return result
 

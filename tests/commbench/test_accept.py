@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from benchcore import records, schema, thresholds
-from commbench import acceptspec
+from commbench import accept, acceptspec
 from tests.conftest import BIN, ROOT, assert_one_line_error, read_records, run_tool
 
 SPECS = ROOT / "acceptance"
@@ -364,3 +364,16 @@ checks:
     assert (out / "report.html").stat().st_size > 0 and junit_cases(out / "junit.xml")
     assert not list(out.glob(".check-*"))
     assert schema.problems(recs[0]) == []
+
+
+@pytest.mark.slow
+def test_an_earlier_accept_run_as_baseline_is_compared_check_by_check(localhost):
+    _, out, _ = localhost
+    recs = records.read_records(out / "results.jsonl")
+    spec = acceptspec.load(LOCALHOST)
+    check = next(c for c in spec.checks if c.name == "all_reduce-2node")
+    mine = [r for r in recs if r.get("accept_check") == check.name]
+    result = accept.judge(accept.Result(check, [], records=mine), recs)
+    regression = next(o for o in result.outcomes if o.threshold.regression is not None)
+    assert regression.passed and not regression.skipped          # the same run: no change
+    assert regression.judged == len({r["size_bytes"] for r in mine if not r.get("event")})
