@@ -89,7 +89,6 @@ EVENT_EXTENSIONS = {
                   "tied": "verdict: configs with no significant difference",
                   "beats_from_bytes": "chunked verdict: payload from which chunking beats ring and plain",
                   "no_difference_sizes": "chunked verdict: payloads where nothing is significantly better",
-                  "discarded": "sweep resume: records of runs cut short, left out",
                   "ranks": "hang: every rank's position (what, step, operations entered/left) and state (inside the "
                            "operation waiting on a peer, outside it: never entered, silent: no heartbeat)",
                   "env": "hang: the NCCL/Gloo environment in effect",

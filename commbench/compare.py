@@ -121,14 +121,20 @@ def chunked_answer(outcomes, run_id):
     labels = list(dict.fromkeys(l for o in outcomes for g in o.groups for l in g.labels))
     chunked = [l for l in labels if l.split()[0] == "chunked"]
     plain = next((l for l in labels if l.split()[0] == "plain"), None)
-    nothing = [o.size for o in outcomes if o.winner is None]
-    tail = ("Nothing is significantly better than the rest at " + ", ".join(format_size(s) for s in nothing) + "."
-            if nothing else "At every payload one config is significantly fastest.")
-
     def top(label):  # payloads where this config is among the fastest, and its mean time over the best
         among = sum(1 for o in outcomes if o.group_of(label) in o.tied)
         return among, -stats.geometric_mean([o.group_of(label).time / o.groups[0].time for o in outcomes])
     best = max(chunked, key=top)
+
+    def settled(o):  # one of ring, plain and the recommended config is significantly faster than the other two
+        fam = list({id(g): g for g in (o.group_of("ring"), o.group_of(plain), o.group_of(best))}.values())
+        fastest = min(fam, key=lambda g: g.time)
+        return len(fam) > 1 and all((r := stats.ratio_interval(fastest.times, g.times)) is not None and r.high < 1
+                                    for g in fam if g is not fastest)
+    nothing = [o.size for o in outcomes if not settled(o)]
+    tail = ("Among ring, plain and that config nothing is significantly better at " +
+            ", ".join(format_size(s) for s in nothing) + "." if nothing else
+            "At every payload one of ring, plain and that config is significantly faster than the other two.")
     beats_from, intervals = None, None
     for o in reversed(outcomes):
         mine = o.group_of(best)

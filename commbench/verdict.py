@@ -11,6 +11,7 @@ of its time ratio to the runner-up (benchcore.stats: METHOD) lies wholly below 1
 groups not significantly slower than the fastest are reported as "no significant difference".
 """
 from dataclasses import dataclass
+from functools import cached_property
 from typing import List, Optional
 
 from benchcore import schema, stats
@@ -45,17 +46,17 @@ class Outcome:
     def ratio(self, a, b):
         return stats.ratio_interval(a.times, b.times)
 
-    @property
+    @cached_property
     def versus(self):
         """(fastest / runner-up) Ratio, or None with one group or too few repeats."""
         return self.ratio(self.groups[0], self.groups[1]) if len(self.groups) > 1 else None
 
-    @property
+    @cached_property
     def winner(self) -> Optional[Group]:
         r = self.versus
         return self.groups[0] if r is not None and r.high < 1 else None
 
-    @property
+    @cached_property
     def tied(self):
         """Groups not significantly slower than the fastest (all of them when repeats are too few)."""
         best = self.groups[0]

@@ -22,6 +22,20 @@ def start(tmp_path, out, env=None):
                             stderr=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp_path), **(env or {})})
 
 
+def stop_after_first_record(proc, tmp_path, out, rank):
+    """SIGSTOP rank's worker once a record is on disk; (its pid, commbench's stderr, seconds from the stop to
+    commbench's end)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (out.exists() and out.read_text().strip()):
+        time.sleep(0.1)
+    (status,) = list(Path(tmp_path).glob(f"commbench-logs-*/rank{rank}.json"))
+    pid = json.loads(status.read_text())["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    t0 = time.monotonic()
+    _, stderr = proc.communicate(timeout=120)
+    return pid, stderr, time.monotonic() - t0
+
+
 def errors(stderr):
     return [line[len("error: "):] for line in stderr.splitlines() if line.startswith("error: ")]
 
@@ -47,15 +61,7 @@ def test_a_rank_that_never_enters_the_collective_is_told_from_those_waiting_insi
 def test_a_stopped_rank_is_named_and_cleaned_up(tmp_path):
     out = tmp_path / "h.jsonl"
     proc = start(tmp_path, out, {"COMMBENCH_TEST_SLOW_RANK": "0:0.2"})   # slow enough to stop rank 2 mid-run
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (out.exists() and out.read_text().strip()):
-        time.sleep(0.1)
-    (status,) = list(Path(tmp_path).glob("commbench-logs-*/rank2.json"))
-    pid = json.loads(status.read_text())["pid"]
-    os.kill(pid, signal.SIGSTOP)
-    t0 = time.monotonic()
-    _, stderr = proc.communicate(timeout=120)
-    took = time.monotonic() - t0
+    pid, stderr, took = stop_after_first_record(proc, tmp_path, out, 2)
     assert proc.returncode == 4 and took < HANG_S + 10, (took, stderr)
     lines = errors(stderr)
     assert lines[0].startswith("hang: no progress"), lines
@@ -69,15 +75,7 @@ def test_rank_zero_stopped_is_reported_by_the_launcher(tmp_path):
     """Rank 0 runs the watchdog; stopped, it cannot: the launcher names it after --hang-timeout + 5 s."""
     out = tmp_path / "h.jsonl"
     proc = start(tmp_path, out, {"COMMBENCH_TEST_SLOW_RANK": "1:0.2"})
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (out.exists() and out.read_text().strip()):
-        time.sleep(0.1)
-    (status,) = list(Path(tmp_path).glob("commbench-logs-*/rank0.json"))
-    pid = json.loads(status.read_text())["pid"]
-    os.kill(pid, signal.SIGSTOP)
-    t0 = time.monotonic()
-    _, stderr = proc.communicate(timeout=120)
-    took = time.monotonic() - t0
+    pid, stderr, took = stop_after_first_record(proc, tmp_path, out, 0)
     assert proc.returncode == 4 and took < HANG_S + 5 + 10, (took, stderr)
     assert errors(stderr)[0].startswith(f"rank 0 on") and f"(pid {pid}) was stopped (SIGSTOP" in errors(stderr)[0]
     assert not Path(f"/proc/{pid}").exists()
