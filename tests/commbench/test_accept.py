@@ -206,7 +206,7 @@ checks:
     nproc_per_node: 1
     topology: localhost
     min_bytes: 8
-    max_bytes: 4M
+    max_bytes: 2M
     step_factor: 8
     iters: 5
     warmup: 2
