@@ -2,8 +2,9 @@
 results.jsonl, junit.xml, report.md + report.html (benchcore.reportpage) and verdict.json.
 
 Each check is its own process (or one per node under a cluster exec prefix), so a check that crashes or
-hangs past its timeout is a failed check with its reason and the others still run. Ctrl-C stops the
-running check, keeps what it measured and still writes every output (exit 130).
+hangs past its timeout is a failed check with its reason and the others still run. Ctrl-C (or SIGTERM, as a
+Slurm time limit sends) stops the running check, keeps what it measured and still writes every output (exit
+130, 143).
 Exit: 0 every check passed, 1 one failed, 2 the run could not be done (bad spec, --out not new, ...).
 """
 import json
@@ -24,7 +25,13 @@ from benchcore.errors import UserError
 from benchcore.records import RecordWriter, hostname, new_run_id, read_records, timestamp
 from commbench import acceptspec
 
-EXIT_PASS, EXIT_FAIL, EXIT_INTERRUPTED = 0, 1, 130
+EXIT_PASS, EXIT_FAIL = 0, 1
+STOPS = (KeyboardInterrupt, SystemExit)   # Ctrl-C; SIGTERM, which benchcore.errors.run_cli makes SystemExit(143)
+
+
+def stop_code(stop):
+    """The exit code of an interrupted run: 130 after Ctrl-C, 143 after SIGTERM (a Slurm time limit)."""
+    return 130 if isinstance(stop, KeyboardInterrupt) else stop.code if isinstance(stop.code, int) else 1
 AFTER_FIRST_EXIT_S = 30     # a node still running this long after another failed is stopped
 DRY_RUN_TIMEOUT_S = 120
 
@@ -75,8 +82,8 @@ def validate(spec):
 
 
 def run_check(spec, index, directory, result):
-    """Run one check to its end, its timeout or Ctrl-C (KeyboardInterrupt is re-raised after its records
-    are in result); its records carry accept_check."""
+    """Run one check to its end, its timeout, Ctrl-C or SIGTERM (re-raised after its records are in result);
+    its records carry accept_check."""
     check = spec.checks[index]
     out = directory / f".check-{index}.jsonl"
     t0 = time.monotonic()
@@ -107,10 +114,10 @@ def run_check(spec, index, directory, result):
                 elif p.returncode:
                     reasons.append(_reason(p.returncode, err.read(), node))
             result.reason = "; ".join(reasons)
-        except KeyboardInterrupt:
+        except STOPS as stop:
             for _, p, _ in running:
                 procs.stop(p)
-            result.reason = "interrupted (Ctrl-C)"
+            result.reason = "interrupted (Ctrl-C)" if isinstance(stop, KeyboardInterrupt) else "stopped (SIGTERM)"
             raise
         finally:
             for _, _, err in running:
@@ -202,7 +209,7 @@ def write_outputs(directory, spec, results, records, baseline_path, baseline, ru
                           baseline, "csv", f"commbench accept: {Path(spec.path).name}", lead,
                           thresholds.plot_marks(outcomes))
     verdict = {"spec": spec.path, "run_id": run_id, "passed": code == EXIT_PASS, "exit_code": code,
-               "interrupted": code == EXIT_INTERRUPTED, "seconds": round(seconds, 1), "baseline": baseline_path,
+               "interrupted": code not in (EXIT_PASS, EXIT_FAIL), "seconds": round(seconds, 1), "baseline": baseline_path,
                "checks": [{"name": r.check.name, "kind": r.check.kind, "line": r.check.line, "ran": r.ran,
                            "passed": r.passed, "reason": r.reason or None, "seconds": round(r.seconds, 1),
                            "records": len(r.records), "commands": r.commands,
@@ -240,8 +247,8 @@ def run(spec, out, baseline_path):
                 result = Result(check, [])
                 try:
                     run_check(spec, i, directory, result)
-                except KeyboardInterrupt:
-                    code = EXIT_INTERRUPTED
+                except STOPS as stop:
+                    code = stop_code(stop)
                 judge(result, baseline)
                 results.append(result)
                 for rec in result.records + [verdict_event(result, run_id)]:
@@ -249,18 +256,18 @@ def run(spec, out, baseline_path):
                     records.append(rec)
                 progress.remove_task(task)
                 progress.console.print(summary(result))
-                if code == EXIT_INTERRUPTED:
+                if code != EXIT_PASS:
                     break
-        except KeyboardInterrupt:
-            code = EXIT_INTERRUPTED
+        except STOPS as stop:
+            code = stop_code(stop)
     results += [Result(c, [], ran=False, reason="not run: interrupted before it") for c in spec.checks[len(results):]]
-    if code != EXIT_INTERRUPTED and not all(r.passed for r in results):
+    if code == EXIT_PASS and not all(r.passed for r in results):
         code = EXIT_FAIL
     with procs.signals_blocked():
         write_outputs(directory, spec, results, records, baseline_path, baseline or [], run_id,
                       time.monotonic() - t0, code)
     passed = sum(r.passed for r in results)
-    click.echo(f"accept: {'PASS' if code == EXIT_PASS else 'INTERRUPTED' if code == EXIT_INTERRUPTED else 'FAIL'}: "
+    click.echo(f"accept: {({EXIT_PASS: 'PASS', EXIT_FAIL: 'FAIL'}).get(code, 'INTERRUPTED')}: "
                f"{passed} of {len(results)} checks passed; {directory}/verdict.json, junit.xml, report.html")
     return code
 
@@ -346,7 +353,7 @@ def accept(spec_path, out, baseline, dry_run, init, topology, nodes):
 
     Writes DIR/results.jsonl (every record, each with accept_check), junit.xml (a testcase per check and
     threshold), report.md + report.html (plots with the thresholds drawn), verdict.json. Exit 0 when every
-    check passes, 1 when one fails, 2 when the run cannot be done, 130 on Ctrl-C (outputs still written).
+    check passes, 1 when one fails, 2 when the run cannot be done, 130 on Ctrl-C, 143 on SIGTERM (outputs still written).
 
     \b
     Example:

@@ -317,7 +317,9 @@ def test_a_baseline_30_percent_faster_fails_the_regression_check(failing):
 
 
 @pytest.mark.slow
-def test_ctrl_c_keeps_what_was_measured_and_still_writes_the_report(tmp_path):
+@pytest.mark.parametrize("sig, code, reason", [(signal.SIGINT, 130, "interrupted (Ctrl-C)"),
+                                               (signal.SIGTERM, 143, "stopped (SIGTERM)")])
+def test_ctrl_c_or_sigterm_keeps_what_was_measured_and_still_writes_the_report(tmp_path, sig, code, reason):
     spec = write_spec(tmp_path, """\
 checks:
   - name: first
@@ -351,14 +353,14 @@ checks:
         while time.monotonic() < deadline and not records.read_records(out / ".check-1.jsonl"):
             time.sleep(0.2)
         assert records.read_records(out / ".check-1.jsonl"), "the second check measured nothing in 120 s"
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         stdout, stderr = proc.communicate(timeout=120)
     finally:
         proc.kill()
-    assert proc.returncode == 130, stderr
+    assert proc.returncode == code, stderr
     verdict = json.loads((out / "verdict.json").read_text())
     assert verdict["interrupted"] and [c["ran"] for c in verdict["checks"]] == [True, True, False]
-    assert verdict["checks"][1]["reason"] == "interrupted (Ctrl-C)" and verdict["checks"][1]["records"] >= 1
+    assert verdict["checks"][1]["reason"] == reason and verdict["checks"][1]["records"] >= 1
     recs = read_records(out / "results.jsonl")
     assert {r["accept_check"] for r in recs if not r.get("event")} == {"first", "slow"}
     assert (out / "report.html").stat().st_size > 0 and junit_cases(out / "junit.xml")
