@@ -38,7 +38,7 @@ def p2p_table(records):
     first = recs[0] if recs else {}
     print_table([rows[s] for s in sorted(rows)], columns,
                 title=f"p2p: one link between 2 ranks ({', '.join(backends)}; {first.get('nodes')} node(s); "
-                      f"latency one-way, bandwidth windows of {WINDOW} as OSU)")
+                      f"latency one-way, bandwidth in windows of {max(r['window'] for r in recs)})")
 
 
 def osu_rounds(window, osu):
