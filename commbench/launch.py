@@ -173,6 +173,7 @@ def check_endpoint(spec):
                              (("", port), f"port {port} is already in use on {hostname()} (another commbench or "
                                           "service): choose another --rdzv-endpoint port")):
         with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the store binds: TIME_WAIT is free
             try:
                 s.bind(bind_to)
             except OSError as exc:
