@@ -12,7 +12,9 @@ import random
 
 from benchcore.errors import UserError
 from benchcore.lazy import lazy
+from commbench import model
 from commbench.case import TOTAL, Case, Timed
+from commbench.model import Phase
 from commbench.collectives import count_wrong, fill_pattern, fill_values, poison_value
 
 dist = lazy("torch.distributed", globals(), "dist")
@@ -85,6 +87,13 @@ def _build(ctx, cfg, count, dtype, groups):
                  lambda: (count_wrong(recv, expected(), dtype, ctx.device), {}), per_rank=True, blocking=True)
 
 
+def _pair_model(cfg, size, shape, backend):
+    """Each pair alone: two ranks on two nodes (one per node), sendrecv or a 2-rank all_reduce (factor 1)."""
+    pair = model.Shape(2, 1, 2)
+    return {TOTAL: Phase(1.0, (model.all_reduce if cfg.get("kind") == "all_reduce" else model.sendrecv)(size, pair,
+                                                                                                   backend))}
+
+
 def _whole_elements(size, elt, n):
     if size % elt:
         raise UserError(f"--size {size} B is not a whole number of {elt} B elements")
@@ -92,6 +101,6 @@ def _whole_elements(size, elt, n):
 
 PAIR_CASES = {"pair": Case("pair", "pairs", "sendrecv", (TOTAL,), _build,
                            lambda opts, dtype: [{"case": "pair", "kind": kind, "in_place": False} for kind in KINDS],
-                           describe=lambda cfg: f"{cfg['kind']} round {cfg['round']}", setup=pair_groups,
-                           check_size=_whole_elements,
+                           describe=lambda cfg: " round ".join(str(cfg[k]) for k in ("kind", "round") if k in cfg), setup=pair_groups,
+                           check_size=_whole_elements, model=_pair_model,
                            footprint=lambda cfg, count, n, elt: 2 * count * elt)}

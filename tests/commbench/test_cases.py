@@ -16,7 +16,7 @@ WIDE = CaseOptions(places=("out", "in"), chunk_sizes=(1 << 20, 2 << 20), thresho
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_every_row_keeps_the_case_contract(name):
     case = CASES[name]
-    assert case.kind in ("collective", "strategy", "p2p")
+    assert case.kind in ("collective", "strategy", "p2p", "pairs")
     # nccl-tests' rules for its size and records (p2p: OSU's modes, records of their own name)
     assert case.collective in COLLECTIVES or case.kind == "p2p" and case.collective == name
     assert case.phases[-1] == TOTAL and len(set(case.phases)) == len(case.phases)

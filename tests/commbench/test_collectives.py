@@ -36,7 +36,8 @@ def test_bus_factor_and_counts_match_nccl_tests(name, n):
 
 def simulate(name, n, count, op, root):
     """Every rank's receive buffer, computed from the collective's definition with numpy."""
-    reduce_fn = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}[op]
+    reduce_fn = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min,
+                 "avg": lambda a, axis: np.sum(a, axis=axis) / n}[op]   # avg: the fills make the mean whole
     send_n, _ = NCCL_TESTS_COUNTS[name](count, n)
     inputs = [np.array([fill_values(r, n, "float32", op)[i % PERIOD] for i in range(send_n)], dtype=np.int64)
               for r in range(n)]
