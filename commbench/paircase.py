@@ -70,8 +70,8 @@ def _build(ctx, cfg, count, dtype, groups):
             return None
         if kind == "all_reduce":
             return dist.all_reduce(send, group=group, async_op=a)
-        works = dist.batch_isend_irecv([dist.P2POp(dist.isend, send, partner, group),
-                                        dist.P2POp(dist.irecv, recv, partner, group)])
+        works = dist.batch_isend_irecv([dist.P2POp(dist.irecv, recv, partner, group),   # receive first, as
+                                        dist.P2POp(dist.isend, send, partner, group)])  # transport.sendrecv
         for work in works:
             work.wait()
         return None

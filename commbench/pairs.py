@@ -4,9 +4,9 @@ One rank per node; nodes paired off in rounds (commbench/paircase.py), every pai
 Each round's record becomes one record per pair (host, peer_host, round). The verdict works on each
 pair's sendrecv busbw, the best of the rounds it was tested in (other load only ever slows a link, so
 the best is the link; by default every pair is tested twice):
-  - a node is bad when its links' median is below --min-fraction of the median node's and a robust
-    outlier below it (more than 3.5 robust z-scores: median absolute deviation over nodes);
-  - a link is bad when it is below --min-fraction of the median link while both its ends are fine.
+  - a node is bad when its links' median is below --min-fraction of the median of the links it is not on
+    (with 2 nodes there are none: no node is judged);
+  - a link is bad when it is below --min-fraction of the median link between fine nodes, both its ends fine.
 """
 import dataclasses
 import statistics
@@ -21,7 +21,6 @@ from commbench import launch
 from commbench.case import CaseOptions
 from commbench.paircase import FULL_COVERAGE_UP_TO, tournament
 from commbench.plan import MeasureOptions, build_plan, measure_options, no_leftovers, take
-from commbench.rankstats import MAD_TO_SIGMA, Z_LIMIT
 from commbench.runner import run_plan
 
 DEFAULT_ROUNDS = lambda n: 2 * len(tournament(n)) if n <= FULL_COVERAGE_UP_TO else 16  # noqa: E731
@@ -59,15 +58,16 @@ def matrix(records, kind="sendrecv"):
 
 
 def judge(links, min_fraction):
-    """(bad nodes, bad links) from {(a, b): busbw}."""
+    """(bad nodes, bad links) from {(a, b): busbw}. Each node is set against the links it is not on, so its own
+    slow links never lower its yardstick (with 4 nodes, half the links touch any one of them)."""
     hosts = sorted({h for pair in links for h in pair})
     score = {h: statistics.median(bw for pair, bw in links.items() if h in pair) for h in hosts}
-    mid = statistics.median(score.values())
-    mad = statistics.median(abs(v - mid) for v in score.values()) * MAD_TO_SIGMA
-    bad_nodes = [h for h in hosts if score[h] < min_fraction * mid and (mad == 0 or (mid - score[h]) / mad > Z_LIMIT)]
-    typical = statistics.median(links.values())
+    others = {h: [bw for pair, bw in links.items() if h not in pair] for h in hosts}
+    bad_nodes = [h for h in hosts if others[h] and score[h] < min_fraction * statistics.median(others[h])]
+    fine = [bw for pair, bw in links.items() if not set(pair) & set(bad_nodes)]
+    typical = statistics.median(fine) if fine else None
     bad_links = [list(pair) for pair, bw in sorted(links.items())
-                 if bw < min_fraction * typical and not set(pair) & set(bad_nodes)]
+                 if typical and bw < min_fraction * typical and not set(pair) & set(bad_nodes)]
     return bad_nodes, bad_links
 
 
@@ -88,7 +88,7 @@ def verdict(records, min_fraction, run_id):
     parts = ([f"bad node(s): {', '.join(bad_nodes)}"] if bad_nodes else []) + \
             ([f"bad link(s): {', '.join(' - '.join(p) for p in bad_links)}"] if bad_links else [])
     reason = ("; ".join(parts) if parts else "no bad node or link") + \
-        f" (sendrecv busbw below {min_fraction:g} of the median, robust z > {Z_LIMIT} for nodes)"
+        f" (sendrecv busbw below {min_fraction:g} of the median link: a node's median against the links it is not on)"
     return [schema.event("commbench", "verdict", reason, run_id=run_id, check="pairs", bad_nodes=bad_nodes,
                          bad_links=bad_links, matrix=grid, passed=not parts)]
 

@@ -127,6 +127,17 @@ class _PrivateNodes:
         return False
 
 
+def _save(out_path, records, verdict, fmt):
+    """Every record and the verdict to --out; the verdict on stdout for --format json. True when a table is wanted."""
+    if out_path:
+        with RecordWriter(out_path) as writer:
+            for rec in records + [verdict]:
+                writer.write(rec)
+    if fmt == "json":
+        click.echo(json.dumps(verdict))
+    return fmt != "json"
+
+
 def _best_of_cycles(records):
     """Per case, phase and size, the fastest of the -N cycles (other load only ever slows a link down)."""
     best = {}
@@ -219,13 +230,7 @@ def link(rate, collectives, out, fmt, port, **args):
                            seconds=round(time.monotonic() - t0, 1),
                            rows=[{k: r[k] for k in ("kind", "size_bytes", "busbw_gbps", "of_rate", "of_ceiling",
                                                      "verdict")} for r in rows])
-    if out_path:
-        with RecordWriter(out_path) as writer:
-            for rec in records + [verdict]:
-                writer.write(rec)
-    if fmt == "json":
-        click.echo(json.dumps(verdict))
-    else:
+    if _save(out_path, records, verdict, fmt):
         print_table(rows, [("kind", "collective", None), ("size", "size", None), ("busbw_gbps", "busbw GB/s", ".4f"),
                            ("gbit", "busbw Gbit/s", ".3f"), ("of_rate", "/ rate", ".3f"),
                            ("of_ceiling", "/ TCP ceiling", ".3f"), ("verdict", "verdict", None)],
@@ -359,13 +364,7 @@ def model_check(rate, lo_rate, hierarchical_sizes, out, fmt, port, **args):
                            rows=[{k: r[k] for k in ("kind", "size_bytes", "busbw_gbps", "predicted_busbw_gbps",
                                                      "ratio", "tier", "verdict")} for r in rows] +
                            ([{"kind": "fitted inter-node beta", **fit_row}] if fit_row else []))
-    if out_path:
-        with RecordWriter(out_path) as writer:
-            for rec in records + [verdict]:
-                writer.write(rec)
-    if fmt == "json":
-        click.echo(json.dumps(verdict))
-    else:
+    if _save(out_path, records, verdict, fmt):
         print_table(rows, [("kind", "case", None), ("size", "size", None), ("busbw_gbps", "busbw GB/s", ".4f"),
                            ("predicted_busbw_gbps", "predicted GB/s", ".4f"), ("ratio", "measured / predicted", ".3f"),
                            ("tier", "bound by", None), ("verdict", "verdict", None)],

@@ -68,8 +68,10 @@ def reduce_scatter_fn():
 
 def _sendrecv(send, recv, async_op=False):
     rank, n = dist.get_rank(), dist.get_world_size()
-    works = Works(dist.batch_isend_irecv([dist.P2POp(dist.isend, send, (rank + 1) % n),
-                                          dist.P2POp(dist.irecv, recv, (rank - 1) % n)]))
+    # the receive first: Gloo stalls a pair's inbound data until its receive is posted (send first: 0.5 of a
+    # full-duplex link across netns nodes; receive first: 1.0). NCCL runs the group as one, in any order.
+    works = Works(dist.batch_isend_irecv([dist.P2POp(dist.irecv, recv, (rank - 1) % n),
+                                          dist.P2POp(dist.isend, send, (rank + 1) % n)]))
     if async_op:
         return works
     works.wait()

@@ -33,6 +33,13 @@ def test_verdict_rules():
     links[("a", "b")] = slow          # one bad cable between two good nodes
     assert judge(links, 0.7) == ([], [["a", "b"]])
     assert judge({k: fast * (1 + 0.05 * i) for i, k in enumerate(links)}, 0.7) == ([], [])
+    # measured across 4 netns nodes, d at a third of the rate, a-c slowed by the machine in both its rounds: the
+    # median-node rule with a robust z (MAD over 4 nodes) missed d here (z 1.97)
+    seen = {("a", "d"): .0152, ("b", "c"): .0474, ("a", "c"): .0343, ("b", "d"): .0154, ("a", "b"): .0476,
+            ("c", "d"): .0146}
+    assert judge(seen, 0.7) == (["d"], [])
+    assert judge({("a", "b"): .01, ("a", "c"): .01, ("b", "c"): .05}, 0.7) == (["a"], [])
+    assert judge({("a", "b"): .01}, 0.7) == ([], [])   # two nodes: nothing to set either against
 
 
 @pytest.mark.slow

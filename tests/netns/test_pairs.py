@@ -1,6 +1,7 @@
 """commbench pairs across four network-namespace nodes: the node whose link runs at a third of the others' is
 named, exactly; with every link alike, nothing is named."""
 import os
+import statistics
 import time
 
 import pytest
@@ -65,7 +66,10 @@ def test_the_slow_node_is_named_and_only_it(quad):
             and r["collective"] == "sendrecv"]
     fast = [r["busbw_gbps"] for r in pairs if netns.ns_name(prefix, 3) not in (r["host"], r["peer_host"])
             and r["collective"] == "sendrecv"]
-    assert max(slow) < 0.5 * min(fast), (slow, fast)
+    assert statistics.median(slow) < 0.5 * statistics.median(fast), (slow, fast)
+    # both directions at once, near the link's rate: 0.72-0.99 of the TCP ceiling measured (4 ranks on 2 cores);
+    # with Gloo's send posted before its receive, 0.51 in every round
+    assert statistics.median(fast) >= 0.65 * RATE / 8e9 * 1448 / 1514, fast
 
 
 def test_with_every_link_alike_nothing_is_named(quad):
