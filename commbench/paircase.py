@@ -101,6 +101,7 @@ def _whole_elements(size, elt, n):
 
 PAIR_CASES = {"pair": Case("pair", "pairs", "sendrecv", (TOTAL,), _build,
                            lambda opts, dtype: [{"case": "pair", "kind": kind, "in_place": False} for kind in KINDS],
-                           describe=lambda cfg: " round ".join(str(cfg[k]) for k in ("kind", "round") if k in cfg), setup=pair_groups,
+                           describe=lambda cfg: " round ".join(str(cfg[k]) for k in ("kind", "round") if k in cfg),
+                           setup=pair_groups,
                            check_size=_whole_elements, model=_pair_model,
                            footprint=lambda cfg, count, n, elt: 2 * count * elt)}

@@ -43,7 +43,8 @@ def pair_records(rec):
         algbw = rec["size_bytes"] / t / 1e3
         out.append(schema.measurement(
             "commbench", collective=rec["kind"], time_us=t, algbw_gbps=algbw, busbw_gbps=algbw, world_size=2,
-            nodes=2, hosts=sorted({rec["rank_hosts"][a], rec["rank_hosts"][b]}), host=hosts[a], peer_host=hosts[b], round=rec["round"], in_place=rec["kind"] == "all_reduce",
+            nodes=2, hosts=sorted({rec["rank_hosts"][a], rec["rank_hosts"][b]}), host=hosts[a], peer_host=hosts[b],
+            round=rec["round"], in_place=rec["kind"] == "all_reduce",
             **{k: rec.get(k) for k in SHARED}))
     return out
 

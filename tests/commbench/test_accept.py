@@ -346,8 +346,11 @@ checks:
     thresholds: [wrong == 0]
 """)
     out = tmp_path / "out"
+    # SIGINT back to its default first: a shell's background job (CI started with &) inherits it ignored, and
+    # Python then installs no KeyboardInterrupt handler, so the Ctrl-C never reached accept
     proc = subprocess.Popen([str(BIN / "commbench"), "accept", "--spec", str(spec), "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not records.read_records(out / ".check-1.jsonl"):

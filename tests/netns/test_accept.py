@@ -73,7 +73,7 @@ checks:
     rate: 1gbit
     min_bytes: 64M
     max_bytes: 64M
-    cycles: 1
+    cycles: 3   # judged on the median: one pass at 0.62 of the link from a busy moment failed CI with 1
     thresholds:
       - wrong == 0
       - busbw >= 0.8 x link peak at 64M
