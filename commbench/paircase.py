@@ -15,6 +15,7 @@ from benchcore.lazy import lazy
 from commbench import model
 from commbench.case import TOTAL, Case, Timed
 from commbench.model import Phase
+from commbench.transport import exchange
 from commbench.collectives import count_wrong, fill_pattern, fill_values, poison_value
 
 dist = lazy("torch.distributed", globals(), "dist")
@@ -70,9 +71,7 @@ def _build(ctx, cfg, count, dtype, groups):
             return None
         if kind == "all_reduce":
             return dist.all_reduce(send, group=group, async_op=a)
-        works = dist.batch_isend_irecv([dist.P2POp(dist.irecv, recv, partner, group),   # receive first, as
-                                        dist.P2POp(dist.isend, send, partner, group)])  # transport.sendrecv
-        for work in works:
+        for work in exchange(send, recv, partner, partner, group):
             work.wait()
         return None
 

@@ -65,10 +65,9 @@ def judge(links, min_fraction):
     score = {h: statistics.median(bw for pair, bw in links.items() if h in pair) for h in hosts}
     others = {h: [bw for pair, bw in links.items() if h not in pair] for h in hosts}
     bad_nodes = [h for h in hosts if others[h] and score[h] < min_fraction * statistics.median(others[h])]
-    fine = [bw for pair, bw in links.items() if not set(pair) & set(bad_nodes)]
-    typical = statistics.median(fine) if fine else None
-    bad_links = [list(pair) for pair, bw in sorted(links.items())
-                 if typical and bw < min_fraction * typical and not set(pair) & set(bad_nodes)]
+    fine = {pair: bw for pair, bw in links.items() if not set(pair) & set(bad_nodes)}
+    typical = statistics.median(fine.values()) if fine else 0
+    bad_links = [list(pair) for pair, bw in sorted(fine.items()) if bw < min_fraction * typical]
     return bad_nodes, bad_links
 
 

@@ -73,6 +73,14 @@ def _launch(kinds, port, args, out, prefix, deadline_s):
     return []
 
 
+def _check_ports(port, launches, cycles):
+    """Every port _launch will use (PORT + i + 2c) is a port."""
+    last = port + launches - 1 + 2 * (cycles - 1)
+    if port < 1 or last > 65535:
+        raise UserError(f"--port {port}: {launches} launch(es) x {cycles} cycle(s) use ports {port}-{last}; "
+                        f"give one from 1 to {65535 - (last - port)}")
+
+
 def _launch_once(kinds, port, args, out, prefix, deadline_s):
     """Run one measurement on both nodes; returns the error lines (empty when both succeeded)."""
     nodes = [(node, procs.spawn(netns.exec_argv(node, _node_command(kinds, node, port, args, out), prefix),
@@ -221,6 +229,7 @@ def link(rate, collectives, out, fmt, port, **args):
     per_op = sum(sizes) * 8 / (bits * 0.5)  # all_gather runs at about half the link
     if args["cycles"] < 1:
         raise UserError("-N/--cycles must be at least 1")
+    _check_ports(port, len(launches), args["cycles"])
     deadline = args["rdzv_timeout"] + 60 + 3 * per_op * (args["iters"] + args["warmup"] + 1) * len(kinds) * \
         args["cycles"]
     out_path = output_file(out)
@@ -334,6 +343,7 @@ def model_check(rate, lo_rate, hierarchical_sizes, out, fmt, port, **args):
     hier = [parse_size(s, "--hierarchical-sizes") for s in hierarchical_sizes.split(",") if s.strip()]
     if not hier or args["cycles"] < 1:
         raise UserError("--hierarchical-sizes needs a size and -N/--cycles at least 1")
+    _check_ports(port, 2, args["cycles"])
     _need_namespaces("selftest model")
     out_path = output_file(out)
     per_round = sum(ring_sizes) * 8 / bits + sum(hier) * 8 * (3 / lo_bits + 1 / bits) * 2

@@ -66,12 +66,16 @@ def reduce_scatter_fn():
     return getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
+def exchange(send, recv, dst, src, group=None):
+    """send to dst and receive from src at once; the works. The receive is posted first: Gloo stalls a pair's
+    inbound data until its receive is posted (send first: 0.5 of a full-duplex link across netns nodes; receive
+    first: 1.0). NCCL runs the batch as one group, in any order."""
+    return dist.batch_isend_irecv([dist.P2POp(dist.irecv, recv, src, group), dist.P2POp(dist.isend, send, dst, group)])
+
+
 def _sendrecv(send, recv, async_op=False):
     rank, n = dist.get_rank(), dist.get_world_size()
-    # the receive first: Gloo stalls a pair's inbound data until its receive is posted (send first: 0.5 of a
-    # full-duplex link across netns nodes; receive first: 1.0). NCCL runs the group as one, in any order.
-    works = Works(dist.batch_isend_irecv([dist.P2POp(dist.irecv, recv, (rank - 1) % n),
-                                          dist.P2POp(dist.isend, send, (rank + 1) % n)]))
+    works = Works(exchange(send, recv, (rank + 1) % n, (rank - 1) % n))
     if async_op:
         return works
     works.wait()

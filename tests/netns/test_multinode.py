@@ -171,3 +171,5 @@ def test_selftest_link_passes_at_1gbit(tmp_path):
 
 def test_selftest_bad_rate_is_one_line():
     assert_one_line_error(run_tool("commbench", "selftest", "link", "--rate", "fast", timeout=60), "is not a rate")
+    assert_one_line_error(run_tool("commbench", "selftest", "model", "--port", 65533, "-N", 2, timeout=60),
+                          "give one from 1 to 65532")
