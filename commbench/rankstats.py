@@ -1,13 +1,14 @@
 """Per-rank, per-iteration statistics: the distribution of iteration times and the rank the others wait for.
 
-Every rank marks, on its own clock, when it reaches each timed iteration and when the last one ends,
-counted from the barrier that starts the loop (ranks leave a barrier together, to within its latency).
-Iteration k's time is the gap between marks k and k+1. A rank that reaches the collectives late holds
-every other rank up, yet all ranks then see the same iteration time, so the slow rank is the one that
-arrives late: its lateness is the median over iterations of its arrival minus the median rank's. With
-the median iteration time T and the slowest rank's lateness L, the median rank alone would take T - L:
-slowest_excess = T / (T - L). A rank is named an outlier when its lateness is beyond 3.5 robust
-z-scores (median absolute deviation over ranks, Iglewicz & Hoaglin) and above 5 % of T, so a
+Every rank marks, on its own clock, when it reaches each timed iteration and when it leaves it. Iteration
+k's time is the gap between arrivals k and k+1 (the last one ends at its departure). A rank that reaches
+the collectives late holds every other rank up, yet all ranks then see the same iteration time; what
+differs is the time spent inside: the others wait there for the late rank. So a rank's lateness is the
+median over iterations of the median rank's time inside minus its own: durations on one clock each, never
+two clocks compared, so a rank that left the starting barrier a scheduler slice late is not taken for a
+straggler. With the median iteration time T and the slowest rank's lateness L, the median rank alone
+would take T - L: slowest_excess = T / (T - L). A rank is named an outlier when its lateness is beyond
+3.5 robust z-scores (median absolute deviation over ranks, Iglewicz & Hoaglin) and above 5 % of T, so a
 microsecond of noise on an otherwise flat set is never a verdict.
 
 On GPUs (CUDA events) only the iteration times are kept: a host clock does not see when a kernel
@@ -35,8 +36,8 @@ def percentile(values, p):
 
 def summarize(samples, hosts, marks=True, ops_per_iter=1, per_rank=False):
     """Record fields from every rank's samples and each rank's host. marks: samples are seconds from the loop's
-    start (arrival at each iteration, then the end); otherwise iteration times (CUDA events)."""
-    times = [[b - a for a, b in zip(m, m[1:])] for m in samples] if marks else samples
+    start (arrival at and departure from each iteration, in turn); otherwise iteration times (CUDA events)."""
+    times = [[b - a for a, b in zip(m[0::2], m[2::2] + m[-1:])] for m in samples] if marks else samples
     flat = [t / ops_per_iter for per_rank in times for t in per_rank]
     if not flat:
         return {}
@@ -47,7 +48,7 @@ def summarize(samples, hosts, marks=True, ops_per_iter=1, per_rank=False):
         fields.update(rank_time_us=[statistics.median(t) / ops_per_iter * 1e6 for t in times], rank_hosts=hosts)
     if not marks or len(samples) < 2:   # CUDA events: no arrivals; one rank: nobody to wait for
         return fields
-    late = lateness([m[:-1] for m in samples])
+    late = lateness([[d - a for a, d in zip(m[0::2], m[1::2])] for m in samples])
     slowest = max(range(len(late)), key=late.__getitem__)
     t_iter = statistics.median(t for per_rank in times for t in per_rank)
     behind = late[slowest] - statistics.median(late)
@@ -57,10 +58,10 @@ def summarize(samples, hosts, marks=True, ops_per_iter=1, per_rank=False):
     return fields
 
 
-def lateness(arrivals):
-    """Per rank: median over iterations of its arrival minus the median rank's arrival at that iteration."""
-    per_iter = [statistics.median(col) for col in zip(*arrivals)]
-    return [statistics.median(a - m for a, m in zip(ranks, per_iter)) for ranks in arrivals]
+def lateness(inside):
+    """Per rank: median over iterations of the median rank's time inside that iteration minus its own."""
+    per_iter = [statistics.median(col) for col in zip(*inside)]
+    return [statistics.median(m - t for t, m in zip(ranks, per_iter)) for ranks in inside]
 
 
 def outliers(late, t_iter):

@@ -35,8 +35,8 @@ def slowed(case, run_once):
 
 def time_loop(ctx, run_once, iters, blocking, samples=None):
     """Seconds per operation on this rank: iters iterations of the plan's agg_iters operations each. samples, a
-    list, gets the per-iteration record commbench/rankstats.py reads: on the host clock the arrival at each
-    iteration and the end (blocking loops), from CUDA events each iteration's time."""
+    list, gets the per-iteration record commbench/rankstats.py reads: on the host clock each iteration's arrival
+    and departure (blocking loops), from CUDA events each iteration's time."""
     plan = ctx.plan
     ops = iters * plan.agg_iters
     ctx.barrier()
@@ -59,8 +59,8 @@ def time_loop(ctx, run_once, iters, blocking, samples=None):
                 pos.entered += 1
                 run_once(False)
                 pos.left += 1
-        if samples is not None:
-            samples.append(time.perf_counter() - t0)
+            if samples is not None:
+                samples.append(time.perf_counter() - t0)
     else:
         works = [run_once(True) for _ in range(ops)]
         for work in works:
@@ -103,7 +103,7 @@ def rank_stats(ctx, samples, per_rank=False, per_run=1):
     """Per-iteration statistics over every rank (commbench/rankstats.py), gathered outside the timed loop; per
     operation, per_run operations to a run (p2p: the messages of a window)."""
     marks = ctx.device.type != "cuda" or ctx.plan.cpu_time
-    keep = rankstats.MAX_ITERS + (1 if marks else 0)
+    keep = rankstats.MAX_ITERS * (2 if marks else 1)
     every = ctx.comm.gather_floats(samples[-keep:])
     return rankstats.summarize(every, ctx.rank_hosts, marks, ctx.plan.agg_iters * per_run, per_rank)
 
