@@ -169,6 +169,10 @@ def test_dry_run_prints_mpirun_with_what_this_machine_needs():
     assert " -n 3 " in line and "commbench.worker --plan" in line and "-x PYTHONUNBUFFERED" in line
     assert "OVERSUBSCRIBE" in line and "OMPI_ALLOW_RUN_AS_ROOT=1" in line  # root, 2 cores
     assert "3 ranks on 2 cores" in proc.stderr and "running as root" in proc.stderr
+    assert "OMP_NUM_THREADS=1" in line and "-x OMP_NUM_THREADS" in line   # as torchrun sets it
+    mine = run_tool("commbench", "run", "--backend", "mpi", "--nproc-per-node", 3, "--dry-run", "-e", "1K",
+                    env={"OMP_NUM_THREADS": "2"})
+    assert "OMP_NUM_THREADS=1" not in mine.stdout and "-x OMP_NUM_THREADS" not in mine.stdout   # the user's stays
 
 
 def test_rank_variables_from_mpirun_and_srun():
