@@ -328,7 +328,7 @@ def commands(spec, plan):
     env = {**spec.env, "PYTHONUNBUFFERED": "1",
            USER_VARS_ENV: json.dumps({k: v for k, v in sorted(os.environ.items()) if k.startswith(MCA_PREFIXES)})}
     if spec.nproc_per_node > 1 and "OMP_NUM_THREADS" not in os.environ:
-        env["OMP_NUM_THREADS"] = "1"   # as torchrun sets it: idle torch threads spun on the busy-polling ranks' cores
+        env["OMP_NUM_THREADS"] = "1"   # as torchrun sets it: an unbound rank would start a torch thread per core
     if spec.launcher == "slurm":
         return [(["srun", "--nodes", str(spec.nodes), "--ntasks-per-node", str(spec.nproc_per_node),
                   "--kill-on-bad-exit=1", *worker], env)]
