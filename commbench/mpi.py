@@ -172,8 +172,14 @@ def primitives(MPI, world, device):
     def comm_of(group):
         return world if group is None else group
 
-    def op(name):
-        return getattr(MPI, OPS[name])
+    mpi_ops = {name: getattr(MPI, value) for name, value in OPS.items()}
+    op = mpi_ops.__getitem__
+
+    def all_reduce(t, o, group=None, async_op=False):
+        if async_op or cuda:
+            return call("Allreduce", "Iallreduce", async_op, MPI.IN_PLACE, num(t), op(o), group=group)
+        (world if group is None else group).Allreduce(MPI.IN_PLACE, num(t), mpi_ops[o])   # the hot path, direct
+        return None
 
     def all_gather(out, inp, group=None, async_op=False):
         src = MPI.IN_PLACE if _within(inp, out) else raw(inp)
@@ -210,8 +216,7 @@ def primitives(MPI, world, device):
         return every.reshape(world.Get_size(), -1).tolist()
 
     return Primitives(
-        all_reduce=lambda t, o, group=None, async_op=False: call("Allreduce", "Iallreduce", async_op, MPI.IN_PLACE,
-                                                                 num(t), op(o), group=group),
+        all_reduce=all_reduce,
         all_gather=all_gather, reduce_scatter=reduce_scatter,
         broadcast=lambda t, root, async_op=False: call("Bcast", "Ibcast", async_op, raw(t), root),
         reduce=reduce,
