@@ -159,10 +159,25 @@ def up(nodes, rate=None, prefix=DEFAULT_PREFIX, subnet=DEFAULT_SUBNET, lo_rate=N
             run(["ip", "-n", ns, "link", "set", IFNAME, "up"])
             shape(ns, IFNAME, bits)
         write_hosts(prefix, nodes, subnet)
+        wait_links_up([ns_name(prefix, i) for i in range(nodes)])
     except (Fail, OSError):
         down(prefix)  # never leave half a cluster behind
         raise
     return time.monotonic() - t0
+
+
+def wait_links_up(namespaces, timeout=10.0):
+    """Return once every node's link is up: the kernel reports a veth's carrier a moment after `link set up`
+    (its link watch runs deferred), and a node asked about its link before then sees none."""
+    deadline = time.monotonic() + timeout
+    while True:
+        down_ns = [ns for ns in namespaces
+                   if "state UP" not in run(["ip", "-n", ns, "-o", "link", "show", "dev", IFNAME], check=False).stdout]
+        if not down_ns:
+            return
+        if time.monotonic() > deadline:
+            raise Fail(f"{IFNAME} of {', '.join(down_ns)} still not up {timeout:g} s after it was set up")
+        time.sleep(0.02)
 
 
 def ns_pids(ns):
