@@ -8,7 +8,10 @@ import sys
 
 import click
 
+from benchcore import diff, reportpage
 from benchcore.errors import UserError
+from benchcore.records import RecordWriter, output_file
+from benchcore.results import expand, load, load_many, measurements
 
 EXAMPLES = {
     "commbench": ("all_reduce_perf.log rccl-2023.txt", "last-year.log results.jsonl", "results.jsonl old.log"),
@@ -22,7 +25,6 @@ def _refuse(refused):
 
 
 def _load_side(paths, what):
-    from benchcore.results import load_many, measurements
     records, refused = load_many(paths)
     if refused:
         raise UserError("; ".join(refused))
@@ -45,8 +47,6 @@ def import_command(tool):
     @click.argument("paths", nargs=-1, required=True)
     @click.option("--out", default=None, help="Append the records to this JSONL file (default: JSON lines on stdout).")
     def command(paths, out):
-        from benchcore.records import RecordWriter, output_file
-        from benchcore.results import expand, load, measurements
         path = output_file(out) if out else None
         writer = RecordWriter(path) if path else None
         refused = []
@@ -95,7 +95,6 @@ def diff_command(tool):
     @click.option("--threshold", default="5%", show_default=True, help="Smallest change reported (5% or 0.05).")
     @click.option("--fail-on-regression", is_flag=True, help="Exit 1 when something got slower beyond the threshold.")
     def command(baseline, new, threshold, fail_on_regression):
-        from benchcore import diff
         limit = diff.parse_threshold(threshold)
         base_records, new_records = _load_side([baseline], "BASELINE"), _load_side([new], "NEW")
         lines, only_base, only_new = diff.compare(base_records, new_records, limit)
@@ -123,7 +122,6 @@ def report_command(tool):
                   help="Format of the data file beside the report.")
     @click.option("--title", default=f"{tool} report", show_default=True)
     def command(paths, out, baselines, fmt, title):
-        from benchcore import reportpage
         records = _load_side(list(paths), "RESULTS")
         base = _load_side(list(baselines), "--baseline") if baselines else []
         written = reportpage.write(list(paths), records, out, list(baselines), base, fmt, title)

@@ -10,6 +10,7 @@ threshold AND beyond the run-to-run spread. The spread, in order of what the rec
 from dataclasses import dataclass
 
 from benchcore import stats
+from benchcore.errors import UserError
 from benchcore.results import TOOL, group_of, identity, label, measurements
 
 
@@ -140,7 +141,6 @@ def _count(items):
 
 def parse_threshold(text):
     """'5%' or '0.05' -> 0.05."""
-    from benchcore.errors import UserError
     raw = str(text).strip()
     try:
         value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)

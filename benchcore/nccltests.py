@@ -20,6 +20,7 @@ A table that ends before its footer keeps its complete rows and adds an `event: 
 import re
 from dataclasses import dataclass, field
 
+from benchcore import schema
 from benchcore.errors import UserError
 
 FORMAT = "nccl-tests"
@@ -302,7 +303,6 @@ def _collective(program):
 
 
 def _records(table, source_file, run_id):
-    from benchcore import schema
     ctx, layout = table.context, table.layout
     collective = _collective(table.program or ctx.program)
     if collective is None:

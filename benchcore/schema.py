@@ -146,10 +146,10 @@ EXTENSIONS["iobench"].update(IMPORTED, interrupted="import: fio said 'terminatin
 EVENT_EXTENSIONS["commbench"].update(IMPORTED, collective="import: the collective of the table cut short or failed")
 EVENT_EXTENSIONS["iobench"].update(IMPORTED, job="import: the fio job that ended with an error")
 
-# Point-to-point (commbench p2p, commbench/p2p.py): OSU-style modes; the MPI library is in versions.
+# Point-to-point (commbench p2p, commbench/cases/p2p.py): OSU-style modes; the MPI library is in versions.
 EXTENSIONS["commbench"].update(window="p2p: messages in flight per window (OSU's window size; 1 for latency)")
 
-# Cluster acceptance (commbench accept, commbench/accept.py): every record of a check says which one made it;
+# Cluster acceptance (commbench accept, commbench/commands/accept/): every record of a check says which one made it;
 # a check's outcome is a verdict event (check, passed, seconds, rows: one per threshold).
 ACCEPT = {"accept_check": "accept: the spec's check that made this record"}
 for _tool in DESIGN:

@@ -20,7 +20,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Optional
 
-from benchcore import schema, stats
+from benchcore import diff, schema, stats
 from benchcore.errors import UserError
 from benchcore.results import TOOL, group_of, identity, label, measurements
 from benchcore.units import format_size, parse_size
@@ -204,7 +204,6 @@ def judge(threshold, records, baseline=None):
 
 
 def _regression(threshold, records, baseline):
-    from benchcore import diff
     if baseline is None:
         return Outcome(threshold, True, skipped=True, message="no --baseline given")
     lines, _, _ = diff.compare(baseline, records, threshold.regression)

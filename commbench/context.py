@@ -8,14 +8,14 @@ import torch.distributed as dist
 
 from benchcore import schema
 from benchcore.records import git_revision, hostname, timestamp
-from commbench import mpi
-from commbench.case import TOTAL
-from commbench.liveness import Position
-from commbench.model import record_fields
-from commbench.topology import from_dict
-from commbench.transport import torch_primitives
+from commbench.cases.case import TOTAL
+from commbench.launch.liveness import Position
+from commbench.model.alphabeta import record_fields
+from commbench.model.topology import from_dict
+from commbench.transports import mpi
+from commbench.transports.torch_dist import torch_primitives
 
-ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_", "MPIR_CVAR_", "UCX_")  # Open MPI's: commbench.mpi.user_vars
+ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_", "MPIR_CVAR_", "UCX_")  # Open MPI's: commbench.transports.mpi.user_vars
 
 
 def same_plan(ids):

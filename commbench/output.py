@@ -8,7 +8,7 @@ from rich.console import Console
 from benchcore.nccltests import DTYPES
 from benchcore.report import console, emit, print_table
 from benchcore.units import format_size
-from commbench.registry import record_label
+from commbench.cases.registry import record_label
 
 PLACE_COLUMNS = [("time_us", "time us", ".1f"), ("algbw_gbps", "algbw GB/s", ".3f"),
                  ("busbw_gbps", "busbw GB/s", ".3f"), ("link_utilization", "util", ".2f"), ("wrong", "#wrong", "d")]

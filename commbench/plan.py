@@ -16,12 +16,12 @@ from benchcore.errors import UserError
 from benchcore.records import new_run_id
 from benchcore.report import FORMATS
 from benchcore.units import parse_size, size_list, size_range
-from commbench.case import CaseOptions
-from commbench.collectives import DTYPES, NCCL_ONLY_OPS, OPS
-from commbench import mpi
-from commbench.detect import for_run
-from commbench.registry import CASES
-from commbench.strategies import COMPRESS
+from commbench.cases.case import CaseOptions
+from commbench.cases.collectives import DTYPES, NCCL_ONLY_OPS, OPS
+from commbench.cases.compressed import COMPRESS
+from commbench.cases.registry import CASES
+from commbench.model.detect import for_run
+from commbench.transports import mpi
 
 BLOCKING_HELP = (
     "Wait for each collective before starting the next (nccl-tests -z). Default: on NCCL, "
@@ -52,7 +52,7 @@ class Plan:
     timeout: float = 300
     hang_timeout: float = 60     # no progress this long on rank 0: a hang report (commbench/liveness.py)
     launcher: str = "local"
-    topology: Optional[dict] = None  # the topology in effect (commbench.topology.Topology.as_dict())
+    topology: Optional[dict] = None  # the topology in effect (commbench.model.topology.Topology.as_dict())
     command: str = ""            # the command line that made this plan, as typed
     tags: dict = field(default_factory=dict)   # fields every record carries (a sweep's config)
 

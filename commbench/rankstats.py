@@ -18,6 +18,7 @@ starts, so nothing is said about lateness there. A slow link slows every rank of
 import statistics
 
 from benchcore.report import console, print_table
+from commbench.cases.registry import record_label
 
 Z_LIMIT = 3.5
 MIN_SHARE = 0.05
@@ -91,7 +92,6 @@ def notes(records):
 
 def print_stats(records):
     """--stats: one row per measurement with its per-iteration statistics."""
-    from commbench.registry import record_label
     rows = [{**r, "label": record_label(r), "place": "in" if r.get("in_place") else "out"}
             for r in records if not r.get("event") and r.get("time_us_p50") is not None]
     if rows:

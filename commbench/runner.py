@@ -9,10 +9,13 @@ from benchcore import procs
 from benchcore.errors import UserError
 from benchcore.records import RecordWriter, hostname, output_file
 from benchcore.units import format_size
-from commbench import launch, rankstats
+from commbench import rankstats
+from commbench.cases.registry import record_label
+from commbench.launch.execute import execute
+from commbench.launch.spec import gpu_memories, spec_from_options
+from commbench.launch.torchrun import check_endpoint
 from commbench.output import print_collective_tables, render
 from commbench.plan import CaseOptionsText, MeasureOptions, build_plan, no_leftovers, take
-from commbench.registry import record_label
 
 
 def launches(spec, plan):
@@ -37,7 +40,7 @@ SCRATCH_FACTOR = {"cpu": 2.0, "gpu": 1.25}
 def check_memory(spec, plan):
     """Refuse, before anything starts, a plan whose largest measurement cannot fit in a rank's share."""
     buffers, cfg, size = plan.largest(spec.world_size)
-    gpus = launch.gpu_memories()
+    gpus = gpu_memories()
     kind = "gpu" if gpus and spec.may_use_nccl() else "cpu"
     need = int(buffers * SCRATCH_FACTOR[kind]) + RUNTIME_BYTES[kind]
     have = min(gpus) if kind == "gpu" else procs.mem_available() // spec.nproc_per_node
@@ -69,19 +72,19 @@ def run_plan(spec, plan, out, fmt, table_fn, label="measuring", plot=None, plot_
     if not spec.dry_run:
         for s, p in rounds:
             check_memory(s, p)
-            launch.check_endpoint(s)
+            check_endpoint(s)
     for text in dict.fromkeys(n for s, _ in rounds for n in s.notes):  # on stderr: stdout stays a table, JSON or CSV
         click.echo(f"note: {text}", err=True)
     if spec.dry_run:
         for part_spec, part in parts:
-            launch.execute(part_spec, part)
+            execute(part_spec, part)
         return
     writer = RecordWriter(path) if path else None
     sink = Derived(writer, derive) if writer and derive else writer
     records, errors, code, raw = [], [], 0, 0
     try:
         for part_spec, part in parts:
-            result = launch.execute(part_spec, part, sink, label)
+            result = execute(part_spec, part, sink, label)
             raw += sum(1 for r in result.records if not r.get("event"))
             records += [d for r in result.records for d in derive(r)] if derive else result.records
             if result.returncode:
@@ -124,7 +127,7 @@ def measure(names, kw, table_fn=print_collective_tables, label="measuring", plot
         rounds = backend_rounds(names, kw, backends)
         spec, plan = rounds[0]
     else:
-        spec = launch.spec_from_options(kw)
+        spec = spec_from_options(kw)
         plan = build_plan(names, take(kw, MeasureOptions), take(kw, CaseOptionsText).parse(), spec,
                           kw.pop("repeats", 1))
         rounds = None
@@ -144,7 +147,7 @@ def backend_rounds(names, kw, backends):
     specs = []
     for backend in backends:
         mine = dict(kw, backend=backend)
-        specs.append(launch.spec_from_options(mine))
+        specs.append(spec_from_options(mine))
     for key in set(kw) - set(mine):  # the launch options every spec took
         kw.pop(key)
     measure_opts, case_opts, repeats = take(kw, MeasureOptions), take(kw, CaseOptionsText).parse(), kw.pop("repeats")

@@ -10,9 +10,10 @@ import resource
 import time
 
 import torch
+
 from commbench import rankstats
-from commbench.case import TOTAL, label
-from commbench.collectives import DTYPES, torch_dtype
+from commbench.cases.case import TOTAL, label
+from commbench.cases.collectives import DTYPES, torch_dtype
 
 CORRUPT_ENV = "COMMBENCH_TEST_CORRUPT"   # test only: corrupt this case's result on rank 0 before the check
 SKIP_ENV = "COMMBENCH_TEST_SKIP"         # test only: the check run of these cases (comma list) does nothing

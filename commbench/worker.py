@@ -16,12 +16,12 @@ import torch.distributed as dist
 
 from benchcore import schema
 from benchcore.records import RecordWriter, hostname
-from commbench import mpi
+from commbench.cases.registry import CASES
 from commbench.context import Context
-from commbench.liveness import CHANNEL, EXIT_HANG, RECORD_NODE_ENV, STATUS_ENV, Liveness
+from commbench.launch.liveness import CHANNEL, EXIT_HANG, RECORD_NODE_ENV, STATUS_ENV, Liveness
 from commbench.plan import Plan
-from commbench.registry import CASES
 from commbench.timing import measure_case
+from commbench.transports import mpi
 
 EXIT_WRONG = 3
 EXIT_RANK_ENV = "COMMBENCH_TEST_EXIT_RANK"   # test only: this rank exits right after start-up

@@ -12,11 +12,11 @@ from benchcore import schema
 from benchcore.errors import UserError
 from benchcore.records import git_revision, hostname, timestamp
 from benchcore.report import console
+from benchcore.units import format_size
 from iobench import fio
 from iobench.mounts import Mount, mount_of
 from iobench.profiles import fio_directory, job_file
 from iobench.safety import MountLock, ScratchDir, check_target, probe_direct, sigterm_as_interrupt, stale_dirs
-from benchcore.units import format_size
 
 
 @dataclasses.dataclass

@@ -8,8 +8,8 @@ import shutil
 
 from benchcore import procs
 from benchcore.errors import UserError
-from benchcore.procs import one_line
 from benchcore.fiojson import PERCENTILES, measurements, parse_output, percentile  # noqa: F401 (one parser)
+from benchcore.procs import one_line
 
 INSTALL_HINT = "fio not found on PATH: install it (Debian/Ubuntu: apt-get install fio; RHEL: dnf install fio)"
 

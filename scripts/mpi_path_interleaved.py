@@ -2,7 +2,7 @@
 
 Run by mpirun: python mpi_path_interleaved.py ROUNDS SIZE:ITERS [SIZE:ITERS ...]. Per size, ROUNDS pairs of blocks
 of ITERS in-place float32 all_reduces, the order alternating per pair: one block through commbench.timing.time_loop
-and the all_reduce case's call as the case binds it (commbench/collectives.py) on commbench's MPI table, one bare
+and the all_reduce case's call as the case binds it (commbench/cases/collectives.py) on commbench's MPI table, one bare
 comm.Allreduce loop. Rank 0 prints one JSON line per
 size with every block's rank-averaged seconds per operation. Both sides share the launch, the cores and the memory,
 so their ratio is the cost of commbench's path alone, free of what differs from one launch to the next.
@@ -16,10 +16,10 @@ from types import SimpleNamespace
 import torch
 from mpi4py import MPI
 
-from commbench import mpi
-from commbench.collectives import COLLECTIVES
-from commbench.liveness import Position
+from commbench.cases.collectives import COLLECTIVES
+from commbench.launch.liveness import Position
 from commbench.timing import time_loop
+from commbench.transports import mpi
 
 comm = MPI.COMM_WORLD
 table = mpi.primitives(MPI, comm, torch.device("cpu"))

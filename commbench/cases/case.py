@@ -1,6 +1,6 @@
 """What commbench times: a case. A collective is a one-phase case, a strategy a case with phases.
 
-A Case row (in the registry, commbench/registry.py) says how CLI options expand into configs
+A Case row (in the registry, commbench/cases/registry.py) says how CLI options expand into configs
 (dicts with at least "case"), which phases a config times, its label and the environment it
 needs. Built on one rank for one payload it gives a Timed: the functions the one timed path
 (commbench/timing.py) calls. Everything else (compare, sweep, selftest, tables) asks the row.
@@ -57,7 +57,7 @@ class Case:
     work: Optional[Callable] = None            # work(cfg, count, n, elt) -> what it executes; equal = same operations
                                                # (None: every config differs), so verdicts never rank them
     model: Optional[Callable] = None           # model(cfg, size, shape, backend) -> {phase: model.Phase}: its
-                                               # alpha-beta terms per tier (commbench/model.py)
+                                               # alpha-beta terms per tier (commbench/model/alphabeta.py)
 
 
 def work_key(case, cfg, size, n, elt):

@@ -9,18 +9,17 @@ Placements: torch.distributed exposes all_reduce, broadcast and reduce in place
 only, and all_to_all / sendrecv out of place only; commbench measures what the
 API offers and never adds a copy to the timed loop to fake the other variant.
 """
+import math
 from dataclasses import dataclass
 from functools import partial
 from typing import Callable, Tuple
 
-import math
-
 from benchcore.errors import UserError
 from benchcore.lazy import lazy
 from benchcore.units import format_size
-from commbench import model
-from commbench.case import TOTAL, Case, Timed
-from commbench.model import Phase
+from commbench.cases.case import TOTAL, Case, Timed
+from commbench.model import alphabeta as model
+from commbench.model.alphabeta import Phase
 
 torch = lazy("torch", globals())
 
@@ -66,9 +65,9 @@ class Collective:
     recv_piece: bool                     # recv buffer is one piece (reduce_scatter)
     placements: Tuple[str, ...]          # "out" and/or "in"
     bind: Callable                       # bind(comm, send, recv, op, root) -> run(async_op=...) -> work or None
-                                         # (comm: the transport's primitives, commbench/transport.py)
+                                         # (comm: the transport's primitives, commbench/transports/torch_dist.py)
     expected: Callable                   # expected(rank, n, count, op, vals, root) -> regions to check
-    model: Callable                      # model(size, shape, backend) -> alpha-beta terms (commbench/model.py)
+    model: Callable                      # model(size, shape, backend) -> alpha-beta terms (commbench/model/alphabeta.py)
     reduces: bool = False                # takes --op (its records carry op)
     rooted: bool = False                 # has a root rank (its records carry root)
 

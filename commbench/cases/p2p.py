@@ -1,7 +1,7 @@
 """Point-to-point between two ranks in the style of the OSU Micro-Benchmarks (osu_latency, osu_bw, osu_bibw).
 
 One registry row per mode, timed by the one timed path on any transport (send/recv of the table in
-commbench/transport.py: torch.distributed or mpi4py):
+commbench/transports/torch_dist.py: torch.distributed or mpi4py):
 
   latency  ping-pong: rank 0 sends, rank 1 receives and sends back; time_us is half the round trip
            (one run = two one-way messages), as osu_latency reports.
@@ -19,10 +19,10 @@ The check: the receive buffer holds the peer's fill pattern.
 """
 from benchcore.errors import UserError
 from benchcore.lazy import lazy
-from commbench import model
-from commbench.case import TOTAL, Case, Timed
-from commbench.collectives import count_wrong, fill_pattern, fill_values, poison_value
-from commbench.model import Phase
+from commbench.cases.case import TOTAL, Case, Timed
+from commbench.cases.collectives import count_wrong, fill_pattern, fill_values, poison_value
+from commbench.model import alphabeta as model
+from commbench.model.alphabeta import Phase
 
 torch = lazy("torch", globals())
 

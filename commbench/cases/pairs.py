@@ -4,7 +4,7 @@ A config is one round and one operation (the case gives one per operation; `comm
 rounds' pairings): every pair of the round runs it at once on a 2-rank
 process group of its own (sendrecv: both send to and receive from each other, busbw factor 1;
 all_reduce of 2 ranks: factor 2(n-1)/n = 1), timed by the one timed path. Its records carry each
-rank's own time (`rank_time_us`) and host, from which commbench/pairs.py makes one record per pair.
+rank's own time (`rank_time_us`) and host, from which commbench/commands/pairs.py makes one record per pair.
 Rounds are a round-robin tournament (the circle method): every pair meets once in N-1 rounds (N
 even; N rounds with a bye when odd), for N <= 32; beyond that, rounds are random pairings.
 """
@@ -12,11 +12,11 @@ import random
 
 from benchcore.errors import UserError
 from benchcore.lazy import lazy
-from commbench import model
-from commbench.case import TOTAL, Case, Timed
-from commbench.model import Phase
-from commbench.transport import exchange
-from commbench.collectives import count_wrong, fill_pattern, fill_values, poison_value
+from commbench.cases.case import TOTAL, Case, Timed
+from commbench.cases.collectives import count_wrong, fill_pattern, fill_values, poison_value
+from commbench.model import alphabeta as model
+from commbench.model.alphabeta import Phase
+from commbench.transports.torch_dist import exchange
 
 dist = lazy("torch.distributed", globals(), "dist")
 torch = lazy("torch", globals())

@@ -1,10 +1,10 @@
 """The case registry: every collective, strategy and point-to-point mode commbench times, by name."""
 from benchcore.errors import UserError
-from commbench.case import label
-from commbench.collectives import COLLECTIVE_CASES
-from commbench.p2p import P2P_CASES
-from commbench.paircase import PAIR_CASES
-from commbench.strategies import STRATEGY_CASES
+from commbench.cases.case import label
+from commbench.cases.collectives import COLLECTIVE_CASES
+from commbench.cases.p2p import P2P_CASES
+from commbench.cases.pairs import PAIR_CASES
+from commbench.cases.strategies import STRATEGY_CASES
 
 CASES = {**COLLECTIVE_CASES, **STRATEGY_CASES, **P2P_CASES, **PAIR_CASES}
 COLLECTIVE_NAMES = list(COLLECTIVE_CASES)

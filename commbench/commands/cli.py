@@ -3,9 +3,12 @@ import click
 
 from benchcore import commands
 from benchcore.errors import run_cli
-from commbench import accept, compare, detect, launch, modelcmd, p2pcmd, pairs, selftest, sweep
+from commbench.cases.registry import COLLECTIVE_NAMES, parse_names
+from commbench.commands import compare, model, p2p, pairs, sweep, topo
+from commbench.commands.accept import run as accept
+from commbench.commands.selftest import selftest
+from commbench.launch.spec import launch_options
 from commbench.plan import PLACES, measure_options
-from commbench.registry import COLLECTIVE_NAMES, parse_names
 from commbench.runner import measure
 
 
@@ -26,7 +29,7 @@ def cli():
 @click.option("--place", type=click.Choice(list(PLACES)), default="both", show_default=True,
               help="Out-of-place, in-place or both, where torch.distributed offers the variant.")
 @measure_options()
-@launch.launch_options
+@launch_options
 def run(collectives, **kw):
     """Measure collectives over a size sweep (nccl-tests style).
 
@@ -45,7 +48,7 @@ def run(collectives, **kw):
 
 @cli.command()
 @measure_options()
-@launch.launch_options
+@launch_options
 def ring(**kw):
     """Ring-AllReduce across nodes (all_reduce; NCCL_ALGO=Ring on NCCL).
 
@@ -64,11 +67,11 @@ cli.add_command(compare.chunked)
 cli.add_command(compare.compare)
 cli.add_command(sweep.sweep)
 cli.add_command(sweep.env_catalogue)
-cli.add_command(selftest.selftest)
-cli.add_command(detect.topo)
-cli.add_command(modelcmd.model)
+cli.add_command(selftest)
+cli.add_command(topo.topo)
+cli.add_command(model.model)
 cli.add_command(accept.accept)
-cli.add_command(p2pcmd.p2p)
+cli.add_command(p2p.p2p)
 cli.add_command(pairs.pairs)
 commands.add_to(cli, "commbench")  # import, diff, report (benchcore)
 

@@ -2,7 +2,7 @@
 
 Every strategy leaves each rank holding the same N-byte tensor, so the headline is the time to that
 tensor. Each config runs --repeats separate timed measurements, interleaved per payload; a strategy
-is called faster only where commbench/verdict.py finds the difference beyond the repeats' spread.
+is called faster only where commbench/commands/verdict.py finds the difference beyond the repeats' spread.
 """
 import statistics
 
@@ -12,10 +12,11 @@ from benchcore import schema, stats
 from benchcore.errors import UserError
 from benchcore.report import console, line_plot, print_table
 from benchcore.units import format_size
-from commbench import launch, verdict
-from commbench.case import TOTAL
+from commbench.cases.case import TOTAL
+from commbench.cases.registry import STRATEGY_NAMES, case_of, parse_names, record_label
+from commbench.commands import verdict
+from commbench.launch.spec import launch_options, parse_backends
 from commbench.plan import case_options, measure_options, repeats_option
-from commbench.registry import STRATEGY_NAMES, case_of, parse_names, record_label
 from commbench.runner import measure
 
 PLOT_OPTION = click.option("--plot", type=click.Path(dir_okay=False), default=None,
@@ -196,11 +197,11 @@ def run_strategies(names, baseline, kw, answer=False):
 @case_options()
 @PLOT_OPTION
 @measure_options("1M", "1G")
-@launch.launch_options
+@launch_options
 def compare(strategies, baseline, repeats, backends, **kw):
     """Strategies side by side on the same payloads: time to the same final tensor, with verdicts.
 
-    Every strategy leaves each rank holding the same N-byte tensor (see commbench/strategies.py for
+    Every strategy leaves each rank holding the same N-byte tensor (see commbench/cases/strategies.py for
     what each one moves). Every config is measured --repeats times, interleaved per payload; the
     speed-up over the baseline comes with a 95% interval, and a strategy is named faster only when
     the interval excludes 1. Configs that run the same operations are reported once.
@@ -213,7 +214,7 @@ def compare(strategies, baseline, repeats, backends, **kw):
     """
     names = parse_names(strategies, "strategy", "--strategies")
     if backends is not None:
-        kw["backends"] = launch.parse_backends(backends)
+        kw["backends"] = parse_backends(backends)
     if baseline not in names:
         raise UserError(f"--baseline {baseline} is not one of --strategies {','.join(names)}")
     kw["repeats"] = repeats
@@ -225,7 +226,7 @@ def compare(strategies, baseline, repeats, backends, **kw):
 @case_options()
 @PLOT_OPTION
 @measure_options("1M", "1G")
-@launch.launch_options
+@launch_options
 def chunked(repeats, **kw):
     """Does Megatron-style chunking beat ring and a plain all_gather, and with which settings?
 

@@ -1,5 +1,5 @@
 """`commbench model`: the alpha-beta model's predictions for a topology without running anything, and
-alpha and beta per tier fitted to measured records (commbench/model.py has the formulas)."""
+alpha and beta per tier fitted to measured records (commbench/model/alphabeta.py has the formulas)."""
 import json
 import os
 
@@ -9,11 +9,12 @@ from benchcore.errors import UserError
 from benchcore.records import read_records
 from benchcore.report import console, print_table
 from benchcore.units import format_size, parse_size, size_range
-from commbench.case import TOTAL, label
-from commbench.model import fit_row, predict
+from commbench.cases.case import TOTAL, label
+from commbench.cases.registry import CASES, case_of, parse_names, record_label
+from commbench.model.alphabeta import fit_row, predict
+from commbench.model.detect import detect, in_effect
+from commbench.model.topology import resolve
 from commbench.plan import CaseOptionsText, case_options
-from commbench.registry import CASES, case_of, parse_names, record_label
-from commbench.topology import resolve
 
 
 def configs(names, opts):
@@ -93,7 +94,6 @@ def fit(records, topo):
 def _topology(text):
     if text:
         return resolve(text)
-    from commbench.detect import detect, in_effect
     return in_effect(detect()["fields"])
 
 
@@ -118,7 +118,7 @@ def model(topology, nodes, nproc_per_node, collectives, strategies, min_bytes, m
     """Predict collective and strategy times from a topology, without running anything; or fit the model.
 
     Every phase costs steps x alpha + bytes x beta on the tier that bounds it (formulas and sources in
-    commbench/model.py). For strategies, the summary says which is fastest per size, which chunk size
+    commbench/model/alphabeta.py). For strategies, the summary says which is fastest per size, which chunk size
     the model picks for chunked and how it compares with ring.
 
     \b

@@ -7,8 +7,8 @@ from click.core import ParameterSource
 from benchcore.errors import UserError
 from benchcore.report import print_table
 from benchcore.units import format_size
-from commbench import launch
-from commbench.p2p import LARGE, MODES, WINDOW, case_name, osu_counts
+from commbench.cases.p2p import LARGE, MODES, WINDOW, case_name, osu_counts
+from commbench.launch.spec import launch_options, parse_backends
 from commbench.plan import measure_options
 from commbench.runner import measure
 
@@ -70,7 +70,7 @@ def osu_rounds(window, osu):
 @click.option("--window", type=click.IntRange(1, 4096), default=WINDOW, show_default=True,
               help="Messages in flight per window of bw and bibw (OSU's -W).")
 @measure_options("1", "4M")
-@launch.launch_options
+@launch_options
 @click.pass_context
 def p2p(click_ctx, modes, backends, window, **kw):
     """What one link does: OSU-style point-to-point latency and bandwidth between 2 ranks.
@@ -93,7 +93,7 @@ def p2p(click_ctx, modes, backends, window, **kw):
         kw["nproc_per_node"] = 2 if (kw["nodes"] or 1) == 1 else 1
     kw["dtype"] = "uint8"  # bytes, as OSU's MPI_CHAR
     if backends is not None:
-        kw["backends"] = launch.parse_backends(backends)
+        kw["backends"] = parse_backends(backends)
         kw["repeats"] = 1
     osu = all(click_ctx.get_parameter_source(p) == ParameterSource.DEFAULT for p in ("iters", "warmup"))
     measure(list(dict.fromkeys(names)), kw, p2p_table, "p2p", reshape=osu_rounds(window, osu))

@@ -1,6 +1,6 @@
 """`commbench pairs`: a node x node link matrix from pairwise tests, and the bad node or link named.
 
-One rank per node; nodes paired off in rounds (commbench/paircase.py), every pair of a round at once.
+One rank per node; nodes paired off in rounds (commbench/cases/pairs.py), every pair of a round at once.
 Each round's record becomes one record per pair (host, peer_host, round). The verdict works on each
 pair's sendrecv busbw, the best of the rounds it was tested in (other load only ever slows a link, so
 the best is the link; by default every pair is tested twice):
@@ -17,9 +17,9 @@ from benchcore import schema
 from benchcore.errors import UserError
 from benchcore.report import console, print_table
 from benchcore.units import parse_size
-from commbench import launch
-from commbench.case import CaseOptions
-from commbench.paircase import FULL_COVERAGE_UP_TO, tournament
+from commbench.cases.case import CaseOptions
+from commbench.cases.pairs import FULL_COVERAGE_UP_TO, tournament
+from commbench.launch.spec import launch_options, spec_from_options
 from commbench.plan import MeasureOptions, build_plan, measure_options, no_leftovers, take
 from commbench.runner import run_plan
 
@@ -131,7 +131,7 @@ def plot_matrix(records, path):
               help="A link (or a node's median link) below this fraction of the median is bad.")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="Heat map PNG of the matrix.")
 @measure_options()
-@launch.launch_options
+@launch_options
 def pairs(rounds, size, min_fraction, plot, **kw):
     """Pairwise link test: a node x node bandwidth matrix, and which node or link is bad.
 
@@ -147,7 +147,7 @@ def pairs(rounds, size, min_fraction, plot, **kw):
     if kw.get("nproc_per_node") not in (None, 1):
         raise UserError("pairs runs one rank per node: --nproc-per-node 1")
     kw["nproc_per_node"] = 1
-    spec = launch.spec_from_options(kw)
+    spec = spec_from_options(kw)
     if spec.world_size < 2:
         raise UserError("pairs needs at least 2 nodes (--nodes N)")
     if (kw["min_bytes"], kw["max_bytes"]) != ("8", "256M"):

@@ -16,14 +16,17 @@ from benchcore.errors import UserError
 from benchcore.records import RecordWriter, new_run_id, output_file, read_records
 from benchcore.report import console, line_plot, print_table
 from benchcore.units import format_size
-from commbench import launch, rankstats, verdict
-from commbench.case import TOTAL
-from commbench.envvars import CATALOGUE, read_by, split_values, validate
+from commbench import rankstats
+from commbench.cases.case import TOTAL
+from commbench.cases.registry import COLLECTIVE_NAMES, STRATEGY_NAMES, parse_names, record_label
+from commbench.commands import verdict
+from commbench.launch.execute import execute
+from commbench.launch.spec import launch_options, spec_from_options
 from commbench.output import render
 from commbench.plan import (CaseOptionsText, MeasureOptions, build_plan, case_options, measure_options, no_leftovers,
                             repeats_option, take)
-from commbench.registry import COLLECTIVE_NAMES, STRATEGY_NAMES, parse_names, record_label
 from commbench.runner import launches
+from commbench.transports.envvars import CATALOGUE, read_by, split_values, validate
 
 BASELINE = "baseline"
 DEFAULT_OUT = "commbench-sweep.jsonl"
@@ -154,7 +157,7 @@ def print_ranking(outcomes, verdicts, failed, notes):
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
               help="PNG: time vs size, log-log, one line per config (geometric mean over rounds).")
 @measure_options("1M", "1G")
-@launch.launch_options
+@launch_options
 def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per_config_timeout, repeats, plot,
           fmt, out, show_stats, **kw):
     """Sweep NCCL/Gloo settings: every config is its own launch, in rounds, then verdicts.
@@ -174,7 +177,7 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
           --collective all_reduce -b 1M -e 1G --nodes 2 --out sweep.jsonl --resume
       commbench sweep --env 'NCCL_PROTO=^LL128,"LL,Simple"' --env NCCL_ALGO=allreduce:tree -b 1M -e 64M
     """
-    spec = launch.spec_from_options(kw)
+    spec = spec_from_options(kw)
     configs = build_configs(env_options, matrix, allow_unknown)
     swept = {name for config in configs for name in config}
     for name in sorted(swept & set(os.environ)):  # the baseline means: none of the swept variables set
@@ -201,7 +204,7 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
     if spec.dry_run:
         for config, _ in todo[:len(configs)]:
             for part_spec, part in launches(dataclasses.replace(spec, env=dict(config)), plan):
-                launch.execute(part_spec, part)
+                execute(part_spec, part)
         return
     if resume:
         console(stderr=True).print(f"resuming: {len(settled)} of {len(configs) * repeats} config runs "
@@ -264,7 +267,7 @@ def run_config(spec, plan, writer, max_seconds):
     except UserError as exc:
         return records, f"refused: {exc}"
     for part_spec, part in parts:
-        result = launch.execute(part_spec, part, writer, progress=False, max_seconds=max_seconds)
+        result = execute(part_spec, part, writer, progress=False, max_seconds=max_seconds)
         records += result.records
         if result.returncode or result.hung:
             return records, ("hang: " if result.hung else "crash: ") + "; ".join(result.errors)

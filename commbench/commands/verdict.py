@@ -16,9 +16,9 @@ from typing import List, Optional
 
 from benchcore import schema, stats
 from benchcore.units import format_size
-from commbench.case import TOTAL, work_key
-from commbench.collectives import DTYPES
-from commbench.registry import case_of, record_label
+from commbench.cases.case import TOTAL, work_key
+from commbench.cases.collectives import DTYPES
+from commbench.cases.registry import case_of, record_label
 
 
 @dataclass
@@ -72,7 +72,7 @@ class Outcome:
 
 
 def record_work(rec):
-    """What a measurement record's config executed (commbench.case.work_key)."""
+    """What a measurement record's config executed (commbench.cases.case.work_key)."""
     return work_key(case_of(rec), rec, rec["size_bytes"], rec["world_size"], DTYPES[rec["dtype"]].bytes)
 
 

@@ -32,7 +32,7 @@ MARK = "# written by commbench netns-cluster"
 UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 NETNS = Script("netns-cluster", {"ip": "iproute2", "tc": "iproute2", "unshare": "util-linux"})
 run = NETNS.run
-ClusterError = Fail  # the name commbench.selftest catches
+ClusterError = Fail  # the name commbench.commands.selftest.link catches
 
 
 def parse_rate(text):

@@ -28,13 +28,12 @@ Per transport only the primitives differ: Gloo runs reduce_scatter_tensor as an 
 whole input and keeps its slice (measured here: 2.0-2.1x the ring's time through a tc-shaped
 loopback, where all_gather took 1.0-1.1x), so under Gloo a reduce_scatter moves all_reduce's bytes.
 
-Each registry row (commbench/collectives.py, commbench/strategies.py) supplies its model:
+Each registry row (commbench/cases/collectives.py, commbench/cases/strategies.py) supplies its model:
 model(cfg, size, shape, backend) -> {phase: Phase}; this module turns phases into times.
 """
 import math
 from dataclasses import dataclass
 from typing import List, Optional
-
 
 INTRA, INTER = "intra-node", "inter-node"
 
@@ -88,7 +87,7 @@ def ring_terms(bus_bytes, steps, shape, one_flow=False):
     return terms
 
 
-# The collectives' terms, one function per nccl-tests collective (its row in commbench/collectives.py
+# The collectives' terms, one function per nccl-tests collective (its row in commbench/cases/collectives.py
 # names it): terms(size, shape, backend) with size the byte count nccl-tests prints for it.
 
 def all_reduce(size, shape, backend):

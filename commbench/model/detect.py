@@ -1,4 +1,4 @@
-"""Topology detection (`commbench topo`): GPUs through NVML, NICs from sysfs and tc, matched to topologies/.
+"""Topology detection (shown by `commbench topo`, commbench/commands/topo.py): GPUs through NVML, NICs from sysfs and tc, matched to topologies/.
 
 GPUs (nvidia-ml-py, imported only here and only when asked): name, memory, NVLink links with state,
 version and speed, the GPU-to-GPU path matrix as `nvidia-smi topo -m` prints it (NV# when NVLink
@@ -18,10 +18,8 @@ import subprocess
 from dataclasses import replace
 from pathlib import Path
 
-import click
-
-from benchcore.report import print_table
-from commbench.topology import known, resolve
+from commbench.launch.torchrun import route_to, split_endpoint
+from commbench.model.topology import known, resolve
 
 SYS = Path("/sys")
 NVLINK_GBPS = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}   # per link, one direction (NVIDIA NVLink pages)
@@ -274,70 +272,6 @@ def unreported(fields):
     return [k for k, _ in COMPARED if fields.get(k) is None]
 
 
-@click.command("topo")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object instead of text.")
-@click.option("--link", default=None, metavar="IFACE",
-              help="The interface that joins the nodes [default: the default route's, else the only one up].")
-def topo(as_json, link):
-    """Show this node's GPUs, NICs and links, and the topology file it matches.
-
-    \b
-    Example:
-      commbench topo
-      commbench topo --json > node.json
-    """
-    found = detect(link)
-    fields = found["fields"]
-    matched, closest, diffs = match(fields)
-    effect = in_effect(fields)
-    if as_json:
-        click.echo(json.dumps({**found, "match": matched.name if matched else "unknown", "closest": closest.name,
-                               "differences": diffs, "not_reported": unreported(fields),
-                               "in_effect": effect.as_dict()}, indent=1))
-        return
-    if found["gpus"] is None:
-        click.echo(f"GPUs: none: {found['why_no_gpus']}; CPU and network topology only")
-    else:
-        _print_gpus(found["gpus"])
-    cpu = found["cpu"]
-    click.echo(f"CPU: {cpu['model']}, {cpu['cpus']} CPUs; NUMA " +
-               ", ".join(f"{k}: cpus {v}" for k, v in cpu["numa_nodes"].items()))
-    rows = [{"name": p["device"] + f"/{p['port']}", "kind": p["link_layer"], "state": p["state"], "rate": p["rate"]}
-            for p in found["ib"]]
-    rows += [{"name": n["name"], "kind": "loopback" if n["loopback"] else "ethernet", "state": n["state"],
-              "mtu": n["mtu"], "rate": f"{n['speed_mbit']} Mb/s" if n["speed_mbit"] else "not reported",
-              "shaped": f"tc tbf {n['shaped_bits'] / 1e6:g} Mbit/s" if n["shaped_bits"] else "",
-              "role": "inter-node link" if n["name"] == found["link"] else
-              "intra-node link" if n["loopback"] and not found["gpus"] else ""} for n in found["net"]]
-    print_table(rows, [("name", "NIC", None), ("kind", "kind", None), ("state", "state", None), ("mtu", "mtu", None),
-                       ("rate", "rate (sysfs)", None), ("shaped", "shaped", None), ("role", "role", None)],
-                title="network" + ("" if found["ib"] else " (no InfiniBand/RoCE ports in /sys/class/infiniband)"))
-    missing = unreported(fields)
-    note = f"; not reported here: {', '.join(missing)}" if missing else ""
-    if matched:
-        click.echo(f"topology: {matched.name} (matches{note})")
-    else:
-        click.echo(f"topology: unknown; closest {closest.name}, differs in {'; '.join(diffs)}{note}")
-    click.echo(f"in effect for records: {effect.name}: intra-node {effect.fabric} {effect.intra_gbps:g} GB/s, "
-               f"inter-node {effect.nics_per_node} x {effect.nic_gbps:g} GB/s x {effect.payload_fraction:.3f} payload"
-               f" ({effect.rank_to_nic})")
-
-
-def _print_gpus(found):
-    gpu_rows = [{**g, "memory": f"{g['memory_bytes'] / 2**30:.0f} GiB",
-                 "nvlink": f"{sum(1 for x in g['nvlinks'] if x['active'])}/{len(g['nvlinks'])} active, "
-                           f"v{next((x['version'] for x in g['nvlinks'] if x['active']), '-')}, "
-                           f"{g['nvlink_gbps']:g} GB/s" if g["nvlinks"] else "none"} for g in found["gpus"]]
-    print_table(gpu_rows, [("index", "GPU", "d"), ("name", "name", None), ("memory", "memory", None),
-                           ("nvlink", "NVLink", None), ("pcie", "PCIe", None), ("numa_node", "NUMA", None),
-                           ("cpu_affinity", "CPU affinity", None)], title="GPUs (NVML)")
-    heads = [f"GPU{i}" for i in range(len(found["paths"]))]
-    rows = [{"gpu": h, **dict(zip(heads, row))} for h, row in zip(heads, found["paths"])]
-    print_table(rows, [("gpu", "", None)] + [(h, h, None) for h in heads],
-                title="GPU-to-GPU paths (NV# NVLink, PIX one PCIe switch, PXB several, PHB host bridge, "
-                      "NODE same NUMA node, SYS across sockets)")
-
-
 def for_run(text, spec):
     """The topology a run's records carry: --topology FILE|NAME, else what this node detects, with the
     inter-node link the launch uses (emulated nodes on this machine: loopback; --rdzv-endpoint: the
@@ -348,6 +282,5 @@ def for_run(text, spec):
     if spec.launcher == "local":
         link = "lo"
     elif spec.launcher == "torchrun" and not spec.dry_run:
-        from commbench.launch import route_to, split_endpoint
         link = route_to(split_endpoint(spec.rdzv_endpoint)[0])[0]
     return in_effect(detect(link)["fields"])

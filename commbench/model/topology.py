@@ -24,7 +24,7 @@ from typing import Optional
 
 from benchcore.errors import UserError
 
-DIR = Path(__file__).resolve().parent.parent / "topologies"
+DIR = Path(__file__).resolve().parents[2] / "topologies"
 FABRICS = ("nvswitch", "nvlink", "pcie", "loopback")
 RANK_TO_NIC = ("rail", "shared")
 

@@ -7,12 +7,13 @@ ops are nccl-tests' names (sum, prod, max, min, avg). `group` is None (every ran
 new_group / subgroup made.
 
 The torch.distributed table is here; the MPI table (mpi4py on the tensors' memory) is
-commbench/mpi.py's.
+commbench/transports/mpi.py's.
 """
 from dataclasses import dataclass
 from typing import Callable
 
 from benchcore.lazy import lazy
+from commbench.cases.collectives import OPS
 
 torch = lazy("torch", globals())
 dist = lazy("torch.distributed", globals(), "dist")
@@ -53,7 +54,6 @@ class Works:
 
 
 def _op(name):
-    from commbench.collectives import OPS
     return getattr(dist.ReduceOp, OPS[name])
 
 

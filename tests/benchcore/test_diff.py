@@ -90,7 +90,7 @@ def write(path, records):
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "commbench.cli", "diff", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "commbench.commands.cli", "diff", *args], capture_output=True, text=True,
                           cwd=ROOT, timeout=120)
 
 
@@ -110,7 +110,7 @@ def test_cli_exit_status(tmp_path):
 def test_cli_mixes_records_and_nccl_tests_logs(tmp_path):
     """The same log as records on one side and as text on the other: nothing changed."""
     recs = [json.loads(line) for line in subprocess.run(
-        [sys.executable, "-m", "commbench.cli", "import", str(FOREIGN / "nccl-tests-2.13-tag-output.log")],
+        [sys.executable, "-m", "commbench.commands.cli", "import", str(FOREIGN / "nccl-tests-2.13-tag-output.log")],
         capture_output=True, text=True, cwd=ROOT, timeout=120, check=True).stdout.splitlines()]
     done = cli(write(tmp_path / "r.jsonl", recs), str(FOREIGN / "nccl-tests-2.13-tag-output.log"))
     assert done.returncode == 0

@@ -205,7 +205,7 @@ def test_import_cli_converts_the_good_files_refuses_the_rest(tmp_path):
     (tmp_path / "empty.json").write_text("")
     (tmp_path / "other.json").write_text('{"results": []}')
     out = tmp_path / "records.jsonl"
-    done = subprocess.run([sys.executable, "-m", "commbench.cli", "import", str(FOREIGN / "nccl-tests-1.x.log"),
+    done = subprocess.run([sys.executable, "-m", "commbench.commands.cli", "import", str(FOREIGN / "nccl-tests-1.x.log"),
                            str(tmp_path / "empty.json"), str(FOREIGN / "fio-3.1.json"), str(tmp_path / "other.json"),
                            "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 2, done.stderr
@@ -226,7 +226,7 @@ def test_loader_returns_a_dataframe_of_any_mix(tmp_path):
 
 
 def test_the_clis_start_without_pandas_matplotlib_or_torch():
-    code = ("import sys, commbench.cli, iobench.cli; "
+    code = ("import sys, commbench.commands.cli, iobench.cli; "
             "print(sorted(m for m in ('pandas', 'matplotlib', 'torch', 'pyarrow') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.stdout.strip() == "[]", done.stderr

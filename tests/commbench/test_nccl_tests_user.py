@@ -9,8 +9,8 @@ import time
 import pytest
 
 from benchcore import schema
-from commbench.collectives import COLLECTIVES
-from commbench.registry import COLLECTIVE_NAMES
+from commbench.cases.collectives import COLLECTIVES
+from commbench.cases.registry import COLLECTIVE_NAMES
 from tests.conftest import BIN, assert_one_line_error, read_records, run_tool
 
 CLI_MEMORY = 1 << 30   # the command line never imports torch: 1 GiB of address space is plenty
@@ -32,7 +32,7 @@ def test_a_plan_larger_than_memory_is_refused_before_launch():
 
 
 def test_cli_does_not_import_torch():
-    code = "import sys, commbench.cli, iobench.cli; sys.exit(1 if 'torch' in sys.modules else 0)"
+    code = "import sys, commbench.commands.cli, iobench.cli; sys.exit(1 if 'torch' in sys.modules else 0)"
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
 
 
@@ -157,7 +157,8 @@ def test_avg_fill_values_average_exactly_the_way_nccl_averages(dtype, n):
     pre-multiplied by 1/n in the element type (also tried: in float32, then rounded) and summed; integers are
     summed and divided by n. The check's expected value must come out exactly either way."""
     import torch
-    from commbench.collectives import _reduced, fill_values
+
+    from commbench.cases.collectives import _reduced, fill_values
     typ = getattr(torch, dtype)
     vals = lambda r: fill_values(r, n, dtype, "avg")  # noqa: E731
     want = torch.tensor(_reduced("avg", n, vals), dtype=torch.float64)

@@ -9,11 +9,12 @@ import time
 import pytest
 import torch
 
-from tests.conftest import assert_one_line_error, read_records, run_tool
-from commbench.collectives import COLLECTIVES
-from commbench.launch import LaunchSpec, route_to
-from commbench.liveness import CHANNEL, STATUS_ENV
+from commbench.cases.collectives import COLLECTIVES
+from commbench.launch.liveness import CHANNEL, STATUS_ENV
+from commbench.launch.spec import LaunchSpec
+from commbench.launch.torchrun import route_to
 from commbench.plan import Plan
+from tests.conftest import assert_one_line_error, read_records, run_tool
 
 RECORD_FIELDS = ["tool", "run_id", "collective", "strategy", "size_bytes", "count", "dtype", "op", "in_place",
                  "blocking", "chunk_bytes", "time_us", "time_us_min", "time_us_max", "algbw_gbps", "busbw_gbps",
@@ -178,7 +179,7 @@ def test_slurm_node_agent_becomes_torchrun_and_measures(tmp_path):
     plan = Plan(run_id="agent-test", sizes=[4096], iters=2, warmup=1, backend="gloo", timeout=60, launcher="slurm",
                 configs=[{"case": "all_reduce", "in_place": True, "dtype": "float32", "op": "sum", "root": None}])
     agent = json.dumps({"spec": spec.__dict__, "plan": plan.to_json(), "endpoint": f"127.0.0.1:{free_port()}"})
-    proc = subprocess.run([sys.executable, "-m", "commbench.launch", agent], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "commbench.launch.slurm", agent], capture_output=True, text=True,
                           timeout=120, env={**os.environ, "SLURM_NODEID": "0", STATUS_ENV: str(tmp_path)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     (rec,) = read_records(tmp_path / CHANNEL)

@@ -6,9 +6,9 @@ import shutil
 
 import pytest
 
-from tests.conftest import read_records
 from benchcore.schema import DESIGN, problems
 from iobench.profiles import PROFILES
+from tests.conftest import read_records
 from tests.iobench.conftest import leftovers, plant_sentinels, snapshot
 
 SMALL = ["--quick", "--runtime", "2", "--size", "16M", "--ranks", "2"]

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BIN, assert_one_line_error, read_records
 from iobench.profiles import fio_directory
 from iobench.safety import MARKER, read_marker
+from tests.conftest import BIN, assert_one_line_error, read_records
 from tests.iobench.conftest import assert_failed_run, leftovers, plant_sentinels, snapshot
 
 LONG = ["--profile", "small-random-write", "--runtime", "60", "--size", "8M"]

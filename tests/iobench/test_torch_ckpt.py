@@ -4,9 +4,9 @@ import json
 import pytest
 import torch
 
-from tests.conftest import assert_one_line_error, read_records
 from iobench.torch_worker import FORMATS, make_tensor, tensor_plan, wrong_tensors
 from iobench.torchckpt import PROFILE_NAMES
+from tests.conftest import assert_one_line_error, read_records
 from tests.iobench.conftest import assert_failed_run, leftovers
 
 

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from benchcore import procs
-from commbench import netns
+from commbench.launch import netns
 from tests.conftest import BIN, ROOT, read_records
 
 NETNS_CLUSTER = ROOT / "scripts" / "netns-cluster"

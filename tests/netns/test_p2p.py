@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from commbench import netns
-from commbench.mpi import MPIRUN_ARGS_ENV
-from commbench.selftest import CEILING, PASS_RANGE
+from commbench.commands.selftest.link import CEILING, PASS_RANGE
+from commbench.launch import netns
+from commbench.launch.mpirun import MPIRUN_ARGS_ENV
 from tests.conftest import read_records
 from tests.netns.conftest import NETNS_CLUSTER, RATE, needs_netns, wait_all
 

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from benchcore import procs
-from commbench import netns
+from commbench.launch import netns
 from tests.conftest import BIN, read_records
 from tests.netns.conftest import NETNS_CLUSTER, needs_netns, wait_all
 

@@ -15,7 +15,7 @@ import pytest
 
 from benchcore.fixture import live_pids
 from benchcore.procs import mount_at, spawn
-from tests.storage_fixtures import assert_direct_read_back, CEPHFS_LOCAL, assert_cephfs_gone, run_script
+from tests.storage_fixtures import CEPHFS_LOCAL, assert_cephfs_gone, assert_direct_read_back, run_script
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

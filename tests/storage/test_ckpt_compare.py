@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from tests.conftest import read_records, run_tool
 from iobench.profiles import PROFILES
+from tests.conftest import read_records, run_tool
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

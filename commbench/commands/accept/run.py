@@ -1,5 +1,5 @@
-"""`commbench accept`: run a spec's checks (commbench/acceptspec.py), judge their thresholds, and write
-results.jsonl, junit.xml, report.md + report.html (benchcore.reportpage) and verdict.json.
+"""`commbench accept`: run a spec's checks (spec.py), judge their thresholds, and write results.jsonl,
+junit.xml, report.md + report.html and verdict.json (outputs.py); --init writes a starting spec (init.py).
 
 Each check is its own process (or one per node under a cluster exec prefix), so a check that crashes or
 hangs past its timeout is a failed check with its reason and the others still run. Ctrl-C (or SIGTERM, as a
@@ -7,25 +7,27 @@ Slurm time limit sends) stops the running check, keeps what it measured and stil
 130, 143).
 Exit: 0 every check passed, 1 one failed, 2 the run could not be done (bad spec, --out not new, ...).
 """
-import json
 import os
 import shlex
 import subprocess
 import sys
 import tempfile
 import time
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
 
-from benchcore import procs, schema, thresholds
+from benchcore import procs, thresholds
 from benchcore.errors import UserError
-from benchcore.records import RecordWriter, hostname, new_run_id, read_records, timestamp
-from commbench import acceptspec
+from benchcore.records import RecordWriter, new_run_id, read_records
+from benchcore.report import console
+from benchcore.reportpage import out_dir
+from benchcore.results import load_many
+from commbench.commands.accept.init import init_text
+from commbench.commands.accept.outputs import EXIT_FAIL, EXIT_PASS, summary, verdict_event, write_outputs
+from commbench.commands.accept.spec import Check, load_spec
 
-EXIT_PASS, EXIT_FAIL = 0, 1
 STOPS = (KeyboardInterrupt, SystemExit)   # Ctrl-C; SIGTERM, which benchcore.errors.run_cli makes SystemExit(143)
 
 
@@ -38,7 +40,7 @@ DRY_RUN_TIMEOUT_S = 120
 
 @dataclass
 class Result:
-    check: acceptspec.Check
+    check: Check
     commands: list
     records: list = field(default_factory=list)
     reason: str = ""            # why the run failed ("" when it completed)
@@ -139,93 +141,9 @@ def judge(result, baseline):
     return result
 
 
-def verdict_event(result, run_id):
-    return schema.event("commbench", "verdict", summary(result), run_id=run_id, check=result.check.name,
-                        accept_check=result.check.name, passed=result.passed, seconds=round(result.seconds, 1),
-                        rows=[o.as_dict() for o in result.outcomes])
-
-
-def summary(result):
-    if not result.ran:
-        return f"{result.check.name}: not run (interrupted before it)"
-    failed = [o for o in result.outcomes if not o.passed]
-    skipped = sum(o.skipped for o in result.outcomes)
-    head = f"{'PASS' if result.passed else 'FAIL'} {result.check.name} ({result.seconds:.0f} s)"
-    parts = [result.reason] if result.reason else []
-    parts += [f"{o.threshold.text}: {o.message}" for o in failed]
-    if not parts:
-        parts = [f"{len(result.outcomes) - skipped} thresholds met" + (f", {skipped} skipped" if skipped else "")]
-    return f"{head}: " + "; ".join(parts)
-
-
-def junit(results, spec, seconds, path):
-    """JUnit XML: one testsuite, a testcase per check ('runs') and per threshold; failures carry measured vs
-    expected and the size; elements and attributes the JUnit schema requires are all present."""
-    cases = []
-    for r in results:
-        run_case = ET.Element("testcase", name="runs", classname=r.check.name, time=f"{r.seconds:.3f}")
-        if not r.ran:
-            ET.SubElement(run_case, "skipped", message="not run: interrupted before it")
-        elif r.reason:
-            failure = ET.SubElement(run_case, "failure", message=r.reason, type="run")
-            failure.text = "\n".join(r.commands)
-        cases.append(run_case)
-        for (t, line), o in zip(r.check.thresholds, r.outcomes or [None] * len(r.check.thresholds)):
-            case = ET.Element("testcase", name=t.text, classname=r.check.name, time="0",
-                              file=spec.path, line=str(line or r.check.line))
-            if o is None:
-                ET.SubElement(case, "skipped", message="not judged: the check did not run")
-            elif o.skipped:
-                ET.SubElement(case, "skipped", message=o.message)
-            elif not o.passed:
-                failure = ET.SubElement(case, "failure", message=o.message, type="threshold")
-                failure.text = (f"measured: {o.measured}\nexpected: {t.op or '<='} {o.expected}\n"
-                                f"size_bytes: {o.size_bytes}\n")
-            cases.append(case)
-    failures = sum(c.find("failure") is not None for c in cases)
-    skipped = sum(c.find("skipped") is not None for c in cases)
-    suite = ET.Element("testsuite", name=f"commbench accept {Path(spec.path).name}", tests=str(len(cases)),
-                       failures=str(failures), errors="0", skipped=str(skipped), time=f"{seconds:.3f}",
-                       timestamp=timestamp()[:19], hostname=hostname(), id="0", package="commbench.accept")
-    props = ET.SubElement(suite, "properties")
-    ET.SubElement(props, "property", name="spec", value=spec.path)
-    suite.extend(cases)
-    ET.SubElement(suite, "system-out").text = "\n".join(summary(r) for r in results)
-    ET.SubElement(suite, "system-err")
-    root = ET.Element("testsuites", name="commbench accept", tests=str(len(cases)), failures=str(failures),
-                      errors="0", time=f"{seconds:.3f}")
-    root.append(suite)
-    ET.indent(root)
-    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
-
-
-def write_outputs(directory, spec, results, records, baseline_path, baseline, run_id, seconds, code):
-    from benchcore import reportpage
-    junit(results, spec, seconds, directory / "junit.xml")
-    outcomes = [o for r in results for o in r.outcomes]
-    lead = [f"{r.check.name} / {o.threshold.text}: {'SKIPPED' if o.skipped else 'PASS' if o.passed else 'FAIL'}: "
-            f"{o.message}" for r in results for o in r.outcomes]
-    reportpage.write_into(directory, ["results.jsonl"], records, [baseline_path] if baseline_path else [],
-                          baseline, "csv", f"commbench accept: {Path(spec.path).name}", lead,
-                          thresholds.plot_marks(outcomes))
-    verdict = {"spec": spec.path, "run_id": run_id, "passed": code == EXIT_PASS, "exit_code": code,
-               "interrupted": code not in (EXIT_PASS, EXIT_FAIL), "seconds": round(seconds, 1), "baseline": baseline_path,
-               "checks": [{"name": r.check.name, "kind": r.check.kind, "line": r.check.line, "ran": r.ran,
-                           "passed": r.passed, "reason": r.reason or None, "seconds": round(r.seconds, 1),
-                           "records": len(r.records), "commands": r.commands,
-                           "thresholds": [{**o.as_dict(), "line": line}
-                                          for o, (_, line) in zip(r.outcomes, r.check.thresholds)]}
-                          for r in results]}
-    (directory / "verdict.json").write_text(json.dumps(verdict, indent=2) + "\n")
-
-
 def run(spec, out, baseline_path):
     """Run every check; write the outputs; returns the exit code."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    from benchcore.report import console
-    from benchcore.reportpage import out_dir
-    from benchcore.results import load_many
 
     baseline = None
     if baseline_path:
@@ -272,71 +190,6 @@ def run(spec, out, baseline_path):
     return code
 
 
-def init_text(topology, nodes):
-    """A starting spec for a topology and node count, each number's reason in a comment."""
-    from commbench.modelcmd import predictions
-    from commbench.plan import CaseOptionsText
-    from commbench.topology import resolve
-    topo = resolve(topology)
-    local = topo.gpus_per_node or 2
-    backend = "nccl" if topo.gpus_per_node else "gloo"
-    big = predictions(topo, ["all_reduce"], [1 << 30], nodes, local, backend, CaseOptionsText().parse())[0]
-    small = predictions(topo, ["all_reduce"], [8], nodes, local, backend, CaseOptionsText().parse())[0]
-    return f"""# Acceptance spec for {nodes} node(s) of {topo.name}
-#   (commbench accept --init --topology {topology} --nodes {nodes}).
-# Run: commbench accept --spec THIS.yaml --out accept-$(date +%F)/ [--baseline last-good/results.jsonl]
-# Numbers come from topologies/{topo.name}.yaml through the model (commbench model --topology {topo.name}
-# --nodes {nodes} --collective all_reduce -b 8 -e 1G -f 1024). Edit the mounts before running.
-topology: {topology}
-checks:
-  - name: all_reduce-bandwidth
-    kind: commbench
-    collective: all_reduce
-    nodes: {nodes}
-    min_bytes: 256M
-    max_bytes: 1G
-    step_factor: 2
-    iters: 20
-    warmup: 5
-    thresholds:
-      # all_reduce at 1G on {nodes} x {local} ranks is bound by the {big['link_tier']} tier: link peak
-      # {big['link_peak_gbps']:.1f} GB/s busbw; 0.8 of it is what a healthy fabric reaches with NCCL.
-      - busbw >= 0.8 x link peak at >= 256M
-      - wrong == 0
-      - no regression > 5 % vs baseline
-  - name: all_reduce-latency
-    kind: commbench
-    collective: all_reduce
-    nodes: {nodes}
-    min_bytes: 8
-    max_bytes: 64K
-    step_factor: 8
-    thresholds:
-      # the model's 8-byte time is {small['predicted_time_us']:.1f} us (per-step latency x steps); allow 2x.
-      - time_us <= 2 x model at 8B
-      - wrong == 0
-  - name: strategies
-    kind: commbench
-    strategy: [ring, rs-ag, chunked]
-    nodes: {nodes}
-    min_bytes: 64M
-    max_bytes: 256M
-    step_factor: 4
-    repeats: 3
-    thresholds:
-      - wrong == 0
-      - no regression > 5 % vs baseline
-  - name: checkpoint-storage
-    kind: iobench
-    mounts: [/raid]            # EDIT: the checkpoint mount(s)
-    profiles: [shard-write, small-random-write]
-    thresholds:
-      # EDIT: from your storage's datasheet; 2000 MB/s and 2 ms are placeholders for a local NVMe RAID.
-      - shard-write MB/s >= 2000
-      - small-random-write P99 <= 2 ms
-"""
-
-
 @click.command("accept")
 @click.option("--spec", "spec_path", default=None, metavar="FILE", help="The acceptance spec (YAML).")
 @click.option("--out", default=None, metavar="DIR",
@@ -367,7 +220,7 @@ def accept(spec_path, out, baseline, dry_run, init, topology, nodes):
         return
     if not spec_path:
         raise UserError("give --spec FILE (or --init --topology NAME to write one)")
-    spec = acceptspec.load(spec_path)
+    spec = load_spec(spec_path)
     if dry_run:
         validate(spec)
         for i, check in enumerate(spec.checks):

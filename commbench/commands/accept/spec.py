@@ -20,6 +20,8 @@ from typing import Callable, Optional
 from benchcore import thresholds
 from benchcore.errors import UserError
 from benchcore.units import parse_size
+from commbench.cases.registry import CASES
+from iobench.profiles import PROFILES
 
 COMMON = ("name", "kind", "thresholds", "timeout", "env")
 TOP = ("topology", "cluster", "checks")
@@ -79,13 +81,11 @@ class Kind:
 
 def _cases(*names):
     """The named cases and their phases (what benchcore.results.group_of and records' phase say)."""
-    from commbench.registry import CASES
     names = [n for name in names for n in _joined(name).split(",") if n]
     return set(names) | {p for n in names if n in CASES for p in CASES[n].phases}
 
 
 def _profiles(check):
-    from iobench.profiles import PROFILES
     return set(_joined(check["profiles"]).split(",")) if "profiles" in check else set(PROFILES)
 
 
@@ -96,7 +96,7 @@ def _commbench_words(check):
 
 
 KINDS = {
-    "commbench": Kind("commbench", "commbench.cli", _commbench_words,
+    "commbench": Kind("commbench", "commbench.commands.cli", _commbench_words,
                       {"collective": (None, "names"), "strategy": (None, "names"), **SIZES,
                        "nodes": ("--nodes", "whole"), "nproc_per_node": ("--nproc-per-node", "whole"),
                        "backend": ("--backend", "text"), "topology": ("--topology", "text"),
@@ -109,11 +109,11 @@ KINDS = {
                      "iodepth": ("--iodepth", "whole"), "jobs": ("--jobs", "whole"), "ranks": ("--ranks", "whole"),
                      "direct": ("--direct", "flag")},
                     required=("mounts",), dry_run=True, groups=_profiles),
-    "selftest-link": Kind("commbench", "commbench.cli", lambda check: ["selftest", "link"],
+    "selftest-link": Kind("commbench", "commbench.commands.cli", lambda check: ["selftest", "link"],
                           {"rate": ("--rate", "text"), "collective": ("--collective", "names"), **SIZES,
                            "cycles": ("-N", "whole")},
                           groups=lambda check: _cases(check.get("collective", "all_reduce"))),
-    "selftest-model": Kind("commbench", "commbench.cli", lambda check: ["selftest", "model"],
+    "selftest-model": Kind("commbench", "commbench.commands.cli", lambda check: ["selftest", "model"],
                            {"rate": ("--rate", "text"), "lo_rate": ("--lo-rate", "text"), **SIZES,
                             "cycles": ("-N", "whole")},
                            groups=lambda check: _cases("all_reduce", "hierarchical")),
@@ -199,7 +199,7 @@ def _yaml_with_lines(text, path):
         raise UserError(f"{where}: not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
 
 
-def load(path):
+def load_spec(path):
     """The checked Spec of a file; UserError 'PATH:LINE: what is wrong' otherwise."""
     try:
         with open(path, encoding="utf-8") as f:

@@ -1,13 +1,13 @@
-"""The case registry against its documented contract (commbench/case.py), row by row, and the Plan."""
+"""The case registry against its documented contract (commbench/cases/case.py), row by row, and the Plan."""
 import pytest
 
 from benchcore import schema
 from benchcore.errors import UserError
-from commbench.case import TOTAL, CaseOptions, label
-from commbench.collectives import COLLECTIVES, DTYPES
-from commbench.envvars import CATALOGUE
+from commbench.cases.case import TOTAL, CaseOptions, label
+from commbench.cases.collectives import COLLECTIVES, DTYPES
+from commbench.cases.registry import CASES, parse_names
 from commbench.plan import Plan, no_leftovers
-from commbench.registry import CASES, parse_names
+from commbench.transports.envvars import CATALOGUE
 
 RECORD_FIELDS = set(schema.DESIGN["commbench"]) | set(schema.EXTENSIONS["commbench"])
 WIDE = CaseOptions(places=("out", "in"), chunk_sizes=(1 << 20, 2 << 20), thresholds=(16 << 20,), inflights=(1, 4))

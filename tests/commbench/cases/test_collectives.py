@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from benchcore.errors import UserError
-from commbench.collectives import (COLLECTIVE_CASES, COLLECTIVES, DTYPES, OPS, PERIOD, fill_values, pattern,
-                                   poison_value)
+from commbench.cases.collectives import (COLLECTIVE_CASES, COLLECTIVES, DTYPES, OPS, PERIOD, fill_values, pattern,
+                                         poison_value)
 
 # nccl-tests doc/PERFORMANCE.md bus factors.
 NCCL_TESTS_FACTOR = {

@@ -4,7 +4,7 @@ import time
 import pytest
 
 from tests.conftest import read_records, run_tool
-from tests.netns.conftest import needs_netns, pair, fresh, wait_all  # noqa: F401 (fixtures)
+from tests.netns.conftest import fresh, needs_netns, pair, wait_all  # noqa: F401 (fixtures)
 
 PHASES = ["reduce_scatter", "all_reduce", "all_gather", "total"]
 

@@ -3,8 +3,8 @@ import itertools
 
 import pytest
 
-from commbench.paircase import tournament
-from commbench.pairs import judge
+from commbench.cases.pairs import tournament
+from commbench.commands.pairs import judge
 from tests.conftest import assert_one_line_error, read_records, run_tool
 
 

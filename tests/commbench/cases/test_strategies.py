@@ -4,7 +4,7 @@ import json
 import pytest
 
 from benchcore import schema
-from commbench.strategies import chunk_layout
+from commbench.cases.chunked import chunk_layout
 from tests.conftest import assert_one_line_error, read_records, run_tool
 
 

@@ -11,7 +11,8 @@ import pytest
 from PIL import Image
 
 from benchcore import records, schema, thresholds
-from commbench import accept, acceptspec
+from commbench.commands.accept import run as accept
+from commbench.commands.accept import spec as accept_spec
 from tests.conftest import BIN, ROOT, assert_one_line_error, read_records, run_tool
 
 SPECS = ROOT / "acceptance"
@@ -77,7 +78,7 @@ def test_an_existing_non_empty_out_directory_is_refused(tmp_path):
 
 @pytest.mark.parametrize("spec", sorted(SPECS.glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_example_spec_is_valid(spec):
-    loaded = acceptspec.load(spec)
+    loaded = accept_spec.load_spec(spec)
     assert loaded.checks and all(c.thresholds for c in loaded.checks)
 
 
@@ -85,7 +86,7 @@ def test_init_writes_a_valid_spec_with_the_topologys_numbers(tmp_path):
     proc = run_tool("commbench", "accept", "--init", "--topology", "dgx-h100", "--nodes", "2")
     assert proc.returncode == 0, proc.stderr
     assert "inter-node tier: link peak" in proc.stdout and "400.0 GB/s busbw" in proc.stdout
-    spec = acceptspec.load(write_spec(tmp_path, proc.stdout))
+    spec = accept_spec.load_spec(write_spec(tmp_path, proc.stdout))
     assert {c.kind for c in spec.checks} == {"commbench", "iobench"}
     assert all(c.values.get("topology") == "dgx-h100" for c in spec.checks if c.kind == "commbench")
 
@@ -106,8 +107,8 @@ COMMANDS = {"commbench": [({"collective": "all_reduce"}, ("commbench", "run"), {
 
 
 def test_every_option_a_check_kind_uses_is_one_its_command_has():
-    assert set(COMMANDS) == set(acceptspec.KINDS)
-    for name, kind in acceptspec.KINDS.items():
+    assert set(COMMANDS) == set(accept_spec.KINDS)
+    for name, kind in accept_spec.KINDS.items():
         for sample, command, elsewhere in COMMANDS[name]:
             assert tuple(kind.words(sample)[:len(command) - 1]) == command[1:]
             flags = {flag for flag, _ in kind.options.values() if flag} | {"--format", "--out"}
@@ -165,7 +166,7 @@ def test_localhost_spec_passes_end_to_end(localhost):
     proc, out, seconds = localhost
     assert proc.returncode == 0, proc.stdout + proc.stderr
     print(proc.stderr + proc.stdout + f"({seconds:.0f} s)")
-    spec = acceptspec.load(LOCALHOST)
+    spec = accept_spec.load_spec(LOCALHOST)
     cases = junit_cases(out / "junit.xml")
     assert len(cases) == sum(1 + len(c.thresholds) for c in spec.checks)
     assert {outcome(c) for c in cases.values()} <= {"pass", "skipped"}
@@ -375,7 +376,7 @@ checks:
 def test_an_earlier_accept_run_as_baseline_is_compared_check_by_check(localhost):
     _, out, _ = localhost
     recs = records.read_records(out / "results.jsonl")
-    spec = acceptspec.load(LOCALHOST)
+    spec = accept_spec.load_spec(LOCALHOST)
     check = next(c for c in spec.checks if c.name == "all_reduce-2node")
     mine = [r for r in recs if r.get("accept_check") == check.name]
     result = accept.judge(accept.Result(check, [], records=mine), recs)

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
+from commbench.commands.sweep import build_configs
 from tests.conftest import BIN, assert_one_line_error, read_records, run_tool
-from commbench.sweep import build_configs
 
 SMALL = ["--nproc-per-node", 2, "-b", "4K", "-e", "4K", "-n", 2, "-w", 1]
 

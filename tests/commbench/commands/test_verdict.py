@@ -5,8 +5,8 @@ import math
 import pytest
 
 from benchcore import stats
-from commbench.case import work_key
-from commbench.registry import CASES
+from commbench.cases.case import work_key
+from commbench.cases.registry import CASES
 from tests.conftest import read_records, run_tool
 
 TINY = ["--nproc-per-node", 2, "-n", 5, "-w", 1]

@@ -6,7 +6,7 @@ import subprocess
 import pytest
 import yaml
 
-from tests.commbench.test_accept import help_options
+from tests.commbench.commands.test_accept import help_options
 from tests.conftest import ROOT
 
 SCRIPTS = ROOT / "scripts"

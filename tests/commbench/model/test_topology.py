@@ -14,10 +14,11 @@ import sys
 import pytest
 
 from benchcore.errors import UserError
-from commbench import detect, model, topology
-from commbench.case import TOTAL
-from commbench.modelcmd import fit
-from commbench.registry import CASES
+from commbench.cases.case import TOTAL
+from commbench.cases.registry import CASES
+from commbench.commands.model import fit
+from commbench.model import alphabeta as model
+from commbench.model import detect, topology
 from tests.conftest import assert_one_line_error, run_tool
 
 FILES = sorted(topology.DIR.glob("*.yaml"))
@@ -291,7 +292,7 @@ def test_model_command_json_and_strategy_summary():
 @pytest.mark.slow
 def test_records_carry_topology_prediction_and_utilization(tmp_path):
     """One real 2-rank Gloo launch: every record names the topology detected here (localhost) and carries
-    the model's fields, consistent with commbench.model for that topology."""
+    the model's fields, consistent with commbench.model.alphabeta for that topology."""
     out = tmp_path / "r.jsonl"
     proc = run_tool("commbench", "run", "--collective", "all_reduce,all_gather", "--place", "in", "-b", "1M", "-e",
                     "4M", "-f", "4", "-n", "2", "-w", "1", "--out", out, "--format", "json")
@@ -309,5 +310,5 @@ def test_records_carry_topology_prediction_and_utilization(tmp_path):
 
 
 def test_cli_start_imports_neither_torch_nor_pynvml():
-    code = "import sys, commbench.cli; sys.exit(1 if {'torch', 'pynvml', 'numpy'} & set(sys.modules) else 0)"
+    code = "import sys, commbench.commands.cli; sys.exit(1 if {'torch', 'pynvml', 'numpy'} & set(sys.modules) else 0)"
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0

@@ -10,9 +10,10 @@ import pytest
 from benchcore import procs
 from benchcore.diff import compare as compare_records
 from benchcore.errors import UserError
-from commbench import mpi
-from commbench.collectives import COLLECTIVES
+from commbench.cases.collectives import COLLECTIVES
+from commbench.launch import mpirun
 from commbench.plan import Plan
+from commbench.transports import mpi
 from tests.conftest import assert_one_line_error, read_records, run_tool
 
 ALL = ",".join(COLLECTIVES)
@@ -151,15 +152,15 @@ def test_bad_input_is_one_line(args, env, needle):
 
 def test_mpi4py_missing_names_the_fix():
     with pytest.raises(UserError, match="needs mpi4py, which /usr/bin/python3 lacks: pip install"):
-        mpi.mpi4py_library("/usr/bin/python3")  # Debian's python: a real interpreter without mpi4py
+        mpirun.mpi4py_library("/usr/bin/python3")  # Debian's python: a real interpreter without mpi4py
 
 
 def test_mpirun_and_library_versions_agree_by_family_and_open_mpi_major():
-    assert mpi.vendor_of("mpirun (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/") == ("Open MPI", (5, 0, 11))
-    assert mpi.vendor_of("HYDRA build details:\n    Version:          4.1.2") == ("MPICH", (4, 1, 2))
-    assert mpi._agrees(("Open MPI", (5, 0, 11)), ("Open MPI", (5, 0, 3)))
-    assert not mpi._agrees(("Open MPI", (4, 1, 4)), ("Open MPI", (5, 0, 11)))
-    assert not mpi._agrees(("MPICH", (4, 1)), ("Open MPI", (5, 0, 11)))
+    assert mpirun.vendor_of("mpirun (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/") == ("Open MPI", (5, 0, 11))
+    assert mpirun.vendor_of("HYDRA build details:\n    Version:          4.1.2") == ("MPICH", (4, 1, 2))
+    assert mpirun._agrees(("Open MPI", (5, 0, 11)), ("Open MPI", (5, 0, 3)))
+    assert not mpirun._agrees(("Open MPI", (4, 1, 4)), ("Open MPI", (5, 0, 11)))
+    assert not mpirun._agrees(("MPICH", (4, 1)), ("Open MPI", (5, 0, 11)))
 
 
 def test_dry_run_prints_mpirun_with_what_this_machine_needs():
@@ -187,14 +188,14 @@ def test_rank_variables_from_mpirun_and_srun():
 def test_dead_ranks_from_mpirun_text():
     ranks = {1: {"rank": 1, "pid": 23357, "host": "vm"}}
     killed = ["prterun noticed that process rank 1 with PID 23357 on node vm exited on", "signal 9 (Killed)."]
-    assert mpi.dead_ranks(killed, ranks) == ["rank 1 on vm (pid 23357) was killed by SIGKILL; mpirun ended every rank"]
+    assert mpirun.dead_ranks(killed, ranks) == ["rank 1 on vm (pid 23357) was killed by SIGKILL; mpirun ended every rank"]
     exited = ["The first process to do so was:", "", "   Process name: [prterun-vm-23006@1,1]", "   Exit code:    17"]
-    assert mpi.dead_ranks(exited, ranks) == [
+    assert mpirun.dead_ranks(exited, ranks) == [
         "rank 1 on vm (pid 23357) exited with code 17 before the end of the run; mpirun ended every rank"]
 
 
 def test_the_cli_imports_neither_torch_nor_mpi4py():
-    code = "import sys, commbench.cli; sys.exit(1 if {'torch', 'mpi4py'} & set(sys.modules) else 0)"
+    code = "import sys, commbench.commands.cli; sys.exit(1 if {'torch', 'mpi4py'} & set(sys.modules) else 0)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
@@ -239,7 +240,7 @@ def _mpi_rank_pid(rank, timeout=60):
 @pytest.mark.slow
 def test_a_rank_killed_mid_run_is_named_and_the_records_before_are_kept(tmp_path):
     out = tmp_path / "k.jsonl"
-    run = procs.spawn([sys.executable, "-m", "commbench.cli", "run", "--backend", "mpi", "-b", "64K", "-e", "64M",
+    run = procs.spawn([sys.executable, "-m", "commbench.commands.cli", "run", "--backend", "mpi", "-b", "64K", "-e", "64M",
                        "-f", 4, "-n", 2000, "-w", 1, "--out", out], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                       text=True)
     try:

@@ -1,0 +1,2 @@
+"""What commbench times: the Case contract, the one registry, and every case in it (collectives,
+strategies, point-to-point, node pairs)."""

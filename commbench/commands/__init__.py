@@ -1,0 +1,1 @@
+"""The command line: the click group (cli.py) and one module per command."""

@@ -1,0 +1,1 @@
+"""`commbench accept`: the acceptance spec and its check kinds, running the checks, the verdict."""

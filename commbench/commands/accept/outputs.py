@@ -1,0 +1,89 @@
+"""What an accept run leaves behind: the verdict event per check, the one-line summary, junit.xml, the report
+(report.md + report.html through benchcore.reportpage) and verdict.json."""
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from benchcore import reportpage, schema, thresholds
+from benchcore.records import hostname, timestamp
+
+EXIT_PASS, EXIT_FAIL = 0, 1
+
+
+def verdict_event(result, run_id):
+    return schema.event("commbench", "verdict", summary(result), run_id=run_id, check=result.check.name,
+                        accept_check=result.check.name, passed=result.passed, seconds=round(result.seconds, 1),
+                        rows=[o.as_dict() for o in result.outcomes])
+
+
+def summary(result):
+    if not result.ran:
+        return f"{result.check.name}: not run (interrupted before it)"
+    failed = [o for o in result.outcomes if not o.passed]
+    skipped = sum(o.skipped for o in result.outcomes)
+    head = f"{'PASS' if result.passed else 'FAIL'} {result.check.name} ({result.seconds:.0f} s)"
+    parts = [result.reason] if result.reason else []
+    parts += [f"{o.threshold.text}: {o.message}" for o in failed]
+    if not parts:
+        parts = [f"{len(result.outcomes) - skipped} thresholds met" + (f", {skipped} skipped" if skipped else "")]
+    return f"{head}: " + "; ".join(parts)
+
+
+def junit(results, spec, seconds, path):
+    """JUnit XML: one testsuite, a testcase per check ('runs') and per threshold; failures carry measured vs
+    expected and the size; elements and attributes the JUnit schema requires are all present."""
+    cases = []
+    for r in results:
+        run_case = ET.Element("testcase", name="runs", classname=r.check.name, time=f"{r.seconds:.3f}")
+        if not r.ran:
+            ET.SubElement(run_case, "skipped", message="not run: interrupted before it")
+        elif r.reason:
+            failure = ET.SubElement(run_case, "failure", message=r.reason, type="run")
+            failure.text = "\n".join(r.commands)
+        cases.append(run_case)
+        for (t, line), o in zip(r.check.thresholds, r.outcomes or [None] * len(r.check.thresholds)):
+            case = ET.Element("testcase", name=t.text, classname=r.check.name, time="0",
+                              file=spec.path, line=str(line or r.check.line))
+            if o is None:
+                ET.SubElement(case, "skipped", message="not judged: the check did not run")
+            elif o.skipped:
+                ET.SubElement(case, "skipped", message=o.message)
+            elif not o.passed:
+                failure = ET.SubElement(case, "failure", message=o.message, type="threshold")
+                failure.text = (f"measured: {o.measured}\nexpected: {t.op or '<='} {o.expected}\n"
+                                f"size_bytes: {o.size_bytes}\n")
+            cases.append(case)
+    failures = sum(c.find("failure") is not None for c in cases)
+    skipped = sum(c.find("skipped") is not None for c in cases)
+    suite = ET.Element("testsuite", name=f"commbench accept {Path(spec.path).name}", tests=str(len(cases)),
+                       failures=str(failures), errors="0", skipped=str(skipped), time=f"{seconds:.3f}",
+                       timestamp=timestamp()[:19], hostname=hostname(), id="0", package="commbench.commands.accept.run")
+    props = ET.SubElement(suite, "properties")
+    ET.SubElement(props, "property", name="spec", value=spec.path)
+    suite.extend(cases)
+    ET.SubElement(suite, "system-out").text = "\n".join(summary(r) for r in results)
+    ET.SubElement(suite, "system-err")
+    root = ET.Element("testsuites", name="commbench accept", tests=str(len(cases)), failures=str(failures),
+                      errors="0", time=f"{seconds:.3f}")
+    root.append(suite)
+    ET.indent(root)
+    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+
+
+def write_outputs(directory, spec, results, records, baseline_path, baseline, run_id, seconds, code):
+    junit(results, spec, seconds, directory / "junit.xml")
+    outcomes = [o for r in results for o in r.outcomes]
+    lead = [f"{r.check.name} / {o.threshold.text}: {'SKIPPED' if o.skipped else 'PASS' if o.passed else 'FAIL'}: "
+            f"{o.message}" for r in results for o in r.outcomes]
+    reportpage.write_into(directory, ["results.jsonl"], records, [baseline_path] if baseline_path else [],
+                          baseline, "csv", f"commbench accept: {Path(spec.path).name}", lead,
+                          thresholds.plot_marks(outcomes))
+    verdict = {"spec": spec.path, "run_id": run_id, "passed": code == EXIT_PASS, "exit_code": code,
+               "interrupted": code not in (EXIT_PASS, EXIT_FAIL), "seconds": round(seconds, 1), "baseline": baseline_path,
+               "checks": [{"name": r.check.name, "kind": r.check.kind, "line": r.check.line, "ran": r.ran,
+                           "passed": r.passed, "reason": r.reason or None, "seconds": round(r.seconds, 1),
+                           "records": len(r.records), "commands": r.commands,
+                           "thresholds": [{**o.as_dict(), "line": line}
+                                          for o, (_, line) in zip(r.outcomes, r.check.thresholds)]}
+                          for r in results]}
+    (directory / "verdict.json").write_text(json.dumps(verdict, indent=2) + "\n")

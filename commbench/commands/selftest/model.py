@@ -1,0 +1,162 @@
+"""`commbench selftest model`: check the alpha-beta model against two namespace nodes with shaped links (eth0
+between them, lo inside each): ring all_reduce and hierarchical measured against their predictions, then
+`commbench model --fit` on the records recovers the configured rate."""
+import json
+import subprocess
+import sys
+import time
+
+import click
+
+from benchcore import procs, schema
+from benchcore.errors import UserError
+from benchcore.records import output_file
+from benchcore.report import console, print_table
+from benchcore.units import format_size, parse_size, size_range
+from commbench.cases.case import TOTAL
+from commbench.cases.registry import record_label
+from commbench.commands.model import fit
+from commbench.commands.selftest.nodes import (JUDGED, PrivateNodes, best_of_cycles, check_ports, launch,
+                                               need_namespaces, save)
+from commbench.launch import netns
+from commbench.model.topology import from_dict
+
+MODEL_RANGE = (0.90, 1.10)   # measured / predicted busbw, and fitted / configured rate (TCP ceiling included)
+MODEL_JUDGED_MIN = 64 << 20  # ring all_reduce judged from this size on (smaller ones are latency-bound)
+HIER_JUDGED_MIN = 32 << 20   # hierarchical (4 ranks, 2 cores) judged from here: one CI run put 16M at 0.890, 32M 0.969
+
+
+def _node_topology(prefix):
+    """The topology `commbench topo` detects inside node 0 (what its ranks predicted with)."""
+    argv = netns.exec_argv(0, [sys.executable, "-m", "commbench.commands.cli", "topo", "--json"], prefix)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    if proc.returncode:
+        raise netns.ClusterError(f"commbench topo in node 0: {procs.one_line(proc.stderr)}")
+    found = json.loads(proc.stdout)
+    return from_dict(found["in_effect"]), found
+
+
+def _model_row(rec, judged):
+    predicted = rec["time_us"] and rec.get("predicted_time_us")
+    ratio = rec["predicted_time_us"] / rec["time_us"] if predicted else None  # = measured busbw / predicted busbw
+    ok = ratio is not None and MODEL_RANGE[0] <= ratio <= MODEL_RANGE[1]
+    return {"kind": record_label(rec), "size": format_size(rec["size_bytes"]), "size_bytes": rec["size_bytes"],
+            "busbw_gbps": rec["busbw_gbps"], "predicted_busbw_gbps": rec["busbw_gbps"] / ratio if ratio else None,
+            "ratio": ratio, "tier": rec.get("link_tier"), "verdict": ("ok" if ok else "OFF") if judged else "info"}
+
+
+@click.command("model")
+@click.option("--rate", default="1gbit", show_default=True, help="tbf rate of the link between the nodes.")
+@click.option("--lo-rate", default="500mbit", show_default=True,
+              help="tbf rate of each node's loopback, the intra-node link (one queue both directions share).")
+@click.option("-b", "--min-bytes", default="4M", show_default=True, help="Smallest ring all_reduce size (fit).")
+@click.option("-e", "--max-bytes", default="256M", show_default=True, help="Largest ring all_reduce size.")
+@click.option("-f", "--step-factor", type=int, default=4, show_default=True)
+@click.option("--hierarchical-sizes", default="16M,32M", show_default=True,
+              help="Payloads of the hierarchical all-reduce on 2 nodes x 2 local ranks.")
+@click.option("-n", "--iters", type=int, default=3, show_default=True)
+@click.option("-w", "--warmup", type=int, default=1, show_default=True)
+@click.option("-N", "--cycles", type=int, default=2, show_default=True,
+              help="Measure everything this many times, each its own launch, and judge the best (other load "
+                   "only slows links down).")
+@click.option("--timeout", type=float, default=120, show_default=True, help="Process-group timeout (s).")
+@click.option("--rdzv-timeout", type=float, default=60, show_default=True)
+@click.option("--port", type=int, default=29420, show_default=True,
+              help="Rendezvous port on node 0 (cycle c of launch i uses PORT + i + 2c).")
+@click.option("--out", default=None, metavar="FILE", help="Append the measurements and a verdict record.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def model_check(rate, lo_rate, hierarchical_sizes, out, fmt, port, **args):
+    """Check the alpha-beta model against two tc-shaped network namespaces.
+
+    Needs root. Node links: eth0 shaped to --rate between the nodes, lo shaped to --lo-rate inside each.
+    The ranks predict from the topology they detect (commbench topo in each node: the shaped rates,
+    TCP payload ceiling included). Passes when ring all_reduce (1 rank per node) at 64 MiB and above
+    and the hierarchical all-reduce (2 nodes x 2 local ranks) reach 0.90-1.10 of the predicted busbw,
+    and the inter-node beta fitted to the ring sizes is within 0.90-1.10 of the configured rate x the
+    TCP payload ceiling. On your own pair of nodes the same check is `commbench ring --nodes 2` between
+    them (records carry predicted_time_us and link_utilization from the topology each node detects)
+    followed by `commbench model --fit` on its records.
+
+    \b
+    Example:
+      commbench selftest model
+      commbench selftest model --rate 2gbit --lo-rate 1gbit --out model.jsonl
+    """
+    try:
+        bits, lo_bits = netns.parse_rate(rate), netns.parse_rate(lo_rate)
+    except netns.ClusterError as exc:
+        raise UserError(str(exc)) from None
+    ring_sizes = size_range(parse_size(args["min_bytes"], "-b/--min-bytes"),
+                            parse_size(args["max_bytes"], "-e/--max-bytes"), args["step_factor"])
+    hier = [parse_size(s, "--hierarchical-sizes") for s in hierarchical_sizes.split(",") if s.strip()]
+    if not hier or args["cycles"] < 1:
+        raise UserError("--hierarchical-sizes needs a size and -N/--cycles at least 1")
+    check_ports(port, 2, args["cycles"])
+    need_namespaces("selftest model")
+    out_path = output_file(out)
+    per_round = sum(ring_sizes) * 8 / bits + sum(hier) * 8 * (3 / lo_bits + 1 / bits) * 2
+    deadline = args["rdzv_timeout"] + 60 + 4 * per_round * (args["iters"] + args["warmup"] + 1) * args["cycles"]
+    common = {k: args[k] for k in ("iters", "warmup", "cycles", "timeout", "rdzv_timeout")}
+    ring_args = {**common, "min_bytes": args["min_bytes"], "max_bytes": args["max_bytes"],
+                 "step_factor": args["step_factor"]}
+    hier_args = {**common, "min_bytes": str(min(hier)), "max_bytes": str(max(hier)),
+                 "step_factor": max(2, max(hier) // min(hier)) if len(hier) > 1 else 2,
+                 "chunk_size": "2M", "threshold": "16M", "extra": ["--nproc-per-node", "2"]}
+    errors, t0, topo, found = [], time.monotonic(), None, None
+    with PrivateNodes("cbsm") as run:
+        prefix, tmp = run.prefix, run.path
+        took = netns.up(2, rate, prefix, lo_rate=lo_rate)
+        topo, found = _node_topology(prefix)
+        if fmt == "table":
+            console(stderr=True).print(
+                f"selftest model: 2 namespaces, eth0 shaped to {netns.format_rate(bits)}, lo to "
+                f"{netns.format_rate(lo_bits)} (up in {took:.2f} s); node 0 detects: intra-node {topo.fabric} "
+                f"{topo.intra_gbps:g} GB/s, inter-node {topo.nic_gbps:g} GB/s x {topo.payload_fraction:.4f} payload")
+        errors += launch(["all_reduce"], port, ring_args, tmp, prefix, deadline)
+        if not errors:
+            errors += launch(["hierarchical"], port + 1, hier_args, tmp, prefix, deadline)
+    errors += run.errors
+    records = run.records
+    best = best_of_cycles(records)
+    rows = [_model_row(r, (r["collective"] == JUDGED and not r.get("strategy") and r["size_bytes"] >= MODEL_JUDGED_MIN)
+                       or (r.get("strategy") == "hierarchical" and r.get("phase") == TOTAL
+                           and r["size_bytes"] >= HIER_JUDGED_MIN)) for r in best.values()]
+    fitted, fit_row = None, None
+    ring = [r for r in best.values() if r["collective"] == JUDGED and not r.get("strategy")]
+    if ring and topo:
+        try:
+            tiers, _ = fit(ring, topo)
+            fitted = next((t for t in tiers if t["tier"] == "inter-node"), None)
+        except UserError as exc:
+            errors.append(str(exc))
+    if fitted and fitted["gbps"]:
+        expect = bits / 8e9 * topo.payload_fraction
+        ratio = fitted["gbps"] / expect
+        fit_row = {"alpha_us": fitted["alpha_us"], "fitted_gbps": fitted["gbps"], "expected_gbps": expect,
+                   "ratio": ratio, "verdict": "ok" if MODEL_RANGE[0] <= ratio <= MODEL_RANGE[1] else "OFF"}
+    judged = [r for r in rows if r["verdict"] != "info"]
+    passed = (not errors and bool(judged) and all(r["verdict"] == "ok" for r in judged) and fit_row is not None
+              and fit_row["verdict"] == "ok" and not any(r.get("wrong") for r in best.values()))
+    verdict = schema.event("commbench", "verdict", "; ".join(errors) or None,
+                           run_id=records[0]["run_id"] if records else None, check="selftest model", passed=passed,
+                           rate_bps=bits, ceiling_fraction=topo.payload_fraction if topo else None,
+                           pass_range=list(MODEL_RANGE), seconds=round(time.monotonic() - t0, 1),
+                           rows=[{k: r[k] for k in ("kind", "size_bytes", "busbw_gbps", "predicted_busbw_gbps",
+                                                     "ratio", "tier", "verdict")} for r in rows] +
+                           ([{"kind": "fitted inter-node beta", **fit_row}] if fit_row else []))
+    if save(out_path, records, verdict, fmt):
+        print_table(rows, [("kind", "case", None), ("size", "size", None), ("busbw_gbps", "busbw GB/s", ".4f"),
+                           ("predicted_busbw_gbps", "predicted GB/s", ".4f"), ("ratio", "measured / predicted", ".3f"),
+                           ("tier", "bound by", None), ("verdict", "verdict", None)],
+                    title=f"measured against the model (best of {args['cycles']}; pass {MODEL_RANGE[0]:.2f}-"
+                          f"{MODEL_RANGE[1]:.2f})")
+        if fit_row:
+            click.echo(f"fitted inter-node: alpha {fit_row['alpha_us']:.1f} us, 1/beta {fit_row['fitted_gbps']:.4f} "
+                       f"GB/s = {fit_row['ratio']:.3f} x the configured {netns.format_rate(bits)} x "
+                       f"{topo.payload_fraction:.4f} TCP payload ({fit_row['verdict']})")
+        summary = ", ".join(f"{r['kind']} {r['size']} {r['ratio']:.3f}" for r in judged if r["ratio"])
+        click.echo(f"selftest model: {'PASS' if passed else 'FAIL'} (measured / predicted: {summary}) "
+                   f"in {verdict['seconds']:.0f} s")
+    for err in errors:
+        click.echo(f"error: {err}", err=True)
+    sys.exit(0 if passed else 1)

@@ -1,0 +1,147 @@
+"""What every selftest check runs on: two private network-namespace nodes, one launch per -N cycle on both
+(each its own torchrun rendezvous across the link), the records read back, the best of the cycles judged."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+import click
+
+from benchcore import procs
+from benchcore.errors import UserError
+from benchcore.records import RecordWriter, read_records
+from commbench.cases.registry import CASES, record_label
+from commbench.launch import netns
+
+JUDGED = "all_reduce"      # other collectives are reported, not judged (Gloo's all_gather does not overlap
+#                            its two directions and reaches about half the link)
+
+
+def node_command(kinds, node, port, args, out):
+    """commbench argv for one node of one launch (collectives in one launch, strategies in another)."""
+    launch = ["--nodes", "2", "--rdzv-endpoint", f"{netns.node_addr(0)}:{port}", "--node-rank", str(node),
+              "--timeout", str(args["timeout"]), "--rdzv-timeout", str(args["rdzv_timeout"])]
+    sizes = ["-b", args["min_bytes"], "-e", args["max_bytes"], "-f", str(args["step_factor"]),
+             "-n", str(args["iters"]), "-w", str(args["warmup"]), "-N", str(args["cycles"])]
+    if CASES[kinds[0]].kind == "strategy":
+        cmd = ["compare", "--strategies", ",".join(kinds), "--baseline", kinds[0], "--chunk-size", args["chunk_size"],
+               "--threshold", args["threshold"], "--repeats", "1"]   # -N cycles are its repeats: the best is judged
+    else:
+        cmd = ["run", "--collective", ",".join(kinds), "--place", "in"]
+    return [sys.executable, "-m", "commbench.commands.cli", *cmd, *sizes, *launch, *args.get("extra", ()), "--format", "json",
+            *(["--out", out] if node == 0 else [])]
+
+
+def launch(kinds, port, args, out, prefix, deadline_s):
+    """Each of the -N cycles its own launch on both nodes, its records appended to out with their cycle: a launch
+    can keep one slow state for its whole life (a 2-rank Gloo all_reduce at 1gbit: 0.69-0.78 of the ceiling in
+    every pass of 1 launch in 8, 0.95-1.00 in the others), so passes of one launch are not independent.
+    Returns the error lines (empty when every launch succeeded)."""
+    for cycle in range(args["cycles"]):
+        part = f"{out}.{cycle}"
+        errors = launch_once(kinds, port + 2 * cycle, {**args, "cycles": 1}, part, prefix, deadline_s)
+        if os.path.exists(part):
+            with RecordWriter(out) as writer:
+                for rec in read_records(part):
+                    writer.write(rec if rec.get("event") else {**rec, "cycle": cycle})
+            os.unlink(part)
+        if errors:
+            return errors
+    return []
+
+
+def check_ports(port, launches, cycles):
+    """Every port launch will use (PORT + i + 2c) is a port."""
+    last = port + launches - 1 + 2 * (cycles - 1)
+    if port < 1 or last > 65535:
+        raise UserError(f"--port {port}: {launches} launch(es) x {cycles} cycle(s) use ports {port}-{last}; "
+                        f"give one from 1 to {65535 - (last - port)}")
+
+
+def launch_once(kinds, port, args, out, prefix, deadline_s):
+    """Run one measurement on both nodes; returns the error lines (empty when both succeeded)."""
+    nodes = [(node, procs.spawn(netns.exec_argv(node, node_command(kinds, node, port, args, out), prefix),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)) for node in (1, 0)]
+    errors = []
+    try:
+        for node, proc in nodes:
+            try:
+                _, err = proc.communicate(timeout=deadline_s)
+            except subprocess.TimeoutExpired:
+                for _, p in nodes:
+                    procs.stop(p, grace=30)
+                _, err = proc.communicate()
+                errors.append(f"node {node}: still running after {deadline_s:.0f} s; stopped")
+            if proc.returncode:
+                errors += [f"node {node}: {ln[len('error: '):]}" for ln in err.splitlines() if ln.startswith("error: ")]
+                if not errors:
+                    errors.append(f"node {node}: exit {proc.returncode}: {procs.one_line(err)}")
+    finally:
+        for _, p in nodes:
+            procs.stop(p, grace=30)
+    return errors
+
+
+def need_namespaces(what):
+    if os.geteuid() != 0:
+        raise UserError(f"{what} needs root (network namespaces and tc)")
+    for tool in ("ip", "tc", "unshare"):
+        if not shutil.which(tool):
+            raise UserError(f"{what} needs `{tool}` (Debian: apt-get install iproute2 util-linux)")
+
+
+class PrivateNodes:
+    """Namespaces under a prefix private to this run (never someone's cluster), a records file the launches
+    append to; on exit (SIGTERM included) the namespaces are gone and the records read back."""
+
+    def __init__(self, stem):
+        netns.reap(stem)
+        self.prefix = f"{stem}{os.getpid()}"
+        fd, self.path = tempfile.mkstemp(prefix="commbench-selftest-", suffix=".jsonl")
+        os.close(fd)
+        self.errors, self.records = [], []
+
+    def __enter__(self):
+        self.previous = signal.signal(signal.SIGTERM, interrupt)  # a stopped selftest still tears down
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        try:
+            netns.down(self.prefix)
+        finally:
+            signal.signal(signal.SIGTERM, self.previous)
+        self.records = read_records(self.path)
+        os.unlink(self.path)
+        if isinstance(exc, netns.ClusterError):
+            self.errors.append(f"cannot build the test nodes: {exc}")
+            return True
+        return False
+
+
+def save(out_path, records, verdict, fmt):
+    """Every record and the verdict to --out; the verdict on stdout for --format json. True when a table is wanted."""
+    if out_path:
+        with RecordWriter(out_path) as writer:
+            for rec in records + [verdict]:
+                writer.write(rec)
+    if fmt == "json":
+        click.echo(json.dumps(verdict))
+    return fmt != "json"
+
+
+def best_of_cycles(records):
+    """Per case, phase and size, the fastest of the -N cycles (other load only ever slows a link down)."""
+    best = {}
+    for rec in records:
+        if not rec.get("event"):
+            key = (record_label(rec), rec["size_bytes"])
+            if key not in best or rec["time_us"] < best[key]["time_us"]:
+                best[key] = rec
+    return best
+
+
+def interrupt(signum, frame):
+    raise KeyboardInterrupt

@@ -1,0 +1,142 @@
+"""The launch options every measuring command takes, checked into a LaunchSpec: how many nodes and ranks,
+which launcher and backend, the timeouts. Which launcher `auto` means is decided here."""
+import os
+from dataclasses import dataclass, field
+
+import click
+
+from benchcore.errors import UserError
+from commbench.launch import mpirun
+from commbench.launch.torchrun import split_endpoint
+
+LAUNCHERS = ("auto", "local", "torchrun", "slurm", "mpirun")
+BACKENDS = ("auto", "nccl", "gloo", "mpi")
+
+
+@dataclass
+class LaunchSpec:
+    nodes: int
+    nproc_per_node: int
+    launcher: str
+    rdzv_endpoint: str
+    node_rank: int
+    backend: str
+    timeout: float
+    rdzv_timeout: float
+    dry_run: bool
+    verbose: bool
+    env: dict = field(default_factory=dict)   # extra environment for this launch
+    notes: list = field(default_factory=list)  # one-line notices, shown once the plan is accepted
+    hang_timeout: float = 60                   # no progress this long: a hang, reported with where each rank is
+
+    @property
+    def world_size(self):
+        return self.nodes * self.nproc_per_node
+
+    def may_use_nccl(self):
+        return self.backend == "nccl" or (self.backend == "auto" and gpu_count() > 0)
+
+
+def launch_options(fn):
+    """Click options every measuring command takes (one implementation for all)."""
+    options = [
+        click.option("--nodes", type=int, default=None,
+                     help="Nodes (torchrun agents) [default: the Slurm allocation's, else 1]."),
+        click.option("--nproc-per-node", type=int, default=None,
+                     help="Ranks per node [default: GPUs on this node, else 1]."),
+        click.option("--launcher", type=click.Choice(LAUNCHERS), default="auto", show_default=True,
+                     help="auto: slurm inside an allocation, torchrun with --rdzv-endpoint, mpirun with --backend "
+                          "mpi, else local emulation."),
+        click.option("--rdzv-endpoint", default=None, metavar="HOST:PORT",
+                     help="Rendezvous on node rank 0 (run the same command on every node)."),
+        click.option("--node-rank", type=int, default=None, help="This node's rank with --rdzv-endpoint."),
+        click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
+                     help="auto: NCCL when CUDA is available, else Gloo (mpi: mpi4py, under mpirun or srun)."),
+        click.option("-T", "--timeout", type=float, default=300, show_default=True,
+                     help="Process-group timeout in s: a dead or stuck peer ends the run within it."),
+        click.option("--rdzv-timeout", type=float, default=120, show_default=True,
+                     help="Seconds to wait for every node to join."),
+        click.option("--hang-timeout", type=float, default=60, show_default=True,
+                     help="No operation finishing this long is a hang: rank 0 reports where every rank is and the "
+                          "run ends with exit code 4 (kept below --timeout)."),
+        click.option("--dry-run", is_flag=True, help="Print the launch command lines and exit."),
+        click.option("-v", "--verbose", is_flag=True, help="Stream torchrun and worker output."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def parse_backends(text):
+    """'gloo,mpi' -> ['gloo', 'mpi'] (at least two, each known, auto excluded)."""
+    names = list(dict.fromkeys(b.strip() for b in str(text).split(",") if b.strip()))
+    bad = [b for b in names if b not in BACKENDS[1:]]
+    if bad or len(names) < 2:
+        raise UserError(f"--backends takes two or more of {', '.join(BACKENDS[1:])}, got {text!r}")
+    return names
+
+
+def spec_from_options(kw):
+    """Pop the launch options out of a command's keyword arguments into a checked LaunchSpec."""
+    spec = LaunchSpec(nodes=kw.pop("nodes"), nproc_per_node=kw.pop("nproc_per_node"),
+                      launcher=kw.pop("launcher"), rdzv_endpoint=kw.pop("rdzv_endpoint"),
+                      node_rank=kw.pop("node_rank"), backend=kw.pop("backend"), timeout=kw.pop("timeout"),
+                      rdzv_timeout=kw.pop("rdzv_timeout"), dry_run=kw.pop("dry_run"), verbose=kw.pop("verbose"),
+                      hang_timeout=kw.pop("hang_timeout", 60))
+    allocation = int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or 0)
+    if spec.nodes is None:
+        spec.nodes = allocation if allocation and spec.launcher in ("auto", "slurm") else 1
+    elif allocation and spec.launcher in ("auto", "slurm") and spec.nodes != allocation:
+        raise UserError(f"--nodes {spec.nodes}, but this Slurm allocation has {allocation} nodes")
+    if spec.nodes < 1:
+        raise UserError(f"--nodes must be at least 1, got {spec.nodes}")
+    gpus = gpu_count()
+    if spec.nproc_per_node is None:
+        spec.nproc_per_node = gpus or (2 if spec.nodes == 1 else 1)
+        if not gpus and spec.nodes == 1:
+            spec.notes.append(f"no GPU here: 2 local ranks on {'MPI' if spec.backend == 'mpi' else 'Gloo'} (one rank "
+                              "would measure no communication; --nproc-per-node N chooses)")
+    if spec.nproc_per_node < 1:
+        raise UserError(f"--nproc-per-node must be at least 1, got {spec.nproc_per_node}")
+
+    if spec.timeout <= 0 or spec.rdzv_timeout <= 0 or spec.hang_timeout <= 0:
+        raise UserError("--timeout, --rdzv-timeout and --hang-timeout must be positive")
+    spec.hang_timeout = min(spec.hang_timeout, spec.timeout * 0.8)   # reported before the process group gives up
+    if spec.backend == "mpi" or spec.launcher == "mpirun":
+        mpirun.resolve(spec)
+    if spec.launcher == "auto":
+        spec.launcher = ("slurm" if os.environ.get("SLURM_JOB_ID") else
+                         "torchrun" if spec.rdzv_endpoint else "local")
+    if spec.launcher == "torchrun":
+        if not spec.rdzv_endpoint or spec.node_rank is None:
+            raise UserError("--launcher torchrun needs --rdzv-endpoint HOST:PORT and --node-rank R")
+        split_endpoint(spec.rdzv_endpoint)
+        if not 0 <= spec.node_rank < spec.nodes:
+            raise UserError(f"--node-rank must be in 0..{spec.nodes - 1}, got {spec.node_rank}")
+    elif spec.node_rank is not None:
+        raise UserError("--node-rank only applies with --rdzv-endpoint (--launcher torchrun)")
+    cores = len(os.sched_getaffinity(0))
+    if not gpus and spec.launcher == "local" and spec.world_size > cores:
+        spec.notes.append(f"{spec.world_size} ranks on {cores} cores: they compete for the CPU and the numbers "
+                          "show it")
+    if spec.launcher == "slurm" and not os.environ.get("SLURM_JOB_ID") and not spec.dry_run:
+        raise UserError("--launcher slurm needs a Slurm allocation (SLURM_JOB_ID is not set)")
+    return spec
+
+
+def gpu_memories():
+    """Total memory of each GPU NVML sees on this node; [] without a driver (NVML is the hardware boundary)."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        try:
+            return [pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).total
+                    for i in range(pynvml.nvmlDeviceGetCount())]
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return []
+
+
+def gpu_count():
+    return len(gpu_memories())
