@@ -9,13 +9,14 @@ import torch.distributed as dist
 from benchcore import schema
 from benchcore.records import git_revision, hostname, timestamp
 from commbench.cases.case import TOTAL
+from commbench.launch import mpirun
 from commbench.launch.liveness import Position
 from commbench.model.alphabeta import record_fields
 from commbench.model.topology import from_dict
 from commbench.transports import mpi
 from commbench.transports.torch_dist import torch_primitives
 
-ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_", "MPIR_CVAR_", "UCX_")  # Open MPI's: commbench.transports.mpi.user_vars
+ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_", "MPIR_CVAR_", "UCX_")  # Open MPI's: commbench.launch.mpirun.user_vars
 
 
 def same_plan(ids):
@@ -65,7 +66,7 @@ class Context:
         self.host = hostname()
         env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
         if backend == "mpi":
-            env = dict(sorted({**env, **mpi.user_vars()}.items()))
+            env = dict(sorted({**env, **mpirun.user_vars()}.items()))
         ids = self.comm.gather_object((self.host, os.environ.get("GROUP_RANK", "0"), plan.what_is_measured(), env))
         same_plan(ids)
         self.hosts = sorted({i[0] for i in ids})

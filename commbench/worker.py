@@ -18,6 +18,7 @@ from benchcore import schema
 from benchcore.records import RecordWriter, hostname
 from commbench.cases.registry import CASES
 from commbench.context import Context
+from commbench.launch import mpirun
 from commbench.launch.liveness import CHANNEL, EXIT_HANG, RECORD_NODE_ENV, STATUS_ENV, Liveness
 from commbench.plan import Plan
 from commbench.timing import measure_case
@@ -64,7 +65,7 @@ def main(argv=None):
     parser.add_argument("--plan", required=True, help="JSON plan written by the commbench CLI")
     plan = Plan.from_json(parser.parse_args(argv).plan)
     if plan.backend == "mpi":  # mpirun / srun name the ranks their own way
-        os.environ.update(mpi.rank_env())
+        os.environ.update(mpirun.rank_env())
     rank = os.environ.get("RANK", "?")
     code = 0
     live = Liveness(hostname(), plan.hang_timeout)  # heartbeats from before the process group exists

@@ -41,7 +41,7 @@ DTYPES = {d.name: d for d in [
 ]}
 # nccl-tests name -> torch ReduceOp. avg is NCCL's ncclAvg (2.10+): floats are pre-multiplied by 1/n and summed,
 # integers summed and divided by n; Gloo has no average.
-OPS = {"sum": "SUM", "prod": "PRODUCT", "max": "MAX", "min": "MIN", "avg": "AVG"}
+OPS = ("sum", "prod", "max", "min", "avg")   # nccl-tests' names; each transport maps them to its own
 NCCL_ONLY_OPS = ("avg",)
 _PY_OPS = {"sum": sum, "prod": math.prod, "max": max, "min": min, "avg": lambda values: sum(values)}
 PERIOD = 5    # the fill pattern repeats every PERIOD elements

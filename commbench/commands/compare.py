@@ -13,7 +13,7 @@ from benchcore.errors import UserError
 from benchcore.report import console, line_plot, print_table
 from benchcore.units import format_size
 from commbench.cases.case import TOTAL
-from commbench.cases.registry import STRATEGY_NAMES, case_of, parse_names, record_label
+from commbench.cases.registry import STRATEGY_NAMES, parse_names, record_label
 from commbench.commands import verdict
 from commbench.launch.spec import launch_options, parse_backends
 from commbench.plan import case_options, measure_options, repeats_option

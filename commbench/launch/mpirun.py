@@ -1,7 +1,8 @@
 """The mpirun launcher: one mpirun (or srun inside a Slurm allocation) starts every rank of the plan as an MPI
 process running the worker; Open MPI's run-as-root and oversubscription settings only where this machine needs
 them (and a note saying so); the checks that turn a missing mpirun, a missing mpi4py or an mpi4py built for
-another MPI into one line; and what mpirun says when a rank dies, turned into the rank's name.
+another MPI into one line; on each rank, torchrun's variables from what mpirun set; and what mpirun says when a
+rank dies, turned into the rank's name.
 """
 import functools
 import json
@@ -14,11 +15,44 @@ import subprocess
 import sys
 
 from benchcore.errors import UserError
-from commbench.transports.mpi import INSTALL, RANKS_PER_NODE_ENV, USER_VARS_ENV
+from benchcore.records import hostname
+from commbench.launch.liveness import RECORD_NODE_ENV
+from commbench.transports.mpi import INSTALL
 
 MPIRUN_ARGS_ENV = "COMMBENCH_MPIRUN_ARGS"        # extra mpirun arguments (--hostfile FILE, --mca ...)
 MPIRUN_ENV = "COMMBENCH_MPIRUN"                  # which mpirun, where several MPIs are installed
 MCA_PREFIXES = ("OMPI_MCA_", "PRTE_MCA_")
+RANKS_PER_NODE_ENV = "COMMBENCH_RANKS_PER_NODE"  # set by a local mpirun emulating --nodes N on this machine
+USER_VARS_ENV = "COMMBENCH_MPI_USER_VARS"        # the MCA variables the user set (mpirun adds its own to the ranks)
+# torchrun's variables, from what mpirun (Open MPI), Hydra (MPICH, Intel MPI), PMIx and srun set per rank
+RANK_VARS = {
+    "RANK": ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"),
+    "WORLD_SIZE": ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"),
+    "LOCAL_RANK": ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"),
+    "LOCAL_WORLD_SIZE": ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"),
+    "GROUP_RANK": ("SLURM_NODEID",),
+}
+
+
+def rank_env(environ=os.environ):
+    """RANK, WORLD_SIZE, LOCAL_RANK, ... as torchrun would set them, for the worker and its liveness
+    files; only global rank 0 hands records back (every other node lacks the launch directory)."""
+    env = {}
+    for name, sources in RANK_VARS.items():
+        value = next((environ[s] for s in sources if environ.get(s)), None)
+        if value is not None:
+            env[name] = value
+    rank = int(env.get("RANK", "0"))
+    if environ.get(RANKS_PER_NODE_ENV):
+        env["GROUP_RANK"] = str(rank // int(environ[RANKS_PER_NODE_ENV]))
+    env.setdefault("GROUP_RANK", hostname())  # a node is a host
+    env[RECORD_NODE_ENV] = "1" if rank == 0 else "0"
+    return env
+
+
+def user_vars(environ=os.environ):
+    """The Open MPI MCA variables in effect that the user set (records' env), as the launcher saw them."""
+    return json.loads(environ.get(USER_VARS_ENV) or "{}")
 
 
 def resolve(spec):

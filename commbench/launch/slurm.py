@@ -8,7 +8,6 @@ import sys
 
 from commbench.launch.spec import LaunchSpec
 from commbench.launch.torchrun import agent_argv, node_env, split_endpoint
-from commbench.plan import Plan
 
 
 def commands(spec, plan):
@@ -19,7 +18,7 @@ def commands(spec, plan):
     if not spec.dry_run:
         return [srun]
     host, _ = split_endpoint(agent["endpoint"])  # what each node's agent becomes
-    return [srun] + [(agent_argv(spec, agent["endpoint"], plan.run_id, i == 0, f"NODE{i}_ADDR", plan),
+    return [srun] + [(agent_argv(spec, agent["endpoint"], plan.run_id, i == 0, f"NODE{i}_ADDR", agent["plan"]),
                       node_env(spec, host, i == 0)[0]) for i in range(spec.nodes)]
 
 
@@ -40,11 +39,12 @@ def slurm_endpoint():
 
 def node_agent(agent):
     """On each Slurm node: pick is_host and the interface here, then become torchrun."""
-    spec, plan = LaunchSpec(**agent["spec"]), Plan.from_json(agent["plan"])
+    spec = LaunchSpec(**agent["spec"])
     host, _ = split_endpoint(agent["endpoint"])
     first = os.environ.get("SLURM_NODEID", "0") == "0"
     env, local = node_env(spec, host, first)
-    argv = agent_argv(spec, agent["endpoint"], plan.run_id, first, local, plan)
+    argv = agent_argv(spec, agent["endpoint"], json.loads(agent["plan"])["run_id"], first, local,
+                      agent["plan"])
     os.execve(argv[0], argv, {**os.environ, **env})
 
 

