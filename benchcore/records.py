@@ -1,18 +1,21 @@
-"""Result records: one JSON object per line, appended and flushed per record.
+"""Result records: one JSON object per line, appended on a fresh line and flushed per record.
 
 Both tools write through RecordWriter and read through read_records, so a file
 can mix commbench and iobench records; readers skip what they do not know.
 """
 import datetime
 import json
+import math
 import os
 import socket
 import stat
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 
 from benchcore.errors import UserError
+from benchcore.inputs import name
 
 NO_FILE = os.devnull
 
@@ -74,21 +77,75 @@ def output_file(out):
     return str(path)
 
 
-class RecordWriter:
-    """Appends records to a JSONL file; each is flushed and fsynced before the next."""
+def new_output(path, what, suffixes=()):
+    """An output path other than --out (a plot, a kept fio JSON, a report file), checked before anything runs:
+    never a file that exists (this run did not create it: it is the user's), a suffix among `suffixes` when
+    given, a directory that exists (or can be made) and is writable. Returns the path, or None for None."""
+    if path is None:
+        return None
+    shown_path = name(path)
+    if suffixes and not str(path).lower().endswith(tuple(suffixes)):
+        raise UserError(f"{what} {shown_path}: must end in {' or '.join(suffixes)}")
+    if os.path.lexists(path):
+        raise UserError(f"{what} {shown_path} exists; refusing to replace a file this run did not create "
+                        "(choose a new name or remove it)")
+    parent = Path(path).parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{what} {shown_path}: cannot create {name(parent)}: {exc.strerror}") from None
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"{what} {shown_path}: {name(parent)} is not writable")
+    return str(path)
 
-    def __init__(self, path):
-        self.path = Path(path)
+
+def _finite(value):
+    """value with every float that is not finite replaced by None, and the paths of those replaced."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None, [""]
+    if isinstance(value, dict):
+        out, bad = {}, []
+        for k, v in value.items():
+            out[k], sub = _finite(v)
+            bad += [f"{k}.{b}" if b else str(k) for b in sub]
+        return out, bad
+    if isinstance(value, (list, tuple)):
+        pairs = [_finite(v) for v in value]
+        return [v for v, _ in pairs], [f"{i}.{b}" if b else str(i) for i, (_, sub) in enumerate(pairs) for b in sub]
+    return value, []
+
+
+def dumps(record):
+    """One record as a JSON line: never NaN or Infinity (null instead, the fields named in `nonfinite`)."""
+    clean, bad = _finite(record)
+    if bad:
+        clean["nonfinite"] = sorted(set(clean.get("nonfinite") or []) | set(bad))
+    return json.dumps(clean, sort_keys=False, default=str, allow_nan=False)
+
+
+class RecordWriter:
+    """Appends records to a JSONL file, starting on a fresh line (a torn last line from a crash never swallows
+    the first new record); each record is flushed and fsynced before the next, or, with every=False (bulk
+    conversion), once at close."""
+
+    def __init__(self, path, every=True):
+        self.path, self.every = Path(path), every
         if self.path.parent and not self.path.parent.exists():
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "a", encoding="utf-8")
+        if self._file.tell() and not _ends_with_newline(self.path):
+            self._file.write("\n")
 
     def write(self, record):
-        self._file.write(json.dumps(record, sort_keys=False, default=str) + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        self._file.write(dumps(record) + "\n")
+        if self.every:
+            self._file.flush()
+            os.fsync(self._file.fileno())
 
     def close(self):
+        if not self.every and not self._file.closed:
+            self._file.flush()
+            os.fsync(self._file.fileno())
         self._file.close()
 
     def __enter__(self):
@@ -98,20 +155,23 @@ class RecordWriter:
         self.close()
 
 
+def _ends_with_newline(path):
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
+
+
 def read_records(path, run_id=None, tool=None):
-    """Records from a JSONL file; a torn last line (crash mid-write) is skipped."""
+    """Records from a JSONL file; a line that is not a JSON object (a torn last line after a crash, a line of
+    something else) is skipped with one warning naming the file and line, and the rest are kept."""
     records = []
     path = Path(path)
     if not path.exists():
         return records
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, 1):
+            rec = parse_line(line, path, number)
+            if rec is None:
                 continue
             if run_id is not None and rec.get("run_id") != run_id:
                 continue
@@ -119,3 +179,19 @@ def read_records(path, run_id=None, tool=None):
                 continue
             records.append(rec)
     return records
+
+
+def parse_line(line, path, number):
+    """The JSON object on one line of a record file; None (after a warning) when the line holds none."""
+    line = line.strip()
+    if not line:
+        return None
+    try:
+        rec = json.loads(line)
+    except (ValueError, RecursionError):
+        rec = None
+    if not isinstance(rec, dict):
+        print(f"warning: {name(path)}:{number}: not a JSON record (a torn line from a crash?); skipped",
+              file=sys.stderr)
+        return None
+    return rec

@@ -1,0 +1,124 @@
+"""Reading what a user hands in, bounded: regular files only (never a FIFO that blocks or a device that never
+ends), a size cap where the whole file is read, UTF-8 or one line saying it is not, YAML with a bound on
+aliases, nesting and size, numbers that are finite and in range, and excerpts that are short and carry no
+terminal escape sequence. Every refusal is one UserError line naming the file.
+"""
+import math
+import os
+import re
+import stat
+
+import yaml
+
+from benchcore.errors import UserError
+
+MAX_TEXT_BYTES = 8 << 20     # a spec, topology, matrix or job file is a few KB; 8 MiB is far past any real one
+MAX_YAML_ALIASES = 32        # anchors are handy; an alias bomb needs dozens (9 levels of 9: 81)
+MAX_NESTING = 64             # real specs nest 4 deep; 400 levels is an attack or an accident
+EXCERPT_CHARS = 200
+# C0 controls but tab, DEL, C1 controls, and whole ESC sequences (CSI ... final byte, OSC ... BEL or ST)
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x9b[0-?]*[ -/]*[@-~]|"
+                      r"\x9d[^\x07\x9c]*[\x07\x9c]?|\x1b.?|[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+
+
+def shown(text, limit=EXCERPT_CHARS):
+    """text as it may reach a terminal: escape sequences and control characters removed, at most limit chars."""
+    clean = _ESCAPES.sub(" ", str(text))
+    return clean if len(clean) <= limit else clean[:limit - 3] + "..."
+
+
+def name(path):
+    """A path as an error line may show it (a name holding a newline or an escape stays one line)."""
+    return shown(os.fspath(path), 300)
+
+
+def regular_file(path, what="input"):
+    """path, checked to be an existing regular file (not a directory, device, FIFO or socket): UserError else."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise UserError(f"{what} {name(path)}: no such file") from None
+    except OSError as exc:
+        raise UserError(f"{what} {name(path)}: {exc.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise UserError(f"{what} {name(path)} is a directory, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise UserError(f"{what} {name(path)} is not a regular file (a device, FIFO or socket is never read)")
+    return st
+
+
+def read_bytes(path, what="input", limit=MAX_TEXT_BYTES):
+    """The whole of a regular file of at most limit bytes."""
+    st = regular_file(path, what)
+    if st.st_size > limit:
+        raise UserError(f"{what} {name(path)} is {st.st_size} bytes, more than the {limit} this reads whole")
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as exc:
+        raise UserError(f"{what} {name(path)}: {exc.strerror}") from None
+    if len(data) > limit:   # grew while read
+        raise UserError(f"{what} {name(path)} is more than the {limit} bytes this reads whole")
+    return data
+
+
+def read_text(path, what="input", limit=MAX_TEXT_BYTES):
+    """The whole of a regular UTF-8 text file of at most limit bytes."""
+    data = read_bytes(path, what, limit)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{what} {name(path)} is not UTF-8 text (byte {exc.start}: a binary file?)") from None
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader that refuses an alias bomb and deep nesting while composing, before anything is built."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._aliases = 0
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_YAML_ALIASES:
+                raise yaml.YAMLError(f"more than {MAX_YAML_ALIASES} aliases (refused: an alias bomb expands "
+                                     "without bound)")
+        depth = getattr(self, "_depth", 0)
+        if depth >= MAX_NESTING:
+            raise yaml.YAMLError(f"nested more than {MAX_NESTING} levels deep")
+        self._depth = depth + 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth = depth
+
+
+def yaml_text(text, where, loader=_BoundedLoader):
+    """Parse YAML text with the bounds; one UserError line (the parser's message, shortened) when it fails."""
+    try:
+        return yaml.load(text, Loader=loader)
+    except yaml.YAMLError as exc:
+        raise UserError(f"{where}: not valid YAML: {shown(' '.join(str(exc).split()))}") from None
+    except RecursionError:
+        raise UserError(f"{where}: nested too deep") from None
+
+
+def load_yaml(path, what="input", loader=_BoundedLoader):
+    """A YAML file read whole (regular, UTF-8, capped) and parsed with the bounds."""
+    return yaml_text(read_text(path, what), f"{what} {name(path)}", loader)
+
+
+def finite(value, what, lo=None, hi=None, lo_open=False):
+    """value as a float that is finite and within [lo, hi] ((lo, hi] with lo_open); UserError in one line else."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise UserError(f"{what} must be a number, got {shown(repr(value), 60)}") from None
+    if not math.isfinite(x):
+        raise UserError(f"{what} must be a finite number, got {shown(repr(value), 60)}")
+    if lo is not None and (x < lo or (lo_open and x == lo)):
+        raise UserError(f"{what} must be {'>' if lo_open else '>='} {lo:g}, got {x:g}")
+    if hi is not None and x > hi:
+        raise UserError(f"{what} must be <= {hi:g}, got {x:g}")
+    return x
