@@ -81,8 +81,6 @@ def padded(count, n):
     return ceil_div(count, n) * n
 
 
-
-
 def one(name, collective):
     """The model of a strategy that is one collective of the payload N (ring: all_reduce; plain: all_gather):
     model(cfg, N, shape, backend) -> {phase: Phase}, as every strategy's model."""
