@@ -24,6 +24,10 @@ from commbench.plan import MeasureOptions, build_plan, measure_options, no_lefto
 from commbench.runner import run_plan
 
 DEFAULT_ROUNDS = lambda n: 2 * len(tournament(n)) if n <= FULL_COVERAGE_UP_TO else 16  # noqa: E731
+# Rounds x nodes: every rank holds the whole schedule (a partner per node and round), and the CLI one record per
+# pair, operation and round (about 2 KB in memory each) for the verdict: 250,000 keeps those near 500 MB (the
+# default 16 rounds up to 15,625 nodes).
+PAIR_SLOTS_MAX = 250_000
 SHARED = ("run_id", "size_bytes", "count", "dtype", "wrong", "backend", "launcher", "env", "topology", "versions",
           "timestamp", "iters", "warmup", "command")
 
@@ -153,10 +157,14 @@ def pairs(rounds, size, min_fraction, plot, **kw):
     if (kw["min_bytes"], kw["max_bytes"]) != ("8", "256M"):
         raise UserError("pairs measures one size: give it as --size, not -b/-e")
     kw["min_bytes"] = kw["max_bytes"] = str(parse_size(size, "--size"))
+    rounds = rounds or DEFAULT_ROUNDS(spec.world_size)
+    if rounds * spec.world_size > PAIR_SLOTS_MAX:
+        raise UserError(f"{rounds} rounds x {spec.world_size} nodes is past {PAIR_SLOTS_MAX:,} (every rank holds "
+                        "the schedule, and the records of every pair, operation and round stay in memory for the "
+                        f"verdict): at most --rounds {max(1, PAIR_SLOTS_MAX // spec.world_size)} here")
     plan = build_plan(["pair"], take(kw, MeasureOptions), CaseOptions(), spec)
     configs = [{**cfg, "round": r, "partner": partner}
-               for r, partner in enumerate(tournament(spec.world_size, rounds or DEFAULT_ROUNDS(spec.world_size)))
-               for cfg in plan.configs]
+               for r, partner in enumerate(tournament(spec.world_size, rounds)) for cfg in plan.configs]
     plan = dataclasses.replace(plan, configs=configs, iter_stats=True)   # pairs need every rank's own time
     out, fmt, show_stats = kw.pop("out"), kw.pop("fmt"), kw.pop("show_stats")
     no_leftovers(kw)
