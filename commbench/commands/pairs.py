@@ -65,14 +65,33 @@ def matrix(records, kind="sendrecv"):
 def judge(links, min_fraction):
     """(bad nodes, bad links) from {(a, b): busbw}. Each node is set against the links it is not on, so its own
     slow links never lower its yardstick (with 4 nodes, half the links touch any one of them)."""
-    hosts = sorted({h for pair in links for h in pair})
-    score = {h: statistics.median(bw for pair, bw in links.items() if h in pair) for h in hosts}
-    others = {h: [bw for pair, bw in links.items() if h not in pair] for h in hosts}
-    bad_nodes = [h for h in hosts if others[h] and score[h] < min_fraction * statistics.median(others[h])]
-    fine = {pair: bw for pair, bw in links.items() if not set(pair) & set(bad_nodes)}
+    ranked = sorted(links, key=links.get)   # linear in links after this sort: each node's own links by index
+    values, mine = [links[pair] for pair in ranked], {}
+    for i, pair in enumerate(ranked):
+        for h in pair:
+            mine.setdefault(h, []).append(i)
+    hosts = sorted(mine)
+    score = {h: statistics.median(values[i] for i in mine[h]) for h in hosts}
+    others = {h: _median_without(values, mine[h]) for h in hosts}
+    bad_nodes = [h for h in hosts if others[h] is not None and score[h] < min_fraction * others[h]]
+    bad = set(bad_nodes)
+    fine = {pair: bw for pair, bw in links.items() if not set(pair) & bad}
     typical = statistics.median(fine.values()) if fine else 0
     bad_links = [list(pair) for pair, bw in sorted(fine.items()) if bw < min_fraction * typical]
     return bad_nodes, bad_links
+
+
+def _median_without(values, skip):
+    """Median of sorted values without the indices in skip (ascending), in O(len(skip)); None if none is left."""
+    left = len(values) - len(skip)
+
+    def nth(rank):
+        for i in skip:
+            if i > rank:
+                break
+            rank += 1
+        return values[rank]
+    return (nth((left - 1) // 2) + nth(left // 2)) / 2 if left else None
 
 
 def verdict(records, min_fraction, run_id):
