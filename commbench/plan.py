@@ -1,7 +1,8 @@
 """Plans: what every rank runs, built from the CLI options of a measuring command.
 
-A Plan is typed and travels to the workers as a JSON file (--plan-file, written by the launcher). Click's keyword arguments are split into
-typed option groups (launch, measurement, case expansion); a keyword nobody takes is an error.
+A Plan is typed and travels to the workers as a JSON file (--plan-file, written by the launcher). Click's keyword
+arguments are split into typed option groups (launch, measurement, case expansion); a keyword nobody takes is an
+error.
 """
 import dataclasses
 import json

@@ -214,7 +214,8 @@ def test_ranks_of_another_mpis_launcher_are_told_in_one_line(tmp_path):
                                                   "op": "sum", "root": None}], backend="mpi")
     plan.write(tmp_path / "plan.json")
     proc = subprocess.run([sys.executable, "-m", "commbench.worker", "--plan-file", tmp_path / "plan.json"],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "PMI_SIZE": "2", "PMI_RANK": "0"})
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PMI_SIZE": "2", "PMI_RANK": "0"})
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert proc.stderr.splitlines()[0].startswith("commbench-worker: rank 0 on ")
     assert "mpi4py sees 1 rank(s) but the launcher started 2" in proc.stderr.splitlines()[0]
