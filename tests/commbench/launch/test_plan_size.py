@@ -73,3 +73,17 @@ def test_a_worker_without_its_plan_file_says_so_in_one_line(tmp_path):
     (line,) = proc.stderr.splitlines()
     assert line.startswith("commbench-worker: rank ? on ") and "cannot read the plan file" in line
     assert line.endswith("gone.json: No such file or directory")
+
+
+@pytest.mark.slow
+def test_mpirun_across_hosts_reads_the_plan_from_the_working_directory_and_removes_it(tmp_path):
+    """Hosts named (here: this one) mean ranks that cannot read this machine's temp dir: the plan file goes in the
+    working directory, which an MPI job's hosts share, and is gone after the run."""
+    out = tmp_path / "r.jsonl"
+    proc = run_tool("commbench", "run", "--backend", "mpi", "--nproc-per-node", 2, "-b", 8, "-e", 8, "-n", 1,
+                    "-w", 0, "--out", out, cwd=tmp_path, timeout=120,
+                    env={"COMMBENCH_MPIRUN_ARGS": "--host localhost:2"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "note: mpirun across hosts: the plan file goes in this directory" in proc.stderr
+    assert [r["wrong"] for r in read_records(out)] == [0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]
