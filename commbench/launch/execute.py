@@ -84,7 +84,7 @@ def dry_run(spec, plan):
 
 def shell_line(argv, env):
     shown = {k: v for k, v in env.items() if k not in ("PYTHONUNBUFFERED", ADDR_ENV)}
-    return shlex.join([f"{k}={v}" for k, v in shown.items()] + argv)
+    return " ".join([f"{k}={shlex.quote(v)}" for k, v in shown.items()] + [shlex.join(argv)])  # a shell assigns
 
 
 @dataclass

@@ -87,3 +87,16 @@ def test_mpirun_across_hosts_reads_the_plan_from_the_working_directory_and_remov
     assert "note: mpirun across hosts: the plan file goes in this directory" in proc.stderr
     assert [r["wrong"] for r in read_records(out)] == [0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]
+
+
+@pytest.mark.slow
+def test_dry_run_writes_nothing_and_its_lines_run(tmp_path):
+    """The plan file is a here-document in the printed lines: the dry run writes nothing, a shell running its
+    lines (one mpirun here) writes the plan file and measures."""
+    proc = run_tool("commbench", "run", "--backend", "mpi", "--nproc-per-node", 2, "-b", 8, "-e", 8, "-n", 1, "-w", 0,
+                    "--dry-run", cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0 and not list(tmp_path.iterdir()), proc.stderr
+    ran = subprocess.run(["bash", "-c", proc.stdout], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    (written,) = tmp_path.iterdir()
+    assert written.name.startswith("commbench-plan-") and json.loads(written.read_text())["sizes"] == [8]
