@@ -1,13 +1,15 @@
 """Plans: what every rank runs, built from the CLI options of a measuring command.
 
-A Plan is typed and travels to the workers as JSON. Click's keyword arguments are split into
-typed option groups (launch, measurement, case expansion); a keyword nobody takes is an error.
+A Plan is typed and travels to the workers as a JSON file (--plan-file, written by the launcher). Click's keyword
+arguments are split into typed option groups (launch, measurement, case expansion); a keyword nobody takes is an
+error.
 """
 import dataclasses
 import json
 import shlex
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import List, Optional
 
 import click
@@ -72,11 +74,16 @@ class Plan:
         return {k: getattr(self, k) for k in keep}
 
     def to_json(self):
-        return json.dumps(dataclasses.asdict(self), separators=(",", ":"))
+        """One line of JSON (every field is JSON already: no deep copy, linear in the plan's size)."""
+        return json.dumps(vars(self), separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text):
         return cls(**json.loads(text))
+
+    def write(self, path):
+        """The plan file every worker reads (--plan-file): a file, not argv, whatever its size."""
+        Path(path).write_text(self.to_json() + "\n")
 
     def launches(self, nccl):
         """[(env, plan)]: under NCCL a case that needs variables (ring: NCCL_ALGO=Ring) runs in a launch

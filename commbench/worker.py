@@ -1,4 +1,4 @@
-"""The program every rank runs (launched by torchrun): `python -m commbench.worker --plan JSON`.
+"""The program every rank runs (launched by torchrun or mpirun): `python -m commbench.worker --plan-file PATH`.
 
 One loop over the plan: every size, then --repeats rounds of every case config in turn (interleaved,
 each round starting one config later, so drift hits every config alike), each a separate measurement
@@ -60,10 +60,24 @@ def hang(report, live, writer, ctx):
     os._exit(EXIT_HANG)
 
 
+def read_plan(path):
+    """The plan the launcher wrote; one worker line, exit 1, where this host cannot read it (no shared directory,
+    no sbcast)."""
+    try:
+        with open(path) as f:
+            return Plan.from_json(f.read())
+    except (OSError, ValueError, TypeError) as exc:
+        rank = os.environ.get("RANK") or mpirun.rank_env().get("RANK", "?")
+        why = exc.strerror if isinstance(exc, OSError) else f"not a commbench plan ({exc})"
+        print(f"commbench-worker: rank {rank} on {hostname()}: cannot read the plan file {path}: {why}",
+              file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="commbench.worker")
-    parser.add_argument("--plan", required=True, help="JSON plan written by the commbench CLI")
-    plan = Plan.from_json(parser.parse_args(argv).plan)
+    parser.add_argument("--plan-file", required=True, help="JSON plan file written by the commbench launcher")
+    plan = read_plan(parser.parse_args(argv).plan_file)
     if plan.backend == "mpi":  # mpirun / srun name the ranks their own way
         os.environ.update(mpirun.rank_env())
     rank = os.environ.get("RANK", "?")

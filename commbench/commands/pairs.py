@@ -24,6 +24,10 @@ from commbench.plan import MeasureOptions, build_plan, measure_options, no_lefto
 from commbench.runner import run_plan
 
 DEFAULT_ROUNDS = lambda n: 2 * len(tournament(n)) if n <= FULL_COVERAGE_UP_TO else 16  # noqa: E731
+# Rounds x nodes: every rank holds the whole schedule (a partner per node and round), and the CLI one record per
+# pair, operation and round (about 2 KB in memory each) for the verdict: 250,000 keeps those near 500 MB (the
+# default 16 rounds up to 15,625 nodes).
+PAIR_SLOTS_MAX = 250_000
 SHARED = ("run_id", "size_bytes", "count", "dtype", "wrong", "backend", "launcher", "env", "topology", "versions",
           "timestamp", "iters", "warmup", "command")
 
@@ -61,14 +65,33 @@ def matrix(records, kind="sendrecv"):
 def judge(links, min_fraction):
     """(bad nodes, bad links) from {(a, b): busbw}. Each node is set against the links it is not on, so its own
     slow links never lower its yardstick (with 4 nodes, half the links touch any one of them)."""
-    hosts = sorted({h for pair in links for h in pair})
-    score = {h: statistics.median(bw for pair, bw in links.items() if h in pair) for h in hosts}
-    others = {h: [bw for pair, bw in links.items() if h not in pair] for h in hosts}
-    bad_nodes = [h for h in hosts if others[h] and score[h] < min_fraction * statistics.median(others[h])]
-    fine = {pair: bw for pair, bw in links.items() if not set(pair) & set(bad_nodes)}
+    ranked = sorted(links, key=links.get)   # linear in links after this sort: each node's own links by index
+    values, mine = [links[pair] for pair in ranked], {}
+    for i, pair in enumerate(ranked):
+        for h in pair:
+            mine.setdefault(h, []).append(i)
+    hosts = sorted(mine)
+    score = {h: statistics.median(values[i] for i in mine[h]) for h in hosts}
+    others = {h: _median_without(values, mine[h]) for h in hosts}
+    bad_nodes = [h for h in hosts if others[h] is not None and score[h] < min_fraction * others[h]]
+    bad = set(bad_nodes)
+    fine = {pair: bw for pair, bw in links.items() if not set(pair) & bad}
     typical = statistics.median(fine.values()) if fine else 0
     bad_links = [list(pair) for pair, bw in sorted(fine.items()) if bw < min_fraction * typical]
     return bad_nodes, bad_links
+
+
+def _median_without(values, skip):
+    """Median of sorted values without the indices in skip (ascending), in O(len(skip)); None if none is left."""
+    left = len(values) - len(skip)
+
+    def nth(rank):
+        for i in skip:
+            if i > rank:
+                break
+            rank += 1
+        return values[rank]
+    return (nth((left - 1) // 2) + nth(left // 2)) / 2 if left else None
 
 
 def verdict(records, min_fraction, run_id):
@@ -153,10 +176,14 @@ def pairs(rounds, size, min_fraction, plot, **kw):
     if (kw["min_bytes"], kw["max_bytes"]) != ("8", "256M"):
         raise UserError("pairs measures one size: give it as --size, not -b/-e")
     kw["min_bytes"] = kw["max_bytes"] = str(parse_size(size, "--size"))
+    rounds = rounds or DEFAULT_ROUNDS(spec.world_size)
+    if rounds * spec.world_size > PAIR_SLOTS_MAX:
+        raise UserError(f"{rounds} rounds x {spec.world_size} nodes is past {PAIR_SLOTS_MAX:,} (every rank holds "
+                        "the schedule, and the records of every pair, operation and round stay in memory for the "
+                        f"verdict): at most --rounds {max(1, PAIR_SLOTS_MAX // spec.world_size)} here")
     plan = build_plan(["pair"], take(kw, MeasureOptions), CaseOptions(), spec)
     configs = [{**cfg, "round": r, "partner": partner}
-               for r, partner in enumerate(tournament(spec.world_size, rounds or DEFAULT_ROUNDS(spec.world_size)))
-               for cfg in plan.configs]
+               for r, partner in enumerate(tournament(spec.world_size, rounds)) for cfg in plan.configs]
     plan = dataclasses.replace(plan, configs=configs, iter_stats=True)   # pairs need every rank's own time
     out, fmt, show_stats = kw.pop("out"), kw.pop("fmt"), kw.pop("show_stats")
     no_leftovers(kw)

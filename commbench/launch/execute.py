@@ -26,7 +26,7 @@ from pathlib import Path
 import click
 
 from benchcore import procs
-from benchcore.records import hostname
+from benchcore.records import hostname, new_output
 from benchcore.report import console
 from commbench.launch import local, mpirun, slurm, torchrun
 from commbench.launch.channel import Channel
@@ -35,19 +35,56 @@ from commbench.launch.torchrun import split_endpoint
 
 STOP_GRACE_S = 5   # a rank stopped past --hang-timeout + this is killed (rank 0's watchdog reports it first)
 AGENT_GRACE_S = 5  # an agent still running this long after one of its ranks failed is stuck: stopped
+STAGE_TIMEOUT_S = 120  # sbcast of the plan file to every node, and its removal after
 LAUNCHERS = {"local": local.commands, "torchrun": torchrun.commands, "slurm": slurm.commands}  # torch.distributed's
 
 
-def commands(spec, plan):
-    """[(argv, extra env)] for the processes this machine starts."""
+PLAN_FILE = "plan.json"   # in the launch directory
+
+
+def commands(spec, plan, plan_file):
+    """[(argv, extra env)] for the processes this machine starts, their workers reading plan_file."""
     if spec.backend == "mpi":
-        return mpirun.commands(spec, plan)
-    return LAUNCHERS[spec.launcher](spec, plan)
+        return mpirun.commands(spec, plan, plan_file)
+    return LAUNCHERS[spec.launcher](spec, plan, plan_file)
+
+
+def plan_place(spec, plan, logdir):
+    """Where this launch's plan file goes. The launch directory, which every rank of this machine reads (torchrun
+    nodes each write their own); mpirun across hosts (COMMBENCH_MPIRUN_ARGS): the working directory, which an MPI
+    job's hosts share (they cannot read this machine's temp dir); a dry run: the working directory, where the
+    lines it prints write it."""
+    if logdir is None or mpirun.across_hosts(spec):
+        return os.path.abspath(f"commbench-plan-{plan.run_id}.json")
+    return str(Path(logdir) / PLAN_FILE)
+
+
+def steps(spec, plan, plan_file):
+    """(before, [(argv, env)], after): what this machine runs for a launch whose plan is in plan_file; under Slurm
+    the plan is copied to every node of the allocation first (sbcast) and removed from them after."""
+    if spec.launcher != "slurm":
+        return [], commands(spec, plan, plan_file), []
+    there = slurm.node_plan_file(plan)
+    return [slurm.sbcast(plan_file, there)], commands(spec, plan, there), [slurm.unstage(spec, there)]
+
+
+def dry_run(spec, plan):
+    """Print what a launch runs, as lines a shell runs: the plan file written by a here-document (nothing is
+    written now), then the commands."""
+    path = plan_place(spec, plan, None)
+    before, cmds, after = steps(spec, plan, path)
+    click.echo(f"cat > {shlex.quote(path)} <<'PLAN'\n{plan.to_json()}\nPLAN")
+    for argv, env in [(argv, {}) for argv in before] + cmds:
+        click.echo(shell_line(argv, env))
+    if spec.launcher == "slurm" and spec.backend != "mpi" and spec.nodes > slurm.SHOWN_NODES:
+        click.echo(f"# nodes {slurm.SHOWN_NODES}..{spec.nodes - 1}: as node 1, each with its own NODE<i>_ADDR")
+    for argv in after:
+        click.echo(shlex.join(argv))
 
 
 def shell_line(argv, env):
     shown = {k: v for k, v in env.items() if k not in ("PYTHONUNBUFFERED", ADDR_ENV)}
-    return shlex.join([f"{k}={v}" for k, v in shown.items()] + argv)
+    return " ".join([f"{k}={shlex.quote(v)}" for k, v in shown.items()] + [shlex.join(argv)])  # a shell assigns
 
 
 @dataclass
@@ -90,16 +127,23 @@ def execute(spec, plan, writer=None, progress_label="measuring", max_seconds=Non
     """
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    cmds = commands(spec, plan)
     if spec.dry_run:
-        for argv, env in cmds:
-            click.echo(shell_line(argv, env))
+        dry_run(spec, plan)
         return LaunchResult(0, [], [])
     logdir = Path(tempfile.mkdtemp(prefix="commbench-logs-"))
     channel = Channel(logdir / CHANNEL, writer)
     agents, logs, ranks, faults, killed, stopped_since, failed_at = [], [], {}, [], set(), {}, None
     stopped_killed = False   # a rank stopped past --hang-timeout was killed here: the run hung
+    plan_file, outside, after = plan_place(spec, plan, logdir), None, []
     try:
+        if not plan_file.startswith(str(logdir)):
+            outside = new_output(plan_file, "plan file")   # never the user's own file of that name
+        plan.write(plan_file)
+        before, cmds, after = steps(spec, plan, plan_file)
+        for argv in before:
+            why = _staged(argv)
+            if why:
+                return LaunchResult(1, [], [f"{shlex.join(argv)} failed: {why}"])
         for i, (argv, env) in enumerate(cmds):
             log = open(logdir / f"agent{i}.log", "w+")
             logs.append(log)
@@ -168,7 +212,22 @@ def execute(spec, plan, writer=None, progress_label="measuring", max_seconds=Non
         channel.poll()
         for log in logs:
             log.close()
+        for argv in after:   # best effort: a node that is gone keeps a small file in its temp dir
+            _staged(argv)
+        if outside and os.path.exists(outside):
+            os.unlink(outside)
         shutil.rmtree(logdir, ignore_errors=True)
+
+
+def _staged(argv):
+    """Run a staging command (sbcast, its clean-up) to its end: None, or why it failed in one line."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=STAGE_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    if done.returncode:
+        return (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+    return None
 
 
 def _stop(agents, ranks=None, grace=10):

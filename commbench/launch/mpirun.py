@@ -140,9 +140,15 @@ def _checked_mpirun(dry_run):
     return path, vendor, version
 
 
-def commands(spec, plan):
-    """[(argv, env)]: one mpirun (or srun) that starts every rank of the plan."""
-    worker = [sys.executable, "-m", "commbench.worker", "--plan", plan.to_json()]
+def across_hosts(spec):
+    """mpirun starts ranks on other hosts (COMMBENCH_MPIRUN_ARGS names them): they cannot read this machine's
+    temp dir."""
+    return spec.backend == "mpi" and spec.launcher == "mpirun" and bool(os.environ.get(MPIRUN_ARGS_ENV, "").strip())
+
+
+def commands(spec, plan, plan_file):
+    """[(argv, env)]: one mpirun (or srun) that starts every rank of the plan, each reading plan_file."""
+    worker = [sys.executable, "-m", "commbench.worker", "--plan-file", plan_file]
     env = {**spec.env, "PYTHONUNBUFFERED": "1",
            USER_VARS_ENV: json.dumps({k: v for k, v in sorted(os.environ.items()) if k.startswith(MCA_PREFIXES)})}
     if spec.nproc_per_node > 1 and "OMP_NUM_THREADS" not in os.environ:
@@ -160,8 +166,11 @@ def commands(spec, plan):
 def _needs(spec, vendor, version, env):
     """mpirun arguments (and env) this machine needs, each said once in spec.notes: emulated nodes, and for
     Open MPI root and oversubscription."""
-    args, hosts_given = [], bool(os.environ.get(MPIRUN_ARGS_ENV, "").strip())
-    if not hosts_given and spec.nodes > 1:
+    args, hosts_given = [], across_hosts(spec)
+    if hosts_given:
+        _note(spec, "mpirun across hosts: the plan file goes in this directory (commbench-plan-RUN_ID.json, removed "
+                    "after the run), which every host must see at the same path")
+    elif spec.nodes > 1:
         env[RANKS_PER_NODE_ENV] = str(spec.nproc_per_node)
         _note(spec, f"{spec.nodes} nodes emulated on this machine: {spec.nproc_per_node} consecutive ranks per node "
                     f"(real hosts: {MPIRUN_ARGS_ENV}='--hostfile FILE')")

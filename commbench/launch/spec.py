@@ -6,11 +6,20 @@ from dataclasses import dataclass, field
 import click
 
 from benchcore.errors import UserError
+from benchcore.units import format_size
 from commbench.launch import mpirun
 from commbench.launch.torchrun import split_endpoint
 
 LAUNCHERS = ("auto", "local", "torchrun", "slurm", "mpirun")
 BACKENDS = ("auto", "nccl", "gloo", "mpi")
+# Every emulated node and rank on this machine is a process that imports torch: measured here (torch 2.13 CPU, a
+# 2-rank local run) torchrun's agent and each worker hold 227-232 MB resident before any buffer. 200 MiB each is
+# less than any of them: what this refuses could never start (the plan's buffers are judged at launch).
+PROCESS_FLOOR_BYTES = 200 << 20
+# Gloo connects every pair of ranks when its process group starts, so start-up grows as ranks squared: 46 min at
+# 8,192 ranks (Meta's measurement in pytorch/gloo#408). A world that would still be connecting when --timeout
+# ends cannot start.
+GLOO_START = (46 * 60, 8192)   # (seconds, ranks)
 
 
 @dataclass
@@ -121,7 +130,40 @@ def spec_from_options(kw):
                           "show it")
     if spec.launcher == "slurm" and not os.environ.get("SLURM_JOB_ID") and not spec.dry_run:
         raise UserError("--launcher slurm needs a Slurm allocation (SLURM_JOB_ID is not set)")
+    check_scale(spec)
     return spec
+
+
+def check_scale(spec):
+    """Refuse, in one line and before any plan is built, a world the launcher cannot start: more torch processes
+    than this machine's memory holds where every rank runs here, and a Gloo world whose start-up outlasts
+    --timeout."""
+    here = {"local": spec.nodes * (spec.nproc_per_node + 1)}   # an agent per node, a worker per rank
+    if not mpirun.across_hosts(spec):
+        here["mpirun"] = spec.world_size
+    processes, total = here.get(spec.launcher), mem_total()
+    if processes and processes * PROCESS_FLOOR_BYTES > total:
+        raise UserError(f"--nodes {spec.nodes} x --nproc-per-node {spec.nproc_per_node} on this machine "
+                        f"(--launcher {spec.launcher}) is {processes} torch processes, at least "
+                        f"{format_size(processes * PROCESS_FLOOR_BYTES, approx=True)} ({PROCESS_FLOOR_BYTES >> 20} MiB "
+                        f"each); this machine has {format_size(total, approx=True)}: fewer, or real nodes "
+                        "(--launcher torchrun, slurm or mpirun with hosts)")
+    if spec.backend != "mpi" and not spec.may_use_nccl():
+        seconds, ranks = GLOO_START
+        start = seconds * (spec.world_size / ranks) ** 2
+        if start > spec.timeout:
+            raise UserError(f"{spec.world_size} Gloo ranks take about {start / 60:.0f} min to connect (every pair; "
+                            f"{seconds // 60} min at {ranks} ranks, pytorch/gloo#408), past --timeout "
+                            f"{spec.timeout:g} s: fewer ranks, NCCL on GPUs, or a longer --timeout")
+
+
+def mem_total():
+    """Bytes of memory this machine has (MemTotal)."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    return 0
 
 
 def gpu_memories():

@@ -81,9 +81,9 @@ def store_timeout(spec):
     return int(max(5, min(60, spec.rdzv_timeout / 2)))
 
 
-def agent_argv(spec, endpoint, run_id, is_host, local_addr, plan_json):
+def agent_argv(spec, endpoint, run_id, is_host, local_addr, plan_file):
     conf = f"is_host={int(is_host)},join_timeout={int(spec.rdzv_timeout)},read_timeout={store_timeout(spec)}"
-    return torchrun_argv("commbench.worker", ["--plan", plan_json], spec.nproc_per_node, nnodes=spec.nodes,
+    return torchrun_argv("commbench.worker", ["--plan-file", plan_file], spec.nproc_per_node, nnodes=spec.nodes,
                          endpoint=endpoint, rdzv_id=run_id, rdzv_conf=conf, local_addr=local_addr)
 
 
@@ -106,9 +106,9 @@ def node_env(spec, host, record_node):
     return env, local
 
 
-def commands(spec, plan):
-    """[(argv, env)]: this node's agent, joining the rendezvous at --rdzv-endpoint."""
+def commands(spec, plan, plan_file):
+    """[(argv, env)]: this node's agent, joining the rendezvous at --rdzv-endpoint (its plan file is this node's)."""
     host, port = split_endpoint(spec.rdzv_endpoint)
     env, local = node_env(spec, host, spec.node_rank == 0)
     rdzv_id = f"commbench-{port}"  # every node derives the same id; each one's run_id is its own
-    return [(agent_argv(spec, spec.rdzv_endpoint, rdzv_id, spec.node_rank == 0, local, plan.to_json()), env)]
+    return [(agent_argv(spec, spec.rdzv_endpoint, rdzv_id, spec.node_rank == 0, local, plan_file), env)]

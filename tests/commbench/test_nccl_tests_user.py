@@ -21,7 +21,7 @@ def test_one_size_whatever_the_factor_in_bounded_memory(factor):
     proc = run_tool("commbench", "run", "-b", "1K", "-e", "1K", "-f", factor, "--dry-run", timeout=30,
                     memory_limit=CLI_MEMORY)
     assert proc.returncode == 0, proc.stderr
-    plan = json.loads(proc.stdout.split("--plan ", 1)[1].strip().strip("'"))
+    plan = json.loads(proc.stdout.splitlines()[1])   # the plan file's here-document
     assert plan["sizes"] == [1024]
 
 

@@ -113,7 +113,8 @@ def test_peer_that_never_arrives_ends_with_a_clear_error():
     (["run", "--dtype", "float8"], "unknown dtype"),
     (["run", "--op", "avg"], "-o/--op avg needs NCCL"),
     (["run", "-d", "f8e4m3"], "needs NCCL"),
-    (["run", "-d", "int8", "--nproc-per-node", 200, "--dry-run"], "cannot hold a sum over 200 ranks"),
+    (["run", "-d", "int8", "--nproc-per-node", 200, "--launcher", "slurm", "--dry-run"],
+     "cannot hold a sum over 200 ranks"),
     (["run", "-G", "5"], "NCCL on GPUs only"),
     (["run", "-N", "0"], "-N/--cycles must be at least 1"),
     (["run", "-r", "2"], "not a rank of 0..1"),
@@ -133,8 +134,9 @@ def test_bad_input_is_one_line_before_any_launch(args, needle):
 
 def test_dry_run_prints_the_torchrun_lines():
     proc = run_tool("commbench", "ring", "--nodes", 2, "--dry-run", "-e", "1K")
-    lines = proc.stdout.splitlines()
-    assert proc.returncode == 0 and len(lines) == 2
+    heredoc, plan, end, *lines = proc.stdout.splitlines()
+    assert proc.returncode == 0 and len(lines) == 2 and heredoc.endswith("<<'PLAN'") and end == "PLAN"
+    assert all(ln.endswith(f"--plan-file {heredoc.split()[2]}") for ln in lines) and json.loads(plan)["configs"]
     assert all("torch.distributed.run --nnodes 2" in ln and "--rdzv-backend c10d" in ln for ln in lines)
     assert "is_host=1" in lines[0] and "is_host=0" in lines[1]
 
@@ -162,8 +164,10 @@ def test_slurm_dry_run_prints_srun_and_the_torchrun_line_of_each_node():
     """--nodes comes from the allocation; node 0 of it serves the rendezvous."""
     proc = run_tool("commbench", "ring", "--dry-run", "-e", "1K", env=SLURM)
     assert proc.returncode == 0, proc.stderr
-    srun, node0, node1 = proc.stdout.splitlines()
+    _, _, _, sbcast, srun, node0, node1, unstage = proc.stdout.splitlines()
     assert srun.startswith("srun --nodes 2 --ntasks-per-node 1") and '"endpoint":"gpu07:29742"' in srun
+    there = sbcast.split()[2]   # every node's copy of the plan file, made by sbcast and removed after
+    assert there.endswith("-4242.json") and f'"plan_file":"{there}"' in srun and unstage.endswith(f"rm -f {there}")
     for line, host in ((node0, 1), (node1, 0)):
         assert "torch.distributed.run --nnodes 2" in line and "--rdzv-endpoint gpu07:29742" in line
         assert f"is_host={host}" in line
@@ -178,7 +182,9 @@ def test_slurm_node_agent_becomes_torchrun_and_measures(tmp_path):
                       backend="gloo", timeout=60, rdzv_timeout=30, dry_run=False, verbose=False)
     plan = Plan(run_id="agent-test", sizes=[4096], iters=2, warmup=1, backend="gloo", timeout=60, launcher="slurm",
                 configs=[{"case": "all_reduce", "in_place": True, "dtype": "float32", "op": "sum", "root": None}])
-    agent = json.dumps({"spec": spec.__dict__, "plan": plan.to_json(), "endpoint": f"127.0.0.1:{free_port()}"})
+    plan.write(tmp_path / "plan.json")
+    agent = json.dumps({"spec": spec.__dict__, "run_id": plan.run_id, "plan_file": str(tmp_path / "plan.json"),
+                        "endpoint": f"127.0.0.1:{free_port()}"})
     proc = subprocess.run([sys.executable, "-m", "commbench.launch.slurm", agent], capture_output=True, text=True,
                           timeout=120, env={**os.environ, "SLURM_NODEID": "0", STATUS_ENV: str(tmp_path)})
     assert proc.returncode == 0, proc.stderr[-2000:]

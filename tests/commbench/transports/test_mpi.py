@@ -208,12 +208,14 @@ def test_slurm_dry_run_is_one_srun_of_every_mpi_rank():
 
 
 @pytest.mark.slow
-def test_ranks_of_another_mpis_launcher_are_told_in_one_line():
+def test_ranks_of_another_mpis_launcher_are_told_in_one_line(tmp_path):
     """A Hydra-style launcher (PMI_SIZE=2) whose MPI is not mpi4py's: each rank initialises alone; it says so."""
     plan = Plan(run_id="x", sizes=[8], configs=[{"case": "all_reduce", "in_place": True, "dtype": "float32",
                                                   "op": "sum", "root": None}], backend="mpi")
-    proc = subprocess.run([sys.executable, "-m", "commbench.worker", "--plan", plan.to_json()], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "PMI_SIZE": "2", "PMI_RANK": "0"})
+    plan.write(tmp_path / "plan.json")
+    proc = subprocess.run([sys.executable, "-m", "commbench.worker", "--plan-file", tmp_path / "plan.json"],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PMI_SIZE": "2", "PMI_RANK": "0"})
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert proc.stderr.splitlines()[0].startswith("commbench-worker: rank 0 on ")
     assert "mpi4py sees 1 rank(s) but the launcher started 2" in proc.stderr.splitlines()[0]
