@@ -86,17 +86,17 @@ class Table:
     failed: int = None                            # Out of bounds values : N FAILED
     footer_line: int = None
     cycle: int = 0                                # rccl-tests' '# Testing N cycle.'
-    why: str = None                               # the first line after the last row that says what went wrong
+    after: list = field(default_factory=list)     # the first MAX_AFTER lines after the last row (for a reason)
     seen: dict = field(default_factory=dict)      # row key -> times seen (repeats are cycles)
     cycled: bool = False                          # a record of the table has a cycle: every record says its own
 
     def note(self, line):
-        if self.why is None and CRASH.search(line):
-            self.why = line
+        if len(self.after) < MAX_AFTER:
+            self.after.append(line)
 
     def add(self, n, row):
         self.rows.append((n, row, self.cycle))
-        self.count, self.last, self.why, self.cut = self.count + 1, n, None, None
+        self.count, self.last, self.after, self.cut = self.count + 1, n, [], None
 
 
 def text_lines(text):
@@ -116,7 +116,7 @@ def logical_lines(numbered):
         line = clean(line.rstrip("\r\n"))
         if line.startswith("```"):
             continue
-        m = NCCL_LOG.search(line)
+        m = NCCL_LOG.search(line) if "CCL " in line else None
         if m and m.start() > 0 and not line.startswith("#"):
             head = line[:m.start()].strip()
             if head and head.split()[0].isdigit():
@@ -127,7 +127,7 @@ def logical_lines(numbered):
                                                                  for t in line.split()):
             line, n = pending[1] + "  " + line, pending[0]
             pending = None
-        elif pending and line and not NCCL_LOG.search(line):
+        elif pending and line and not m:
             yield pending[0], pending[1], True   # the row never continued: cut
             pending = None
         yield n, line, not ended
@@ -144,6 +144,7 @@ def parse(text, source_file, run_id):
 
 
 MAX_ROWS = 4096     # rows of one table held before they become records (a real table has a few dozen)
+MAX_AFTER = 1000    # lines after a table's last row searched for why it ended early
 
 
 def stream(numbered, source_file, run_id):
@@ -185,28 +186,28 @@ def stream(numbered, source_file, run_id):
         if "Blocking Enabled" in line:
             ctx.blocking = True
             continue
-        m = DEVICE.search(line)
-        if m and line.lstrip("#").lstrip().startswith("Rank"):
+        m = line.lstrip("#").lstrip().startswith("Rank") and DEVICE.search(line)
+        if m:
             ctx.ranks[int(m.group(1))] = m.group(2)
             continue
         m = COMMBENCH.search(line)
         if m:
             ctx.commbench = (m.group(1), int(m.group(2)), int(m.group(3)), [h.strip() for h in m.group(4).split(",")])
             continue
-        for key, pattern in VERSIONS:
+        for key, pattern in VERSIONS if "ersion" in line else ():
             v = pattern.search(line)
             if v:
                 ctx.versions[key], marked = v.group(1), True
-        e = ENV.search(line)
+        e = ENV.search(line) if "set by environment" in line else None
         if e:
             ctx.env[e.group(1)] = e.group(2)
-        if NCCL_LOG.search(line):
+        if "CCL " in line and NCCL_LOG.search(line):
             if current is not None and not current.ended:
                 current.note(line)
             continue
-        if PROGRAM.search(" " + line) and not (current and current.count and not current.ended):
+        if "_perf" in line and PROGRAM.search(" " + line) and not (current and current.count and not current.ended):
             hint = PROGRAM.findall(" " + line)[0]    # a command line naming the binary
-        if placement_labels(line) and not header(line, None):
+        if "place" in line and placement_labels(line) and not header(line, None):
             labels = placement_labels(line)
             continue
         layout = header(line, labels)
@@ -330,7 +331,8 @@ def _events(table):
         where = (f"a row cut mid-way at line {table.cut}" if table.cut else
                  f"{table.count} complete row(s)" if table.count else "its header")
         reason = f"{name or 'the'} table ends after {where} without nccl-tests' footer"
-        out.append(("truncated", reason + (f"; the log says: {table.why}" if table.why else
+        why = next((line for line in table.after if CRASH.search(line)), None)
+        out.append(("truncated", reason + (f"; the log says: {why}" if why else
                                            "; the log shows no reason"),
                     table.cut or table.last or table.line, name, hosts))
     if table.failed:

@@ -101,6 +101,15 @@ def new_output(path, what, suffixes=()):
     return str(path)
 
 
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def new_output_option(what, suffixes=()):
+    """A click callback checking an output option with new_output as the command line is read, so a refusal
+    comes before anything runs: `@click.option("--plot", callback=new_output_option("--plot", PLOT_SUFFIXES))`."""
+    return lambda ctx, param, value: new_output(value, what, suffixes)
+
+
 def _finite(value):
     """value with every float that is not finite replaced by None, and the paths of those replaced."""
     if isinstance(value, float) and not math.isfinite(value):
