@@ -283,6 +283,14 @@ def _records(table, source_file, run_id):
         backend, world = ctx.commbench[:2]
     nodes = ctx.commbench[2] if ctx.commbench else (len(hosts) if hosts else None)
     settings = ctx.settings
+    common = dict(run_id=run_id, collective=collective, world_size=world, nodes=nodes, backend=backend,
+                  blocking=ctx.blocking if ctx.blocking else (False if settings else None), env=dict(ctx.env),
+                  hosts=hosts, versions=dict(ctx.versions) or None, source_file=source_file, source_format=FORMAT)
+    if settings:
+        common.update(iters=settings["iters"], warmup=settings["warmup"], agg_iters=settings["agg_iters"])
+    if layout.cpu or settings.get("graph"):   # otherwise nccl-tests times on the host around a sync
+        common["time_source"] = "cpu" if layout.cpu else "cuda_graph"
+    base = schema.measurement("commbench", **common)   # checked once; each record is a copy with its row's values
     seen, out = table.seen, []
     for n, row, cycle in table.rows:
         dtype, word = DTYPES.get(row["type"], (row["type"], None))
@@ -293,27 +301,19 @@ def _records(table, source_file, run_id):
             if all(vals.get(c) is None for c in ("time", "algbw", "busbw")):
                 continue                                     # N/A: this placement was not measured
             wrong = vals.get("wrong")
-            fields = dict(
-                run_id=run_id, collective=collective, size_bytes=row["size"],
-                count=row["size"] // word if word else row["count"], dtype=dtype,
-                op=None if row["op"] in (None, "none") else row["op"], in_place=in_place,
-                blocking=ctx.blocking if ctx.blocking else (False if settings else None),
-                time_us=vals["time"] * layout.time_us if vals.get("time") is not None else None,
-                algbw_gbps=vals.get("algbw"), busbw_gbps=vals.get("busbw"),
-                wrong=int(wrong) if wrong is not None else None, world_size=world, nodes=nodes, backend=backend,
-                env=dict(ctx.env), hosts=hosts, versions=dict(ctx.versions) or None,
-                source_file=source_file, source_format=FORMAT, source_line=n)
+            rec = dict(base)
+            rec.update(size_bytes=row["size"], count=row["size"] // word if word else row["count"], dtype=dtype,
+                       op=None if row["op"] in (None, "none") else row["op"], in_place=in_place,
+                       time_us=vals["time"] * layout.time_us if vals.get("time") is not None else None,
+                       algbw_gbps=vals.get("algbw"), busbw_gbps=vals.get("busbw"),
+                       wrong=int(wrong) if wrong is not None else None, source_line=n)
             if row["root"] is not None and row["root"] >= 0:
-                fields["root"] = row["root"]
+                rec["root"] = row["root"]
             if "error" in vals:
-                fields["check_error"] = vals["error"]
-            if settings:
-                fields.update(iters=settings["iters"], warmup=settings["warmup"], agg_iters=settings["agg_iters"])
-            if layout.cpu or settings.get("graph"):   # otherwise nccl-tests times on the host around a sync
-                fields["time_source"] = "cpu" if layout.cpu else "cuda_graph"
+                rec["check_error"] = vals["error"]
             if repeat:
-                fields["cycle"] = repeat
-            out.append(schema.measurement("commbench", **fields))
+                rec["cycle"] = repeat
+            out.append(rec)
     table.rows = []
     table.cycled = table.cycled or any("cycle" in r for r in out)
     if table.cycled:              # as commbench: every record of a multi-cycle run says its cycle
