@@ -9,7 +9,7 @@ import click
 
 from benchcore import diff, reportpage
 from benchcore.errors import UserError
-from benchcore.inputs import name
+from benchcore.inputs import name, shown
 from benchcore.records import RecordWriter, dumps, output_file
 from benchcore.results import TOOLS, expand, load_many, measurements, records_of
 
@@ -82,7 +82,7 @@ def _convert(path, writer, to_stdout):
         elif to_stdout:
             sys.stdout.write(dumps(rec) + "\n")
         if rec.get("event"):
-            events.append(f"{rec['event']}: {rec['reason']}")
+            events.append(shown(f"{rec['event']}: {rec['reason']}", 300))
         elif rec.get("tool") in TOOLS:
             found += 1
     return fmt, found, ", ".join(events)

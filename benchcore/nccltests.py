@@ -92,7 +92,7 @@ class Table:
 
     def note(self, line):
         if len(self.after) < MAX_AFTER:
-            self.after.append(line)
+            self.after.append(line[:EXCERPT])
 
     def add(self, n, row):
         self.rows.append((n, row, self.cycle))
@@ -145,6 +145,7 @@ def parse(text, source_file, run_id):
 
 MAX_ROWS = 4096     # rows of one table held before they become records (a real table has a few dozen)
 MAX_AFTER = 1000    # lines after a table's last row searched for why it ended early
+EXCERPT = 300       # characters of such a line kept (the reason quotes it)
 
 
 def stream(numbered, source_file, run_id):
@@ -170,7 +171,7 @@ def stream(numbered, source_file, run_id):
                         yield from _records(current, source_file, run_id)
                 continue
         if not tables and crash[1] is None and CRASH.search(line):
-            crash = (n, line)
+            crash = (n, line[:EXCERPT])
         start, settings = STARTING.search(line), NTHREAD.search(line)
         if start or settings:
             marked = True

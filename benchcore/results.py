@@ -123,7 +123,7 @@ def _refusing(path, fmt, head, convert):
             raise
         raise UserError(f"{name(path)}: not usable fio JSON: {shown(str(exc))}") from None
     except UserError as exc:
-        start = "" if fmt == "fio-json" else f" (it starts: {fiojson.one_line(head, 100)})"
+        start = "" if fmt == "fio-json" else f" (it starts: {shown(fiojson.one_line(head, 100))})"
         raise UserError(f"{name(path)}: {exc}{start}") from None
 
 
