@@ -3,15 +3,15 @@
 Everything they do lives in benchcore.results, benchcore.diff and benchcore.reportpage, imported when a
 command runs, so neither CLI pays for pandas or matplotlib at start.
 """
-import json
 import sys
 
 import click
 
 from benchcore import diff, reportpage
 from benchcore.errors import UserError
-from benchcore.records import RecordWriter, output_file
-from benchcore.results import expand, load, load_many, measurements
+from benchcore.inputs import name, shown
+from benchcore.records import RecordWriter, dumps, output_file
+from benchcore.results import TOOLS, expand, load_many, measurements, records_of
 
 EXAMPLES = {
     "commbench": ("all_reduce_perf.log rccl-2023.txt", "last-year.log results.jsonl", "results.jsonl old.log"),
@@ -29,7 +29,7 @@ def _load_side(paths, what):
     if refused:
         raise UserError("; ".join(refused))
     if not measurements(records):
-        raise UserError(f"{what} {', '.join(paths)} holds no measurements")
+        raise UserError(f"{what} {', '.join(name(p) for p in paths)} holds no measurements")
     return records
 
 
@@ -45,28 +45,20 @@ def import_command(tool):
         Example:
           {tool} import {files} --out records.jsonl""")
     @click.argument("paths", nargs=-1, required=True)
-    @click.option("--out", default=None, help="Append the records to this JSONL file (default: JSON lines on stdout).")
+    @click.option("--out", default=None,
+                  help="Append the records to this JSONL file (default: JSON lines on stdout; /dev/null: nowhere).")
     def command(paths, out):
-        path = output_file(out) if out else None
-        writer = RecordWriter(path) if path else None
+        path = output_file(out) if out is not None else None
+        writer = RecordWriter(path, every=False) if path else None   # one fsync at the end, not one per record
         refused = []
         try:
-            for name in expand(paths):
+            for source in expand(paths):
                 try:
-                    loaded = load(name)
-                    if loaded.format == "records":
-                        raise UserError(f"{name}: already records of the suite (JSONL): nothing to import")
+                    fmt, found, events = _convert(source, writer, out is None)
                 except UserError as exc:
                     refused.append(str(exc))
                     continue
-                for rec in loaded.records:
-                    if writer:
-                        writer.write(rec)
-                    else:
-                        sys.stdout.write(json.dumps(rec, default=str) + "\n")
-                found = len(measurements(loaded.records))
-                events = ", ".join(f"{r['event']}: {r['reason']}" for r in loaded.records if r.get("event"))
-                click.echo(f"{name}: {found} measurements ({loaded.format})" + (f"; {events}" if events else ""),
+                click.echo(f"{name(source)}: {found} measurements ({fmt})" + (f"; {events}" if events else ""),
                            err=True)
         finally:
             if writer:
@@ -75,6 +67,25 @@ def import_command(tool):
         if refused:
             sys.exit(2)
     return command
+
+
+def _convert(path, writer, to_stdout):
+    """Write one file's records to writer (or stdout, or nowhere) as they are read; (format, measurements,
+    'event: reason, ...')."""
+    fmt, records = records_of(path)
+    if fmt == "records":
+        raise UserError(f"{name(path)}: already records of the suite (JSONL): nothing to import")
+    found, events = 0, []
+    for rec in records:
+        if writer:
+            writer.write(rec)
+        elif to_stdout:
+            sys.stdout.write(dumps(rec) + "\n")
+        if rec.get("event"):
+            events.append(shown(f"{rec['event']}: {rec['reason']}", 300))
+        elif rec.get("tool") in TOOLS:
+            found += 1
+    return fmt, found, ", ".join(events)
 
 
 def diff_command(tool):

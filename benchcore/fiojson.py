@@ -12,6 +12,7 @@ magnitude of a number:
 Measurements use us, MB/s (1e6 B/s) and bytes. fio may print notes, errors or "fio: terminating on signal N"
 before its JSON on stdout, so parsing starts at the JSON object.
 """
+import collections
 import datetime
 import json
 import os
@@ -19,12 +20,14 @@ import re
 from dataclasses import dataclass
 
 from benchcore.errors import UserError
+from benchcore.inputs import shown
 from benchcore.procs import one_line
 from benchcore.units import parse_size
 
 PERCENTILES = {"lat_p50_us": "50.000000", "lat_p99_us": "99.000000", "lat_p999_us": "99.900000"}
 FSYNC_PERCENTILES = {"fsync_lat_p99_us": "99.000000", "fsync_lat_p999_us": "99.900000"}
 DIRECTIONS = ("read", "write", "trim", "mixed")   # mixed: unified_rw_reporting
+INF = float("inf")
 INTERRUPTED = re.compile(r"^fio: terminating on signal (\d+)", re.MULTILINE)
 
 # (first fio version with the change, the change): the table the Units below are built from
@@ -88,6 +91,9 @@ def find_json(text):
         except json.JSONDecodeError as exc:
             error = error or exc
             continue
+        except RecursionError:
+            error = error or "nested too deep"
+            continue
         if isinstance(data, dict) and isinstance(data.get("jobs"), list):
             return data, start
         other = other or data
@@ -111,10 +117,10 @@ def parse_output(stdout, stderr="", what="fio"):
 def percentile(stats, key, to_us=0.001):
     """A percentile in us, or None when too few samples lie beyond it (fewer than 1/(1-p) in all).
     Without a sample count (old fio) the value is kept as published."""
-    value = (stats.get("percentile") or {}).get(key)
+    value = _number(_object(stats.get("percentile"), "percentile"), key, "percentile", required=False)
     if value is None:
         return None
-    samples = stats.get("N")
+    samples = _number(stats, "N", "latency", required=False)
     if samples is not None and samples * (1 - float(key) / 100) < 1 - 1e-9:
         return None
     return value * to_us
@@ -122,18 +128,18 @@ def percentile(stats, key, to_us=0.001):
 
 def _latency(section, u):
     """(kind, stats): total latency when fio reports its percentiles, else completion latency."""
-    lat = section.get("lat" + u.lat_key) or {}
+    lat = _object(section.get("lat" + u.lat_key), "lat" + u.lat_key)
     if lat.get("percentile"):
         return "lat", lat
-    return "clat", section.get("clat" + u.lat_key) or {}
+    return "clat", _object(section.get("clat" + u.lat_key), "clat" + u.lat_key)
 
 
 def _job_names(jobs):
     """fio's job names, numbered name.0, name.1, ... where one name has several jobs (numjobs, no group_reporting)."""
-    names = [j.get("jobname") for j in jobs]
-    seen, out = {}, []
+    names = [str(j.get("jobname")) for j in jobs]
+    counts, seen, out = collections.Counter(names), {}, []
     for name in names:
-        if names.count(name) > 1:
+        if counts[name] > 1:
             out.append(f"{name}.{seen.setdefault(name, 0)}")
             seen[name] += 1
         else:
@@ -149,34 +155,63 @@ def _check_keys(section, u):
                         f"clat{other}: not as that fio version writes it")
 
 
-def _direction(section, u, opts, known, sync, job):
+def _object(value, where):
+    """A JSON object of the document ({} where absent); UserError when it is something else."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise UserError(f"{where} is a JSON {type(value).__name__}, not an object: not as fio writes it")
+    return value
+
+
+def _number(section, key, where, required=True):
+    """A number of the document (None where absent and not required); UserError when it is something else."""
+    value = section.get(key)
+    if value is None and not required:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value in (INF, -INF):
+        raise UserError(f"{where}: {key} is {'missing' if value is None else 'not a number'}: not as fio writes it")
+    return value
+
+
+def _option(opts, key, default):
+    """A whole-number fio option (numjobs, iodepth, ...) as int; UserError when it is not one."""
+    try:
+        return int(opts.get(key, default))
+    except ValueError:
+        raise UserError(f"option {key}={opts[key]!r} is not a whole number: not as fio writes it") from None
+
+
+def _direction(section, u, opts, known, sync, job, where):
     kind, lat = _latency(section, u)
     samples = lat.get("N", section.get("total_ios"))
-    numjobs = int(opts.get("numjobs", 1)) if known else None
-    runtime_s = section["runtime"] / 1000.0
-    bw = section["bw_bytes"] / 1e6 if u.bw_bytes else section["bw"] * 1024 / 1e6
+    numjobs = _option(opts, "numjobs", 1) if known else None
+    runtime_s = _number(section, "runtime", where) / 1000.0
+    bw = _number(section, "bw_bytes", where) / 1e6 if u.bw_bytes else _number(section, "bw", where) * 1024 / 1e6
+    mean = _number(lat, "mean", where, required=False)
     rec = {"rw": opts.get("rw", "read") if known else None,
            "bs_bytes": plain_size(opts.get("bs", opts.get("blocksize", "4k"))) if known else None,
-           "iodepth": int(opts.get("iodepth", 1)) if known else None, "numjobs": numjobs,
-           "direct": int(opts.get("direct", 0)) if known else None,
+           "iodepth": _option(opts, "iodepth", 1) if known else None, "numjobs": numjobs,
+           "direct": _option(opts, "direct", 0) if known else None,
            "size_bytes": working_set(opts) if known else None, "ioengine": opts.get("ioengine"),
-           "io_bytes": section["io_bytes"] * u.io_bytes, "runtime_s": runtime_s, "iops": section["iops"],
-           "bw_mbps": bw, "lat_kind": kind,
-           "lat_mean_us": lat["mean"] * u.lat_us if lat.get("mean") is not None else None, "lat_samples": samples}
+           "io_bytes": _number(section, "io_bytes", where) * u.io_bytes, "runtime_s": runtime_s,
+           "iops": _number(section, "iops", where), "bw_mbps": bw, "lat_kind": kind,
+           "lat_mean_us": mean * u.lat_us if mean is not None else None, "lat_samples": samples}
     rec.update({key: percentile({**lat, "N": samples}, p, u.lat_us) for key, p in PERCENTILES.items()})
     if sync.get("total_ios"):
-        sync_lat = sync.get("lat" + u.lat_key) or {}
-        rec["fsync_lat_mean_us"] = sync_lat["mean"] * u.lat_us if sync_lat.get("mean") is not None else None
+        sync_lat = _object(sync.get("lat" + u.lat_key), "sync")
+        sync_mean = _number(sync_lat, "mean", where, required=False)
+        rec["fsync_lat_mean_us"] = sync_mean * u.lat_us if sync_mean is not None else None
         rec["fsync_samples"] = sync_lat.get("N", sync.get("total_ios"))
         rec.update({key: percentile(sync_lat, p, u.lat_us) for key, p in FSYNC_PERCENTILES.items()})
-    if known and int(opts.get("end_fsync", 0)) and section is job.get("write") and job.get("job_runtime"):
+    if known and _option(opts, "end_fsync", 0) and section is job.get("write") and job.get("job_runtime"):
         # fio times the end fsync inside the job but reports no latency for it: a rank's mean
         # runtime minus the time its write() calls took.
-        per_rank_s = job["job_runtime"] / 1000.0 / numjobs
-        writes_s = section["total_ios"] / numjobs * (rec["lat_mean_us"] or 0) / 1e6
+        per_rank_s = _number(job, "job_runtime", where) / 1000.0 / numjobs
+        writes_s = _number(section, "total_ios", where) / numjobs * (rec["lat_mean_us"] or 0) / 1e6
         rec["end_fsync_s"] = max(0.0, per_rank_s - writes_s)
     if known and "nrfiles" in opts and plain_size(opts.get("filesize", "")) == rec["bs_bytes"] and runtime_s:
-        files = int(opts["nrfiles"]) * numjobs  # one write per file: create, write, fsync, close
+        files = _option(opts, "nrfiles", 1) * numjobs  # one write per file: create, write, fsync, close
         rec.update(files=files, files_per_s=files / runtime_s, file_lat_mean_us=runtime_s * 1e6 * numjobs / files)
     return rec
 
@@ -185,21 +220,34 @@ def job_results(data):
     """[(job, name, options, error code, [measurement per direction that moved data])] per job in data."""
     u = units(data.get("fio version"))
     jobs = data.get("jobs", [])
+    bad = next((i for i, job in enumerate(jobs) if not isinstance(job, dict)), None)
+    if bad is not None:
+        what = "null" if jobs[bad] is None else f"a JSON {type(jobs[bad]).__name__}"
+        raise UserError(f"jobs[{bad}] is {what}, not an object: not as fio writes it")
     known = "global options" in data or any("job options" in j for j in jobs)   # fio < 2.3 lists no options
     out = []
     for job, name in zip(jobs, _job_names(jobs)):
-        opts = {**data.get("global options", {}), **job.get("job options", {})}
+        opts = {k: _scalar(v, k) for k, v in {**_object(data.get("global options"), "global options"),
+                                               **_object(job.get("job options"), "job options")}.items()}
         found = []
         for direction in DIRECTIONS:
-            section = job.get(direction) or {}
+            where = f"job {shown(name, 60)!r} {direction}"
+            section = _object(job.get(direction), where)
             _check_keys(section, u)
             moved = section.get("total_ios") if "total_ios" in section else section.get("io_bytes")
             if not moved or not section.get("runtime"):
                 continue
-            rec = _direction(section, u, opts, known, job.get("sync") or {}, job)
+            rec = _direction(section, u, opts, known, _object(job.get("sync"), "sync"), job, where)
             found.append({"job": name, "direction": direction, **rec})
         out.append((job, name, opts, job.get("error") or 0, found))
     return out
+
+
+def _scalar(value, key):
+    """A fio option's value: fio writes each as a string (a number or a flag in hand-made files)."""
+    if isinstance(value, (dict, list)):
+        raise UserError(f"option {shown(key, 60)} is a JSON {type(value).__name__}: not as fio writes it")
+    return value
 
 
 def error_text(name, code):
@@ -226,12 +274,21 @@ def fio_timestamp(data):
     stamp = data.get("timestamp")
     if not isinstance(stamp, (int, float)):
         return None
-    return datetime.datetime.fromtimestamp(stamp, datetime.timezone.utc).isoformat(timespec="seconds")
+    try:
+        return datetime.datetime.fromtimestamp(stamp, datetime.timezone.utc).isoformat(timespec="seconds")
+    except (OverflowError, OSError, ValueError):   # not a time this machine can show
+        return None
 
 
 def job_lines(text, start, count):
     """1-based line numbers of the first `count` "jobname" keys after offset start (one per job, in order)."""
-    lines = [text.count("\n", 0, start + m.start()) + 1 for m in re.finditer(r'"jobname"\s*:', text[start:])]
+    lines, line, at = [], 1, start
+    for m in re.finditer(r'"jobname"\s*:', text[start:]):
+        line += text.count("\n", at, start + m.start())
+        at = start + m.start()
+        lines.append(line)
+        if len(lines) == count:
+            break
     return (lines + [None] * count)[:count]
 
 

@@ -13,6 +13,7 @@ import yaml
 from benchcore.errors import UserError
 
 MAX_TEXT_BYTES = 8 << 20     # a spec, topology, matrix or job file is a few KB; 8 MiB is far past any real one
+MAX_LINE_BYTES = 1 << 20     # a log or record line is at most a few KB; a file without newlines is cut here
 MAX_YAML_ALIASES = 32        # anchors are handy; an alias bomb needs dozens (9 levels of 9: 81)
 MAX_NESTING = 64             # real specs nest 4 deep; 400 levels is an attack or an accident
 EXCERPT_CHARS = 200
@@ -60,6 +61,22 @@ def read_bytes(path, what="input", limit=MAX_TEXT_BYTES):
     if len(data) > limit:   # grew while read
         raise UserError(f"{what} {name(path)} is more than the {limit} bytes this reads whole")
     return data
+
+
+def lines(f, limit=MAX_LINE_BYTES):
+    """(number, line, ended) of each line of a binary file object, read in bounded memory: a line longer than
+    limit bytes is cut there and the rest of it skipped. ended: the line ends with a newline."""
+    number = 0
+    while True:
+        line = f.readline(limit)
+        if not line:
+            return
+        number += 1
+        rest = line
+        while len(rest) == limit and not rest.endswith(b"\n"):   # the rest of an over-long line: dropped
+            rest = f.readline(limit)
+        ended = rest.endswith(b"\n")
+        yield number, line, ended
 
 
 def read_text(path, what="input", limit=MAX_TEXT_BYTES):

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from benchcore import schema
 from benchcore.errors import UserError
+from benchcore.nccltable import NUMBER, Layout, header, placement_labels, read_row
 
 FORMAT = "nccl-tests"
 # nccl-tests' type names -> the suite's (torch) names, and bytes per element
@@ -32,15 +33,9 @@ DTYPES = {"float": ("float32", 4), "half": ("float16", 2), "bfloat16": ("bfloat1
           "f8e5m2": ("float8_e5m2", 1), "fp8_e5m2": ("float8_e5m2", 1)}
 # binary name stem (X of X_perf) -> collective; others keep their stem
 PROGRAMS = {"alltoall": "all_to_all", "alltoallv": "all_to_allv"}
-# header words -> column; a placement's columns start at its time column
-COLUMNS = {"size": "size", "bytes": "size", "count": "count", "n": "count", "type": "type", "redop": "op",
-           "op": "op", "root": "root", "time": "time", "cputime": "time", "algbw": "algbw", "busbw": "busbw",
-           "#wrong": "wrong", "wrong": "wrong", "error": "error", "res": "error"}
-
 TAG = re.compile(r"^(?:\[\d+,\d+\]<(?:stdout|stderr)>:|\s*\d+: )")   # mpirun --tag-output, srun --label
 # host:pid:tid [dev] NCCL INFO (the host starts with a letter: inside a row it follows a digit)
 NCCL_LOG = re.compile(r"[A-Za-z][\w.-]*:\d+:\d+ \[\d+\] (?:[\w.]+:\d+ )?(?:NCCL|RCCL) (?:INFO|WARN|TRACE|ABORT)")
-NUMBER = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
 DEVICE = re.compile(r"Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S+)\s+device\s+(\d+)")
 COMMBENCH = re.compile(r"commbench: (\w+), (\d+) ranks on (\d+) node\(s\) \(([^)]*)\)")
 NTHREAD = re.compile(r"nThread (\d+) nGpus (\d+) minBytes (\d+) maxBytes (\d+).*?warmup iters: (\d+) iters: (\d+)"
@@ -65,55 +60,6 @@ def clean(raw):
     return TAG.sub("", raw).strip()
 
 
-def words(line):
-    return line.lstrip("#").split()
-
-
-@dataclass
-class Layout:
-    """A table header: the leading columns, then each placement's columns; time in us or ms (1.x)."""
-    prefix: list
-    places: list          # [(in_place, [column, ...]), ...]
-    time_us: float = 1.0  # us per time unit
-    cpu: bool = False     # cputime (-C): host time, not CUDA events
-
-    @property
-    def width(self):
-        return len(self.prefix) + sum(len(cols) for _, cols in self.places)
-
-
-def header(line, labels):
-    """A Layout when line is a table header ('size count type ... time algbw busbw ...'), else None."""
-    toks = [t.lower() for t in words(line)]
-    if len(toks) < 5 or COLUMNS.get(toks[0]) != "size" or COLUMNS.get(toks[1]) != "count" or "time" not in \
-            [COLUMNS.get(t) for t in toks]:
-        return None
-    cols = [COLUMNS.get(t, t) for t in toks]
-    cpu = "cputime" in toks
-    first = cols.index("time")
-    starts = [i for i, c in enumerate(cols) if c == "time"]
-    groups = [cols[a:b] for a, b in zip(starts, starts[1:] + [len(cols)])]
-    groups = [[c for c in g if c not in ("timestamp",)] for g in groups]
-    if not labels or len(labels) != len(groups):
-        labels = [False, True] if len(groups) == 2 else [False] * len(groups)
-    places = list(zip(labels, groups))
-    return Layout(cols[:first], places, 1000.0 if toks[0] == "bytes" else 1.0, cpu)
-
-
-def placement_labels(line):
-    """[False, True] for 'out-of-place ... in-place', [True] for an in-place-only table; None otherwise."""
-    found = re.findall(r"(?<![\w-])(out-of-place|in-place)", line)
-    return [f == "in-place" for f in found] or None
-
-
-def value(tok):
-    if tok.upper() == "N/A":
-        return None
-    if not NUMBER.match(tok):
-        raise ValueError(tok)
-    return float(tok)
-
-
 @dataclass
 class Context:
     """What the log says around the tables: binary, devices, versions, settings."""
@@ -132,58 +78,105 @@ class Table:
     line: int
     context: Context
     program: str                                  # from the banner, a command line or the file name
-    rows: list = field(default_factory=list)      # (line number, row, cycle)
+    rows: list = field(default_factory=list)      # (line number, row, cycle) not yet turned into records
+    count: int = 0                                # complete rows seen
+    last: int = None                              # line of the last complete row
     ended: bool = False                           # its footer was seen
     cut: int = None                               # line of a row cut mid-way
     failed: int = None                            # Out of bounds values : N FAILED
     footer_line: int = None
     cycle: int = 0                                # rccl-tests' '# Testing N cycle.'
-    after: list = field(default_factory=list)     # lines after the last row (for a reason)
+    after: list = field(default_factory=list)     # the first MAX_AFTER lines after the last row (for a reason)
+    seen: dict = field(default_factory=dict)      # row key -> times seen (repeats are cycles)
+    cycled: bool = False                          # a record of the table has a cycle: every record says its own
+
+    def note(self, line):
+        if len(self.after) < MAX_AFTER:
+            self.after.append(line[:EXCERPT])
+
+    def add(self, n, row):
+        self.rows.append((n, row, self.cycle))
+        self.count, self.last, self.after, self.cut = self.count + 1, n, [], None
 
 
-def logical_lines(text):
-    """(line number, words line) with NCCL log lines split out of rows they interrupted and the row joined
-    with its continuation; the last line of a text without a final newline is marked unterminated."""
+def text_lines(text):
+    """(number, line, ended) of a text, as benchcore.inputs.lines gives them of a file."""
     raw = text.split("\n")
-    unterminated = not text.endswith("\n")
-    out, pending = [], None
-    for n, line in enumerate(raw, 1):
-        line = clean(line.rstrip("\r"))
+    if raw and raw[-1] == "":
+        raw.pop()
+    return [(n, line, n < len(raw) or text.endswith("\n")) for n, line in enumerate(raw, 1)]
+
+
+def logical_lines(numbered):
+    """(line number, words line, unterminated) of (number, line, ended) with NCCL log lines split out of rows
+    they interrupted and the row joined with its continuation; unterminated: the last line of a file that ends
+    without a newline."""
+    pending = None
+    for n, line, ended in numbered:
+        line = clean(line.rstrip("\r\n"))
         if line.startswith("```"):
             continue
-        m = NCCL_LOG.search(line)
+        m = NCCL_LOG.search(line) if "CCL " in line else None
         if m and m.start() > 0 and not line.startswith("#"):
             head = line[:m.start()].strip()
             if head and head.split()[0].isdigit():
                 pending = (n, head)            # a row that an NCCL log line interrupted
-                out.append((n, line[m.start():], False))
+                yield n, line[m.start():], False
                 continue
         if pending and line and not line.startswith("#") and all(NUMBER.match(t) or t.upper() == "N/A"
                                                                  for t in line.split()):
             line, n = pending[1] + "  " + line, pending[0]
             pending = None
-        elif pending and line and not NCCL_LOG.search(line):
-            out.append((pending[0], pending[1], True))   # the row never continued: cut
+        elif pending and line and not m:
+            yield pending[0], pending[1], True   # the row never continued: cut
             pending = None
-        out.append((n, line, unterminated and n == len(raw)))
+        yield n, line, not ended
     if pending:
-        out.append((pending[0], pending[1], True))
-    return out
+        yield pending[0], pending[1], True
 
 
 def parse(text, source_file, run_id):
-    """(records, events) of every table in an nccl-tests/rccl-tests log; UserError if there is none.
-    events: (kind, reason, line, collective) for tables cut short and footers that say FAILED."""
-    ctx, tables, labels, current, hint = Context(), [], None, None, None
+    """(records, events) of every table in an nccl-tests/rccl-tests log text; UserError if there is none."""
+    records, events = [], []
+    for item in stream(text_lines(text), source_file, run_id):
+        (events if isinstance(item, tuple) else records).append(item)
+    return records, events
+
+
+MAX_ROWS = 4096     # rows of one table held before they become records (a real table has a few dozen)
+MAX_AFTER = 1000    # lines after a table's last row searched for why it ended early
+EXCERPT = 300       # characters of such a line kept (the reason quotes it)
+
+
+def stream(numbered, source_file, run_id):
+    """The records of every table in an nccl-tests/rccl-tests log, given as (number, line, ended), as each table
+    ends (a table of more than MAX_ROWS rows in parts), and its events (kind, reason, line, collective, hosts)
+    after it: tables cut short and footers that say FAILED. Memory stays bounded whatever the length of the
+    log. UserError if there is no table."""
+    ctx, tables, labels, current, hint = Context(), 0, None, None, None
     names = PROGRAM.findall(" " + source_file.rsplit("/", 1)[-1])
-    marked = False                                # the log says it is nccl-tests (settings line, banner)
-    for n, line, unterminated in logical_lines(text):
+    marked, crash = False, (None, None)           # the log says it is nccl-tests; its first line saying why not
+    for n, line, unterminated in logical_lines(numbered):
         if not line:
             continue
+        if current is not None and not current.ended and line[0].isdigit():
+            toks = line.split()                   # a row: the common case, read first
+            if toks[0].isdigit() and (len(toks) == 1 or toks[1].isdigit()):
+                values = read_row(current.layout, line, toks)
+                if values is None or unterminated:
+                    current.cut = n
+                else:
+                    current.add(n, values)
+                    if len(current.rows) >= MAX_ROWS:
+                        yield from _records(current, source_file, run_id)
+                continue
+        if not tables and crash[1] is None and CRASH.search(line):
+            crash = (n, line[:EXCERPT])
         start, settings = STARTING.search(line), NTHREAD.search(line)
         if start or settings:
             marked = True
-            if current is not None and (current.rows or current.ended):
+            if current is not None and (current.count or current.ended):
+                yield from _done(current, source_file, run_id)
                 current, ctx = None, Context(versions=dict(ctx.versions), env=dict(ctx.env))
             if start:
                 ctx.program = (PROGRAM.findall(" " + start.group(1)) or [start.group(1)])[0]
@@ -194,35 +187,37 @@ def parse(text, source_file, run_id):
         if "Blocking Enabled" in line:
             ctx.blocking = True
             continue
-        m = DEVICE.search(line)
-        if m and line.lstrip("#").lstrip().startswith("Rank"):
+        m = line.lstrip("#").lstrip().startswith("Rank") and DEVICE.search(line)
+        if m:
             ctx.ranks[int(m.group(1))] = m.group(2)
             continue
         m = COMMBENCH.search(line)
         if m:
             ctx.commbench = (m.group(1), int(m.group(2)), int(m.group(3)), [h.strip() for h in m.group(4).split(",")])
             continue
-        for key, pattern in VERSIONS:
+        for key, pattern in VERSIONS if "ersion" in line else ():
             v = pattern.search(line)
             if v:
                 ctx.versions[key], marked = v.group(1), True
-        e = ENV.search(line)
+        e = ENV.search(line) if "set by environment" in line else None
         if e:
             ctx.env[e.group(1)] = e.group(2)
-        if NCCL_LOG.search(line):
+        if "CCL " in line and NCCL_LOG.search(line):
             if current is not None and not current.ended:
-                current.after.append((n, line))
+                current.note(line)
             continue
-        if PROGRAM.search(" " + line) and not (current and current.rows and not current.ended):
+        if "_perf" in line and PROGRAM.search(" " + line) and not (current and current.count and not current.ended):
             hint = PROGRAM.findall(" " + line)[0]    # a command line naming the binary
-        if placement_labels(line) and not header(line, None):
+        if "place" in line and placement_labels(line) and not header(line, None):
             labels = placement_labels(line)
             continue
         layout = header(line, labels)
         if layout:
-            if current is None or current.rows or current.ended:
+            if current is None or current.count or current.ended:
+                if current is not None:
+                    yield from _done(current, source_file, run_id)
                 current = Table(layout, n, ctx, ctx.program or hint or (names[0] if names else None))
-                tables.append(current)
+                tables += 1
                 hint = None
             else:
                 current.layout = layout
@@ -242,58 +237,24 @@ def parse(text, source_file, run_id):
         if AVG.search(line) or CONCLUDED.search(line):
             current.ended, current.footer_line = True, current.footer_line or n
             continue
-        toks = [] if line.startswith("#") else line.split()
-        if toks and toks[0].isdigit() and (len(toks) == 1 or toks[1].isdigit()) and not current.ended:
-            row = _row(current.layout, line, toks)
-            if row is None or unterminated:
-                current.cut = n
-            else:
-                current.rows.append((n, row, current.cycle))
-                current.after, current.cut = [], None
-            continue
         if not current.ended and line not in ("...", "\u2026"):
-            current.after.append((n, line))
+            current.note(line)
+    if current is not None:
+        yield from _done(current, source_file, run_id)
     if not tables:
         if marked:
-            why = next(((n, line) for n, line, _ in logical_lines(text) if CRASH.search(line)), (None, None))
-            return [], [("truncated", "the log ends before nccl-tests printed a table" +
-                         (f"; the log says: {why[1]}" if why[1] else "; the log shows no reason"), why[0], ctx.program)]
+            yield ("truncated", "the log ends before nccl-tests printed a table" +
+                   (f"; the log says: {crash[1]}" if crash[1] else "; the log shows no reason"), crash[0],
+                   ctx.program, None)
+            return
         raise UserError("neither an nccl-tests/rccl-tests table (no 'size count type ... time algbw busbw' header) "
                         "nor fio JSON nor records")
-    records, events = [], []
-    for table in tables:
-        records += _records(table, source_file, run_id)
-        events += _events(table)
-    return records, events
 
 
-def _row(layout, line, toks):
-    """{in_place: {column: value}} and the leading values of one table row, or None when it is not whole."""
-    lead = len(layout.prefix)
-    places = layout.places
-    if len(toks) < layout.width and len(places) == 2 and len(toks) == lead + len(places[1][1]):
-        # nccl-tests prints blanks for a placement it skipped (only in-place measured): the gap says which
-        gap = re.search(r"^(\s*\S+){%d}(\s+)" % lead, line)
-        if gap and len(gap.group(2)) >= 20:
-            places = places[1:]
-        else:
-            return None
-    if len(toks) < lead + sum(len(c) for _, c in places):
-        return None
-    prefix = dict(zip(layout.prefix, toks[:lead]))
-    try:
-        size, count = int(prefix["size"]), int(prefix["count"])
-        root = int(prefix["root"]) if "root" in prefix else None
-        out, i = {}, lead
-        for in_place, cols in places:
-            out[in_place] = {c: value(t) for c, t in zip(cols, toks[i:i + len(cols)])}
-            i += len(cols)
-    except (ValueError, KeyError):
-        return None
-    if not re.match(r"^[A-Za-z][\w]*$", prefix.get("type", "x")):
-        return None
-    return {"size": size, "count": count, "type": prefix.get("type"), "op": prefix.get("op"), "root": root,
-            "places": out}
+def _done(table, source_file, run_id):
+    """The rest of an ended table's records, then its events."""
+    yield from _records(table, source_file, run_id)
+    yield from _events(table)
 
 
 def _collective(program):
@@ -302,7 +263,14 @@ def _collective(program):
     return PROGRAMS.get(program, program)
 
 
+def _hosts(ctx):
+    if ctx.commbench:
+        return ctx.commbench[3]
+    return list(dict.fromkeys(ctx.ranks.values())) or None
+
+
 def _records(table, source_file, run_id):
+    """The records of the rows the table holds (which it then lets go)."""
     ctx, layout = table.context, table.layout
     collective = _collective(table.program or ctx.program)
     if collective is None:
@@ -310,13 +278,21 @@ def _records(table, source_file, run_id):
                         "the file name")
     ranks = ctx.ranks
     world = max(ranks) + 1 if ranks else None
-    hosts = list(dict.fromkeys(ranks.values())) or None
+    hosts = _hosts(ctx)
     backend = "nccl"
     if ctx.commbench:
-        backend, world, _, hosts = ctx.commbench
+        backend, world = ctx.commbench[:2]
     nodes = ctx.commbench[2] if ctx.commbench else (len(hosts) if hosts else None)
     settings = ctx.settings
-    seen, out = {}, []
+    common = dict(run_id=run_id, collective=collective, world_size=world, nodes=nodes, backend=backend,
+                  blocking=ctx.blocking if ctx.blocking else (False if settings else None), env=dict(ctx.env),
+                  hosts=hosts, versions=dict(ctx.versions) or None, source_file=source_file, source_format=FORMAT)
+    if settings:
+        common.update(iters=settings["iters"], warmup=settings["warmup"], agg_iters=settings["agg_iters"])
+    if layout.cpu or settings.get("graph"):   # otherwise nccl-tests times on the host around a sync
+        common["time_source"] = "cpu" if layout.cpu else "cuda_graph"
+    base = schema.measurement("commbench", **common)   # checked once; each record is a copy with its row's values
+    seen, out = table.seen, []
     for n, row, cycle in table.rows:
         dtype, word = DTYPES.get(row["type"], (row["type"], None))
         key = (row["type"], row["op"], row["root"], row["size"])
@@ -326,45 +302,41 @@ def _records(table, source_file, run_id):
             if all(vals.get(c) is None for c in ("time", "algbw", "busbw")):
                 continue                                     # N/A: this placement was not measured
             wrong = vals.get("wrong")
-            fields = dict(
-                run_id=run_id, collective=collective, size_bytes=row["size"],
-                count=row["size"] // word if word else row["count"], dtype=dtype,
-                op=None if row["op"] in (None, "none") else row["op"], in_place=in_place,
-                blocking=ctx.blocking if ctx.blocking else (False if settings else None),
-                time_us=vals["time"] * layout.time_us if vals.get("time") is not None else None,
-                algbw_gbps=vals.get("algbw"), busbw_gbps=vals.get("busbw"),
-                wrong=int(wrong) if wrong is not None else None, world_size=world, nodes=nodes, backend=backend,
-                env=dict(ctx.env), hosts=hosts, versions=dict(ctx.versions) or None,
-                source_file=source_file, source_format=FORMAT, source_line=n)
+            rec = dict(base)
+            rec.update(size_bytes=row["size"], count=row["size"] // word if word else row["count"], dtype=dtype,
+                       op=None if row["op"] in (None, "none") else row["op"], in_place=in_place,
+                       time_us=vals["time"] * layout.time_us if vals.get("time") is not None else None,
+                       algbw_gbps=vals.get("algbw"), busbw_gbps=vals.get("busbw"),
+                       wrong=int(wrong) if wrong is not None else None, source_line=n)
             if row["root"] is not None and row["root"] >= 0:
-                fields["root"] = row["root"]
+                rec["root"] = row["root"]
             if "error" in vals:
-                fields["check_error"] = vals["error"]
-            if settings:
-                fields.update(iters=settings["iters"], warmup=settings["warmup"], agg_iters=settings["agg_iters"])
-            if layout.cpu or settings.get("graph"):   # otherwise nccl-tests times on the host around a sync
-                fields["time_source"] = "cpu" if layout.cpu else "cuda_graph"
+                rec["check_error"] = vals["error"]
             if repeat:
-                fields["cycle"] = repeat
-            out.append(schema.measurement("commbench", **fields))
-    if any("cycle" in r for r in out):          # as commbench: every record of a multi-cycle run says its cycle
+                rec["cycle"] = repeat
+            out.append(rec)
+    table.rows = []
+    table.cycled = table.cycled or any("cycle" in r for r in out)
+    if table.cycled:              # as commbench: every record of a multi-cycle run says its cycle
         for r in out:
             r.setdefault("cycle", 0)
     return out
 
 
 def _events(table):
-    """(kind, reason, line, collective) for a table cut short, and for a footer that says FAILED."""
+    """(kind, reason, line, collective, hosts) for a table cut short, and for a footer that says FAILED."""
     name = _collective(table.program or table.context.program)
+    hosts = _hosts(table.context)
     out = []
     if not table.ended:
-        why = next((line for _, line in table.after if CRASH.search(line)), None)
         where = (f"a row cut mid-way at line {table.cut}" if table.cut else
-                 f"{len(table.rows)} complete row(s)" if table.rows else "its header")
+                 f"{table.count} complete row(s)" if table.count else "its header")
         reason = f"{name or 'the'} table ends after {where} without nccl-tests' footer"
-        out.append(("truncated", reason + (f"; the log says: {why}" if why else "; the log shows no reason"),
-                    table.cut or (table.rows[-1][0] if table.rows else table.line), name))
+        why = next((line for line in table.after if CRASH.search(line)), None)
+        out.append(("truncated", reason + (f"; the log says: {why}" if why else
+                                           "; the log shows no reason"),
+                    table.cut or table.last or table.line, name, hosts))
     if table.failed:
         out.append(("failed", f"nccl-tests: Out of bounds values : {table.failed} FAILED ({name})", table.footer_line,
-                    name))
+                    name, hosts))
     return out

@@ -15,9 +15,11 @@ import uuid
 from pathlib import Path
 
 from benchcore.errors import UserError
-from benchcore.inputs import name
+from benchcore.inputs import lines, name, regular_file
 
 NO_FILE = os.devnull
+WARNINGS_PER_FILE = 5            # lines named one by one; the rest of a file's bad lines are counted in one more
+_ENCODER = json.JSONEncoder(default=str, allow_nan=False)
 
 
 def new_run_id():
@@ -99,6 +101,15 @@ def new_output(path, what, suffixes=()):
     return str(path)
 
 
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def new_output_option(what, suffixes=()):
+    """A click callback checking an output option with new_output as the command line is read, so a refusal
+    comes before anything runs: `@click.option("--plot", callback=new_output_option("--plot", PLOT_SUFFIXES))`."""
+    return lambda ctx, param, value: new_output(value, what, suffixes)
+
+
 def _finite(value):
     """value with every float that is not finite replaced by None, and the paths of those replaced."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -117,6 +128,10 @@ def _finite(value):
 
 def dumps(record):
     """One record as a JSON line: never NaN or Infinity (null instead, the fields named in `nonfinite`)."""
+    try:
+        return _ENCODER.encode(record)
+    except ValueError:          # a float that is not finite somewhere
+        pass
     clean, bad = _finite(record)
     if bad:
         clean["nonfinite"] = sorted(set(clean.get("nonfinite") or []) | set(bad))
@@ -132,7 +147,7 @@ class RecordWriter:
         self.path, self.every = Path(path), every
         if self.path.parent and not self.path.parent.exists():
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "a", encoding="utf-8")
+        self._file = open(self.path, "a", encoding="utf-8", buffering=1 << 20 if not every else -1)
         if self._file.tell() and not _ends_with_newline(self.path):
             self._file.write("\n")
 
@@ -161,37 +176,59 @@ def _ends_with_newline(path):
         return f.read(1) == b"\n"
 
 
-def read_records(path, run_id=None, tool=None):
-    """Records from a JSONL file; a line that is not a JSON object (a torn last line after a crash, a line of
-    something else) is skipped with one warning naming the file and line, and the rest are kept."""
-    records = []
-    path = Path(path)
-    if not path.exists():
-        return records
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for number, line in enumerate(f, 1):
-            rec = parse_line(line, path, number)
+def read_records(path, run_id=None, tool=None, what=None):
+    """Records from a JSONL file (none when it does not exist); a line that is not a JSON object (a torn last
+    line after a crash, a line of something else) is skipped with a warning naming the file and line, and the
+    rest are kept. The file must be regular (a FIFO or device is refused, never read) and is read line by line.
+    With what (how an error names the file: '--fit'), a file of which no line is a record is refused in one
+    line instead (a binary file, a file of something else)."""
+    if not os.path.lexists(path):
+        return []
+    regular_file(path, what or "record file")
+    records, found, bad, skipped = [], 0, [], 0
+    with open(path, "rb") as f:
+        for number, line, _ in lines(f):
+            rec = _record(line)
             if rec is None:
+                if line.strip():
+                    skipped += 1
+                    if len(bad) < WARNINGS_PER_FILE:
+                        bad.append(number)
                 continue
-            if run_id is not None and rec.get("run_id") != run_id:
-                continue
-            if tool is not None and rec.get("tool") != tool:
-                continue
-            records.append(rec)
+            found += 1
+            if (run_id is None or rec.get("run_id") == run_id) and (tool is None or rec.get("tool") == tool):
+                records.append(rec)
+    if skipped and what and not found:
+        raise UserError(f"{what} {name(path)}: not a record file (JSONL): no line is a JSON record "
+                        f"(line {bad[0]} is not)")
+    _warn(path, bad, skipped)
     return records
+
+
+def _record(line):
+    """The JSON object on one line (bytes or text), or None."""
+    try:
+        rec = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def _warn(path, numbers, skipped):
+    """One warning per line in numbers (the first few skipped), one more counting the other skipped lines."""
+    for number in numbers:
+        print(f"warning: {name(path)}:{number}: not a JSON record (a torn line from a crash?); skipped",
+              file=sys.stderr)
+    if skipped > len(numbers):
+        print(f"warning: {name(path)}: {skipped - len(numbers)} more lines that are not JSON records skipped",
+              file=sys.stderr)
 
 
 def parse_line(line, path, number):
     """The JSON object on one line of a record file; None (after a warning) when the line holds none."""
-    line = line.strip()
-    if not line:
+    if not line.strip():
         return None
-    try:
-        rec = json.loads(line)
-    except (ValueError, RecursionError):
-        rec = None
-    if not isinstance(rec, dict):
-        print(f"warning: {name(path)}:{number}: not a JSON record (a torn line from a crash?); skipped",
-              file=sys.stderr)
-        return None
+    rec = _record(line)
+    if rec is None:
+        _warn(path, [number], 1)
     return rec

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from benchcore import fiojson, nccltests, schema
 from benchcore.errors import UserError
+from benchcore.inputs import lines, name, read_bytes, regular_file, shown
+from benchcore.records import read_records
 from benchcore.units import format_size
 
 TOOLS = ("commbench", "iobench")
@@ -25,44 +27,47 @@ class Loaded:
     records: list = field(default_factory=list)   # measurements and events
 
 
-def _run_id(path, data):
-    return f"{Path(path).stem}-{hashlib.sha256(data).hexdigest()[:8]}"
+FIO_JSON_MAX_BYTES = 64 << 20   # fio's JSON is read whole: 64 MiB holds thousands of jobs (about 6 KB each)
+SNIFF_BYTES = 64 << 10          # what is read first to tell the formats apart
 
 
-def _records_jsonl(text):
-    """The records of a JSONL file of the suite, or None when text is not one."""
-    first = next((line for line in text.splitlines() if line.strip()), "")
-    try:
-        rec = json.loads(first)
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(rec, dict) or rec.get("tool") not in TOOLS:
-        return None
-    out = []
-    for line in text.splitlines():
+def _run_id(path):
+    """The run id of a foreign file: its name and the hash of its bytes (read in chunks)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return f"{Path(path).stem}-{digest.hexdigest()[:8]}"
+
+
+def _is_records(head):
+    """Whether a file that starts with head is the suite's JSONL (a line of it is a record of either tool)."""
+    for line in head.splitlines()[:20]:
         try:
             rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue            # a torn last line (crash mid-write)
+        except (ValueError, RecursionError):
+            continue
         if isinstance(rec, dict) and rec.get("tool") in TOOLS:
-            out.append(rec)
-    return out
+            return True
+    return False
 
 
-def _fio(text, path, run_id):
+def _fio(path, run_id):
+    """The records and events of fio's JSON (read whole, up to FIO_JSON_MAX_BYTES)."""
+    text = read_bytes(path, "fio JSON", FIO_JSON_MAX_BYTES).decode("utf-8", errors="replace")
     data, start = fiojson.find_json(text)
     version = data.get("fio version")
     signal = fiojson.interrupted_by(text)
     results = fiojson.job_results(data)
     lines = fiojson.job_lines(text, start, len(results))
     out = []
-    for (job, name, opts, error, found), line in zip(results, lines):
+    for (job, job_name, opts, error, found), line in zip(results, lines):
         mount = data.get("iobench_mount") or opts.get("directory") or opts.get("filename")
         where = dict(source_file=path, source_format="fio-json", source_line=line)
         hosts = [job["hostname"]] if job.get("hostname") else None
         if error:
-            out.append(schema.event("iobench", "failed", fiojson.error_text(name, error), run_id=run_id, mount=mount,
-                                    job=name, hosts=hosts, **where))
+            out.append(schema.event("iobench", "failed", fiojson.error_text(job_name, error), run_id=run_id,
+                                    mount=mount, job=job_name, hosts=hosts, **where))
             continue
         profile = data.get("iobench_profile") if data.get("iobench_profile") not in (None, "run") else None
         for m in found:
@@ -75,38 +80,57 @@ def _fio(text, path, run_id):
     return out
 
 
-def _nccl(text, path, run_id):
-    records, events = nccltests.parse(text, path, run_id)
-    hosts = next((r["hosts"] for r in records if r.get("hosts")), None)
-    for kind, reason, line, collective in events:
-        records.append(schema.event("commbench", kind, reason, run_id=run_id, collective=collective, hosts=hosts,
-                                    source_file=path, source_format=nccltests.FORMAT, source_line=line))
-    return records
+def _nccl(path, run_id):
+    """The records and events of an nccl-tests log, streamed line by line."""
+    with open(path, "rb") as f:
+        numbered = ((n, line.decode("utf-8", errors="replace"), ended) for n, line, ended in lines(f))
+        for item in nccltests.stream(numbered, path, run_id):
+            if isinstance(item, tuple):
+                kind, reason, line, collective, hosts = item
+                item = schema.event("commbench", kind, reason, run_id=run_id, collective=collective, hosts=hosts,
+                                    source_file=path, source_format=nccltests.FORMAT, source_line=line)
+            yield item
+
+
+def records_of(path):
+    """(format, records) of one file, records an iterator (an nccl-tests log is read as it is consumed: any
+    length in bounded memory); UserError naming the file and why it is refused, raised before anything is
+    read when the file is unusable, else while the records are read."""
+    regular_file(path, "input")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(SNIFF_BYTES)
+    except OSError as exc:
+        raise UserError(f"{name(path)}: {exc.strerror}") from None
+    text = head.decode("utf-8", errors="replace")
+    if not text.strip():
+        raise UserError(f"{name(path)}: empty file")
+    if _is_records(head):
+        return "records", iter([r for r in read_records(path) if r.get("tool") in TOOLS])
+    looks_json = text.lstrip().startswith("{") or '"fio version"' in text
+    if looks_json:
+        return "fio-json", _refusing(path, "fio-json", text, _fio)
+    return nccltests.FORMAT, _refusing(path, nccltests.FORMAT, text, _nccl)
+
+
+def _refusing(path, fmt, head, convert):
+    """convert(path, run_id)'s records, a UserError raised while they are read prefixed with the file (and how
+    it starts); fio's JSON that is not as fio writes it is refused the same way."""
+    try:
+        yield from convert(str(path), _run_id(path))
+    except ValueError as exc:
+        if fmt != "fio-json":
+            raise
+        raise UserError(f"{name(path)}: not usable fio JSON: {shown(str(exc))}") from None
+    except UserError as exc:
+        start = "" if fmt == "fio-json" else f" (it starts: {shown(fiojson.one_line(head, 100))})"
+        raise UserError(f"{name(path)}: {exc}{start}") from None
 
 
 def load(path):
     """Loaded(path, format, records) of one file; UserError naming the file and why it is refused."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise UserError(f"{path}: {exc.strerror}") from None
-    text = data.decode("utf-8", errors="replace")
-    if not text.strip():
-        raise UserError(f"{path}: empty file")
-    records = _records_jsonl(text)
-    if records is not None:
-        return Loaded(str(path), "records", records)
-    run_id = _run_id(path, data)
-    looks_json = text.lstrip().startswith("{") or '"fio version"' in text
-    try:
-        if looks_json:
-            return Loaded(str(path), "fio-json", _fio(text, str(path), run_id))
-        return Loaded(str(path), nccltests.FORMAT, _nccl(text, str(path), run_id))
-    except ValueError as exc:
-        raise UserError(f"{path}: not usable fio JSON: {exc}") from None
-    except UserError as exc:
-        start = "" if looks_json else f" (it starts: {fiojson.one_line(text, 100)})"
-        raise UserError(f"{path}: {exc}{start}") from None
+    fmt, records = records_of(path)
+    return Loaded(str(path), fmt, list(records))
 
 
 def load_many(paths):

@@ -6,7 +6,7 @@ import click
 
 from benchcore import commands
 from benchcore.errors import UserError, run_cli
-from benchcore.records import RecordWriter, new_run_id, output_file
+from benchcore.records import PLOT_SUFFIXES, RecordWriter, new_output, new_output_option, new_run_id, output_file
 from benchcore.report import FORMATS, emit
 from benchcore.units import format_size, parse_size
 from iobench import bench, torchckpt
@@ -38,6 +38,7 @@ def json_keeper(keep_json, out, run_id):
     path = output_file(out) if out else None
     if not path:
         raise UserError("--keep-json keeps fio's JSON next to the records: give --out FILE")
+    new_output(f"{path}.{run_id}.1.fio.json", "--keep-json")   # fio's JSON files are new files beside it
     return bench.JsonKeeper(path, run_id)
 
 
@@ -107,7 +108,8 @@ PROFILE_HELP = "Comma list, default all: " + "; ".join(f"{p.name}: {p.about}" fo
               help="Ranks per node: numjobs and shard files of shard-write/restore-read.")
 @click.option("--direct", is_flag=True,
               help="shard-write with O_DIRECT (1 MiB writes, the end fsync kept), as high-end checkpoint writers do.")
-@click.option("--plot", type=click.Path(dir_okay=False), default=None, help="PNG of MB/s and P99 per mount.")
+@click.option("--plot", default=None, callback=new_output_option("--plot", PLOT_SUFFIXES),
+              help="PNG of MB/s and P99 per mount (a new file).")
 @click.option("--dry-run", is_flag=True,
               help="Print the fio job file and exit; nothing is written (no free space needed).")
 @output_options

@@ -10,6 +10,7 @@ import click
 
 from benchcore import schema, stats
 from benchcore.errors import UserError
+from benchcore.records import PLOT_SUFFIXES, new_output_option
 from benchcore.report import console, line_plot, print_table
 from benchcore.units import format_size
 from commbench.cases.case import TOTAL
@@ -19,8 +20,9 @@ from commbench.launch.spec import launch_options, parse_backends
 from commbench.plan import case_options, measure_options, repeats_option
 from commbench.runner import measure
 
-PLOT_OPTION = click.option("--plot", type=click.Path(dir_okay=False), default=None,
-                           help="PNG: time to the final tensor vs payload, log-log, one line per config.")
+PLOT_OPTION = click.option("--plot", default=None, callback=new_output_option("--plot", PLOT_SUFFIXES),
+                           help="PNG: time to the final tensor vs payload, log-log, one line per config "
+                                "(a new file).")
 
 
 def _median(values):

@@ -1,10 +1,10 @@
 """`commbench model`: the alpha-beta model's predictions for a topology without running anything, and
 alpha and beta per tier fitted to measured records (commbench/model/alphabeta.py has the formulas)."""
 import json
-import os
 
 import click
 
+from benchcore import inputs
 from benchcore.errors import UserError
 from benchcore.records import read_records
 from benchcore.report import console, print_table
@@ -161,11 +161,10 @@ def model(topology, nodes, nproc_per_node, collectives, strategies, min_bytes, m
 
 
 def _print_fit(path, topo, fmt):
-    if not os.path.isfile(path):
-        raise UserError(f"--fit {path}: no such file")
-    tiers, rows = fit(read_records(path), topo)
+    inputs.regular_file(path, "--fit")
+    tiers, rows = fit(read_records(path, tool="commbench", what="--fit"), topo)
     if not rows:
-        raise UserError(f"--fit {path}: no measurement records the model covers")
+        raise UserError(f"--fit {inputs.name(path)}: no measurement records the model covers")
     if fmt == "json":
         for t in tiers:
             click.echo(json.dumps(t))

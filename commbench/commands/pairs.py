@@ -15,6 +15,7 @@ import click
 
 from benchcore import schema
 from benchcore.errors import UserError
+from benchcore.records import PLOT_SUFFIXES, new_output_option
 from benchcore.report import console, print_table
 from benchcore.units import parse_size
 from commbench.cases.case import CaseOptions
@@ -152,7 +153,8 @@ def plot_matrix(records, path):
 @click.option("--size", default="256M", show_default=True, help="Bytes each pair moves per operation.")
 @click.option("--min-fraction", type=click.FloatRange(0, 1), default=0.7, show_default=True,
               help="A link (or a node's median link) below this fraction of the median is bad.")
-@click.option("--plot", type=click.Path(dir_okay=False), default=None, help="Heat map PNG of the matrix.")
+@click.option("--plot", default=None, callback=new_output_option("--plot", PLOT_SUFFIXES),
+              help="Heat map PNG of the matrix (a new file).")
 @measure_options()
 @launch_options
 def pairs(rounds, size, min_fraction, plot, **kw):

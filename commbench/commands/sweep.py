@@ -13,7 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 
 from benchcore import schema, stats
 from benchcore.errors import UserError
-from benchcore.records import RecordWriter, new_run_id, output_file, read_records
+from benchcore.records import PLOT_SUFFIXES, RecordWriter, new_output_option, new_run_id, output_file, read_records
 from benchcore.report import console, line_plot, print_table
 from benchcore.units import format_size
 from commbench import rankstats
@@ -154,8 +154,8 @@ def print_ranking(outcomes, verdicts, failed, notes):
 @click.option("--per-config-timeout", type=float, default=None, help="Seconds before a config counts as hung.")
 @repeats_option(3)
 @case_options(place_default="both")
-@click.option("--plot", type=click.Path(dir_okay=False), default=None,
-              help="PNG: time vs size, log-log, one line per config (geometric mean over rounds).")
+@click.option("--plot", default=None, callback=new_output_option("--plot", PLOT_SUFFIXES),
+              help="PNG: time vs size, log-log, one line per config (geometric mean over rounds; a new file).")
 @measure_options("1M", "1G")
 @launch_options
 def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per_config_timeout, repeats, plot,
@@ -237,16 +237,17 @@ def rotated(configs, rnd):
 def resumable(out_file, fp):
     """(records of config runs that completed or failed, their (config, round) keys, a note on what was left out)
     from an earlier sweep with this fingerprint; measurements of a run cut short are never ranked."""
-    previous = [r for r in read_records(out_file) if r.get("sweep_fingerprint") == fp]
-    ended = {r["run_id"] for r in previous if r.get("event") in ("config_done", "failed")}
-    settled = {(r["sweep_config"], r.get("repeat", 0)) for r in previous if r.get("event") in ("config_done", "failed")}
-    cut = [r for r in previous if r["run_id"] not in ended and not r.get("event")]
+    previous = [r for r in read_records(out_file, what="--resume: --out") if r.get("sweep_fingerprint") == fp]
+    ended = {r.get("run_id") for r in previous if r.get("event") in ("config_done", "failed")}
+    settled = {(r.get("sweep_config"), r.get("repeat", 0)) for r in previous
+               if r.get("event") in ("config_done", "failed")}
+    cut = [r for r in previous if r.get("run_id") not in ended and not r.get("event")]
     note = ""
     if cut:
-        runs = sorted({f"{r['sweep_config']} (round {r.get('repeat', 0)})" for r in cut})
-        note = (f"; left out {len(cut)} records of {len({r['run_id'] for r in cut})} run(s) cut short, which run "
+        runs = sorted({f"{r.get('sweep_config')} (round {r.get('repeat', 0)})" for r in cut})
+        note = (f"; left out {len(cut)} records of {len({r.get('run_id') for r in cut})} run(s) cut short, which run "
                 f"again: {', '.join(runs)}")
-    return [r for r in previous if r["run_id"] in ended and r.get("event") != "verdict"], settled, note
+    return [r for r in previous if r.get("run_id") in ended and r.get("event") != "verdict"], settled, note
 
 
 def plot_sweep(records, path):

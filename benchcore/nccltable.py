@@ -1,0 +1,89 @@
+"""The tables of nccl-tests and rccl-tests logs: a header line read into a Layout (columns found by name, so
+every generation's columns are read from its own header), a row read into its values by whitespace."""
+import re
+from dataclasses import dataclass
+
+# header words -> column; a placement's columns start at its time column
+COLUMNS = {"size": "size", "bytes": "size", "count": "count", "n": "count", "type": "type", "redop": "op",
+           "op": "op", "root": "root", "time": "time", "cputime": "time", "algbw": "algbw", "busbw": "busbw",
+           "#wrong": "wrong", "wrong": "wrong", "error": "error", "res": "error"}
+
+NUMBER = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
+
+
+def words(line):
+    return line.lstrip("#").split()
+
+
+@dataclass
+class Layout:
+    """A table header: the leading columns, then each placement's columns; time in us or ms (1.x)."""
+    prefix: list
+    places: list          # [(in_place, [column, ...]), ...]
+    time_us: float = 1.0  # us per time unit
+    cpu: bool = False     # cputime (-C): host time, not CUDA events
+
+    @property
+    def width(self):
+        return len(self.prefix) + sum(len(cols) for _, cols in self.places)
+
+
+def header(line, labels):
+    """A Layout when line is a table header ('size count type ... time algbw busbw ...'), else None."""
+    toks = [t.lower() for t in words(line)]
+    if len(toks) < 5 or COLUMNS.get(toks[0]) != "size" or COLUMNS.get(toks[1]) != "count" or "time" not in \
+            [COLUMNS.get(t) for t in toks]:
+        return None
+    cols = [COLUMNS.get(t, t) for t in toks]
+    cpu = "cputime" in toks
+    first = cols.index("time")
+    starts = [i for i, c in enumerate(cols) if c == "time"]
+    groups = [cols[a:b] for a, b in zip(starts, starts[1:] + [len(cols)])]
+    groups = [[c for c in g if c not in ("timestamp",)] for g in groups]
+    if not labels or len(labels) != len(groups):
+        labels = [False, True] if len(groups) == 2 else [False] * len(groups)
+    places = list(zip(labels, groups))
+    return Layout(cols[:first], places, 1000.0 if toks[0] == "bytes" else 1.0, cpu)
+
+
+def placement_labels(line):
+    """[False, True] for 'out-of-place ... in-place', [True] for an in-place-only table; None otherwise."""
+    found = re.findall(r"(?<![\w-])(out-of-place|in-place)", line)
+    return [f == "in-place" for f in found] or None
+
+
+def value(tok):
+    if tok.upper() == "N/A":
+        return None
+    if not NUMBER.match(tok):
+        raise ValueError(tok)
+    return float(tok)
+
+
+def read_row(layout, line, toks):
+    """{in_place: {column: value}} and the leading values of one table row, or None when it is not whole."""
+    lead = len(layout.prefix)
+    places = layout.places
+    if len(toks) < layout.width and len(places) == 2 and len(toks) == lead + len(places[1][1]):
+        # nccl-tests prints blanks for a placement it skipped (only in-place measured): the gap says which
+        gap = re.search(r"^(\s*\S+){%d}(\s+)" % lead, line)
+        if gap and len(gap.group(2)) >= 20:
+            places = places[1:]
+        else:
+            return None
+    if len(toks) < lead + sum(len(c) for _, c in places):
+        return None
+    prefix = dict(zip(layout.prefix, toks[:lead]))
+    try:
+        size, count = int(prefix["size"]), int(prefix["count"])
+        root = int(prefix["root"]) if "root" in prefix else None
+        out, i = {}, lead
+        for in_place, cols in places:
+            out[in_place] = {c: value(t) for c, t in zip(cols, toks[i:i + len(cols)])}
+            i += len(cols)
+    except (ValueError, KeyError):
+        return None
+    if not re.match(r"^[A-Za-z][\w]*$", prefix.get("type", "x")):
+        return None
+    return {"size": size, "count": count, "type": prefix.get("type"), "op": prefix.get("op"), "root": root,
+            "places": out}
