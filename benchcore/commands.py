@@ -3,14 +3,13 @@
 Everything they do lives in benchcore.results, benchcore.diff and benchcore.reportpage, imported when a
 command runs, so neither CLI pays for pandas or matplotlib at start.
 """
-import json
 import sys
 
 import click
 
 from benchcore import diff, reportpage
 from benchcore.errors import UserError
-from benchcore.records import RecordWriter, output_file
+from benchcore.records import RecordWriter, dumps, output_file
 from benchcore.results import expand, load, load_many, measurements
 
 EXAMPLES = {
@@ -63,7 +62,7 @@ def import_command(tool):
                     if writer:
                         writer.write(rec)
                     else:
-                        sys.stdout.write(json.dumps(rec, default=str) + "\n")
+                        sys.stdout.write(dumps(rec) + "\n")
                 found = len(measurements(loaded.records))
                 events = ", ".join(f"{r['event']}: {r['reason']}" for r in loaded.records if r.get("event"))
                 click.echo(f"{name}: {found} measurements ({loaded.format})" + (f"; {events}" if events else ""),

@@ -6,6 +6,8 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
+from benchcore.records import dumps
+
 FORMATS = ("table", "json", "csv")
 
 
@@ -35,7 +37,7 @@ def emit(records, fmt, table_fn):
     """Write records to stdout as fmt: 'table' calls table_fn(records); json is JSONL; csv flat."""
     if fmt == "json":
         for rec in records:
-            sys.stdout.write(json.dumps(rec, default=str) + "\n")
+            sys.stdout.write(dumps(rec) + "\n")      # never NaN or Infinity: null, named in `nonfinite`
     elif fmt == "csv":
         csv_frame(records).to_csv(sys.stdout, index=False)
     else:

@@ -49,11 +49,11 @@ def shape_flaw(rec):
     return None
 
 
-def sound(records, what):
-    """records without the malformed ones (shape_flaw), with one warning per kind of flaw on stderr."""
+def sound(records, what, check=shape_flaw):
+    """records without the malformed ones (check(rec): why, or None), with one warning per kind of flaw on stderr."""
     out, skipped = [], {}
     for rec in records:
-        why = shape_flaw(rec) if isinstance(rec, dict) else "not a JSON object"
+        why = check(rec) if isinstance(rec, dict) else "not a JSON object"
         if why is None:
             out.append(rec)
         else:
@@ -72,3 +72,7 @@ class Finite(click.ParamType):
 
     def convert(self, value, param, ctx):
         return finite(value, f"{param.opts[-1] if param else 'value'}", self.lo, self.hi, self.lo_open)
+
+
+SECONDS = Finite(0, 1e6, lo_open=True)     # a timeout: > 0 and at most 11 days (timedelta and sleep take it)
+FRACTION = Finite(0, 1)
