@@ -12,7 +12,8 @@ FORMATS = ("table", "json", "csv")
 
 
 def console(stderr=False):
-    return Console(stderr=stderr, highlight=False, markup=False, soft_wrap=False, width=200 if not sys.stdout.isatty() else None)
+    return Console(stderr=stderr, highlight=False, markup=False, soft_wrap=False,
+                   width=200 if not sys.stdout.isatty() else None)
 
 
 def _cell(value, fmt):

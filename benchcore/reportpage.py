@@ -379,7 +379,8 @@ def write_into(directory, inputs, records, baseline_inputs=(), baseline=(), fmt=
     tables = sections(recs, baseline)
     images, left_out = plots(directory, recs, baseline, marks)
     notes += [left_out] if left_out else []
-    md, html_page = markdown(title, inputs, tables, images, notes), page(title, inputs, tables, images, notes, directory)
+    md = markdown(title, inputs, tables, images, notes)
+    html_page = page(title, inputs, tables, images, notes, directory)
     written = [saved(directory, "report.md", lambda path: path.write_text(md)),
                saved(directory, "report.html", lambda path: path.write_text(html_page)),
                saved(directory, f"results.{fmt}", lambda path: export(recs, path, fmt))]
