@@ -107,17 +107,39 @@ def compare(base_records, new_records, threshold):
 
 def _loose_pairs(sides):
     """Identities that differ only where one side does not know a field (None: an imported fio file has no
-    storage class, an old log no world size) join when exactly one candidate fits either way."""
-    def fits(a, b):
-        return len(a) == len(b) and all(x == y or x is None or y is None for x, y in zip(a, b))
+    storage class, an old log no world size) join when exactly one candidate fits either way. Keys are indexed
+    by which fields they lack, so 10,000 rows a side join in milliseconds, not 10^8 comparisons."""
     base_left = [k for k in sides[0] if k not in sides[1]]
     new_left = [k for k in sides[1] if k not in sides[0]]
+    masks = [{_mask(k) for k in keys} for keys in (base_left, new_left)]
+    index = [{}, {}]
+    for i, keys in enumerate((base_left, new_left)):
+        for k in keys:
+            for other in masks[1 - i]:
+                m = tuple(a or b for a, b in zip(_mask(k), other))
+                index[i].setdefault((_project(k, m), m), {})[k] = None      # an ordered set
+
+    def fits(key, i):
+        """The keys of side i that fit key (a key of the other side)."""
+        found = []
+        for mine in masks[i]:
+            m = tuple(a or b for a, b in zip(mine, _mask(key)))
+            found += [k for k in index[i].get((_project(key, m), m), {}) if _mask(k) == mine and len(k) == len(key)]
+        return found
     pairs = []
     for key in new_left:
-        found = [b for b in base_left if fits(b, key)]
-        if len(found) == 1 and [n for n in new_left if fits(found[0], n)] == [key]:
+        found = fits(key, 0)
+        if len(found) == 1 and fits(found[0], 1) == [key]:
             pairs.append((found[0], key))
     return pairs
+
+
+def _mask(key):
+    return tuple(v is None for v in key)
+
+
+def _project(key, mask):
+    return tuple(v for v, none in zip(key, mask) if not none)
 
 
 def _mean(values):
