@@ -95,8 +95,9 @@ def diff_command(tool):
         directory stands for its files). Rows are joined on what was measured; only changes beyond
         --threshold AND beyond the run-to-run spread are listed (Welch t interval where there are repeats,
         min-max over ranks where a record has it, else the threshold alone, said on each line), then the
-        geometric-mean change per group and the rows found on one side only. Exit 1 on a regression
-        with --fail-on-regression, 2 on bad input, else 0.
+        geometric-mean change per group and the rows found on one side only. A row whose value is not a
+        finite positive number (NaN, 0, null), or a baseline row missing in NEW, fails. Exit 1 on a
+        regression or such a row with --fail-on-regression, 2 on bad input, else 0.
 
         \b
         Example:
@@ -110,7 +111,7 @@ def diff_command(tool):
         base_records, new_records = _load_side([baseline], "BASELINE"), _load_side([new], "NEW")
         lines, only_base, only_new = diff.compare(base_records, new_records, limit)
         sys.stdout.write(diff.text(lines, only_base, only_new, limit))
-        if fail_on_regression and any(ln.significant and ln.worse for ln in lines):
+        if fail_on_regression and diff.failures(lines, only_base):
             sys.exit(1)
     return command
 

@@ -6,11 +6,14 @@ threshold AND beyond the run-to-run spread. The spread, in order of what the rec
              Welch t interval of the ratio must exclude 1
   rank range one value per side that carries min/max over ranks (or repeats): the two ranges must not overlap
   threshold  one value per side and no range: the threshold alone, said so on the line
+A row whose metric is not a finite positive number on either side (NaN, 0, -1, null, missing) is not compared:
+it fails, named, as does a baseline row with no partner in NEW (missing); neither ever vanishes from the gate.
 """
 from dataclasses import dataclass
 
-from benchcore import stats
+from benchcore import stats, values
 from benchcore.errors import UserError
+from benchcore.inputs import finite
 from benchcore.results import TOOL, group_of, identity, label, measurements
 
 
@@ -21,44 +24,60 @@ class Line:
     tool: str
     base: list
     new: list
-    ratio: float            # new / base of the metric (geometric means)
+    ratio: float            # new / base of the metric (geometric means); None when unusable
     basis: str              # t-test, rank range, threshold
     sure: str               # how sure, in words
     beyond_spread: bool
     significant: bool
     worse: bool             # slower (commbench time up, iobench MB/s down)
+    unusable: str = ""      # why the row could not be compared ("new time_us is NaN"): a failure
 
     @property
     def speed(self):
         """How many times slower (>1) or faster (<1) new is: the time ratio, or the inverse bandwidth ratio."""
+        if self.ratio is None:
+            return None
         return self.ratio if TOOL[self.tool].lower_is_better else 1 / self.ratio
 
+    @property
+    def failed(self):
+        return bool(self.unusable) or (self.significant and self.worse)
 
-def _values(records, metric):
-    return [r[metric] for r in records if isinstance(r.get(metric), (int, float)) and r[metric] > 0]
+
+def _unusable(records, metric, side):
+    """Why some value of metric on this side is not a finite positive number ('' when all are)."""
+    bad = ["missing" if metric not in r else values.flaw(r[metric]) for r in records]
+    bad = [b for b in bad if b]
+    if not bad:
+        return ""
+    return f"{side} {metric} is {bad[0]}" + (f" ({len(bad)} of {len(records)} values)" if len(records) > 1 else "")
 
 
 def _range(records, tool):
     lo, hi = tool.spread
-    if all(isinstance(r.get(lo), (int, float)) and isinstance(r.get(hi), (int, float)) for r in records):
+    if all(values.usable(r.get(lo)) and values.usable(r.get(hi)) for r in records):
         return min(r[lo] for r in records), max(r[hi] for r in records)
     return None
 
 
 def compare(base_records, new_records, threshold):
-    """(lines of joined identities, base-only records, new-only records)."""
+    """(lines of joined identities, base-only records (missing in new), new-only records). A record whose
+    identity fields have wrong types is skipped with a warning (its baseline row then counts as missing)."""
     sides = [{}, {}]
-    for side, records in zip(sides, (base_records, new_records)):
-        for rec in measurements(records):
+    for side, records, what in zip(sides, (base_records, new_records), ("baseline", "new")):
+        for rec in values.sound(measurements(records), what):
             side.setdefault(identity(rec), []).append(rec)
     pairs = [(k, k) for k in sides[1] if k in sides[0]] + _loose_pairs(sides)
     lines = []
     for base_key, key in pairs:
         base, new = sides[0][base_key], sides[1][key]
         tool = TOOL[key[0]]
-        a, b = _values(new, tool.metric), _values(base, tool.metric)
-        if not a or not b:
+        bad = _unusable(new, tool.metric, "new") or _unusable(base, tool.metric, "baseline")
+        if bad:
+            lines.append(Line(label(new[0]), group_of(new[0]), key[0], [], [], None, "", "", False, False, False,
+                              bad))
             continue
+        a, b = [r[tool.metric] for r in new], [r[tool.metric] for r in base]
         interval = stats.ratio_interval(a, b)
         if interval is not None:
             ratio, basis = interval.ratio, "t-test"
@@ -88,26 +107,60 @@ def compare(base_records, new_records, threshold):
 
 def _loose_pairs(sides):
     """Identities that differ only where one side does not know a field (None: an imported fio file has no
-    storage class, an old log no world size) join when exactly one candidate fits either way."""
-    def fits(a, b):
-        return len(a) == len(b) and all(x == y or x is None or y is None for x, y in zip(a, b))
+    storage class, an old log no world size) join when exactly one candidate fits either way. Keys are indexed
+    by which fields they lack, so 10,000 rows a side join in milliseconds, not 10^8 comparisons."""
     base_left = [k for k in sides[0] if k not in sides[1]]
     new_left = [k for k in sides[1] if k not in sides[0]]
+    masks = [{_mask(k) for k in keys} for keys in (base_left, new_left)]
+    index = [{}, {}]
+    for i, keys in enumerate((base_left, new_left)):
+        for k in keys:
+            for other in masks[1 - i]:
+                m = tuple(a or b for a, b in zip(_mask(k), other))
+                index[i].setdefault((_project(k, m), m), {})[k] = None      # an ordered set
+
+    def fits(key, i):
+        """The keys of side i that fit key (a key of the other side)."""
+        found = []
+        for mine in masks[i]:
+            m = tuple(a or b for a, b in zip(mine, _mask(key)))
+            found += [k for k in index[i].get((_project(key, m), m), {}) if _mask(k) == mine and len(k) == len(key)]
+        return found
     pairs = []
     for key in new_left:
-        found = [b for b in base_left if fits(b, key)]
-        if len(found) == 1 and [n for n in new_left if fits(found[0], n)] == [key]:
+        found = fits(key, 0)
+        if len(found) == 1 and fits(found[0], 1) == [key]:
             pairs.append((found[0], key))
     return pairs
+
+
+def _mask(key):
+    return tuple(v is None for v in key)
+
+
+def _project(key, mask):
+    return tuple(v for v, none in zip(key, mask) if not none)
 
 
 def _mean(values):
     return stats.geometric_mean(values)
 
 
+def failures(lines, only_base):
+    """{kind: count} of the rows that fail a regression gate (empty: it passes)."""
+    found = {"slower": sum(ln.significant and ln.worse for ln in lines),
+             "with no usable value": sum(bool(ln.unusable) for ln in lines), "missing in new": len(only_base)}
+    return {k: n for k, n in found.items() if n}
+
+
 def text(lines, only_base, only_new, threshold):
-    """The report: significant changes, one summary line per group, then the one-sided rows."""
+    """The report: significant changes, rows not comparable, one summary line per group, the one-sided rows,
+    and the count of failing rows."""
     out = []
+    for ln in lines:
+        if ln.unusable:
+            out.append(f"{ln.label}: no usable value: {ln.unusable} (a finite positive number is needed; fails)")
+    broken, lines = lines, [ln for ln in lines if not ln.unusable]
     shown = [ln for ln in lines if ln.significant]
     for ln in sorted(shown, key=lambda ln: (ln.tool, ln.group, -abs(ln.speed - 1))):
         unit = TOOL[ln.tool].unit
@@ -126,9 +179,14 @@ def text(lines, only_base, only_new, threshold):
         bases = ", ".join(f"{n} {b}" for b, n in _count(ln.basis for ln in mine))
         out.append(f"summary {group}: geometric mean {change} over {len(mine)} rows "
                    f"({slower} slower, {faster} faster beyond {threshold:.0%} and the spread; basis: {bases})")
-    for name, recs in (("baseline", only_base), ("new", only_new)):
-        for rec in recs:
-            out.append(f"only in {name}: {label(rec)}")
+    for rec in only_base:
+        out.append(f"missing in new: {label(rec)}")
+    for rec in only_new:
+        out.append(f"only in new: {label(rec)}")
+    failing = failures(broken, only_base)
+    if failing:
+        out.append(f"failing rows: {sum(failing.values())} of {len(broken) + len(only_base)} baseline rows ("
+                   + ", ".join(f"{n} {k}" for k, n in failing.items()) + ")")
     return "\n".join(out) + "\n"
 
 
@@ -146,6 +204,4 @@ def parse_threshold(text):
         value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
     except ValueError:
         raise UserError(f"--threshold {text!r} is not a percentage (examples: 5%, 0.05)") from None
-    if not 0 <= value < 10:
-        raise UserError(f"--threshold {text!r} is out of range")
-    return value
+    return finite(value, f"--threshold {text!r}", 0, 9.99)

@@ -6,11 +6,14 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
+from benchcore.records import dumps
+
 FORMATS = ("table", "json", "csv")
 
 
 def console(stderr=False):
-    return Console(stderr=stderr, highlight=False, markup=False, soft_wrap=False, width=200 if not sys.stdout.isatty() else None)
+    return Console(stderr=stderr, highlight=False, markup=False, soft_wrap=False,
+                   width=200 if not sys.stdout.isatty() else None)
 
 
 def _cell(value, fmt):
@@ -35,7 +38,7 @@ def emit(records, fmt, table_fn):
     """Write records to stdout as fmt: 'table' calls table_fn(records); json is JSONL; csv flat."""
     if fmt == "json":
         for rec in records:
-            sys.stdout.write(json.dumps(rec, default=str) + "\n")
+            sys.stdout.write(dumps(rec) + "\n")      # never NaN or Infinity: null, named in `nonfinite`
     elif fmt == "csv":
         csv_frame(records).to_csv(sys.stdout, index=False)
     else:

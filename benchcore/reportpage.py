@@ -2,7 +2,10 @@
 for any results of either tool, imported or not, with an optional --baseline overlay.
 
 The data path is one pandas frame of the records (benchcore.results); tables list every measurement as
-recorded, plots draw from the same frame. Nothing in DIR is overwritten: DIR must be new or empty.
+recorded, plots draw from the same frame. Nothing in DIR is overwritten: DIR must be new or empty. At most
+MAX_PLOTS plots (the groups with most measurements; the report says so, every group is in the tables).
+A measurement whose metric is not a finite positive number, and a baseline row missing from the results, are
+named in the report's notes. A file that cannot be written is named in one line; the files before it stay.
 """
 import base64
 import html
@@ -10,14 +13,17 @@ import os
 import re
 from pathlib import Path
 
-from benchcore import stats
+from benchcore import diff, stats, values
 from benchcore.errors import UserError
+from benchcore.inputs import name as shown_path
 from benchcore.report import csv_frame
-from benchcore.results import TOOL, group_of, identity, measurements
+from benchcore.results import TOOL, group_of, identity, label, measurements
 from benchcore.units import format_size
 
 EXPORTS = ("csv", "parquet")
 NUMERIC = ' class="n"'
+MAX_PLOTS = 12          # a report of 1,000 groups draws 12 plots, not 1,000 (each costs ~0.3 s and 50 KB)
+NAMED = 5               # rows named in a note before "and N more"
 
 
 def _size(v):
@@ -49,19 +55,23 @@ LATENCIES = (("lat_mean_us", "mean"), ("lat_p50_us", "P50"), ("lat_p99_us", "P99
 def cell(value, fmt):
     if value is None or (isinstance(value, float) and value != value):
         return "n/a"
-    if callable(fmt):
-        return fmt(value)
-    if fmt and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return format(value, fmt)
+    try:
+        if callable(fmt):
+            return fmt(value)
+        if fmt and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return format(value, fmt)
+    except (TypeError, ValueError, OverflowError):   # a record read back with a field of another type
+        pass
     return str(value)
 
 
 def _run(rec):
-    return rec.get("source_file") and os.path.basename(rec["source_file"]) or rec.get("run_id") or "?"
+    source = rec.get("source_file")
+    return str(isinstance(source, str) and os.path.basename(source) or rec.get("run_id") or "?")
 
 
 def out_dir(path):
-    """DIR for the report: created, or existing and empty (nothing there is overwritten)."""
+    """DIR for the report: created, or existing, empty and writable (nothing there is overwritten)."""
     p = Path(path)
     if p.exists() and (not p.is_dir() or any(p.iterdir())):
         raise UserError(f"--out {path} exists and is not an empty directory: give a new one (nothing is overwritten)")
@@ -69,11 +79,34 @@ def out_dir(path):
         p.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"--out {path}: {exc.strerror}") from None
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise UserError(f"--out {path} is not writable")
     return p
 
 
-def slug(text):
-    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "plot"
+def saved(directory, name, write_file):
+    """write_file(path) for DIR/name; an OSError (a full disk) is one line naming the file, whose partial copy
+    is removed; the files written before it stay."""
+    path = directory / name
+    try:
+        write_file(path)
+    except OSError as exc:
+        path.unlink(missing_ok=True)
+        raise UserError(f"cannot write {shown_path(path)}: {exc.strerror or exc}; the files written before it "
+                        "are kept") from None
+    return name
+
+
+def slug(text, taken=None):
+    """A file name part for text; with taken (a set), one not in it yet ('x_y' and 'X-Y' get two names)."""
+    base = re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "plot"
+    found, n = base, 1
+    while taken is not None and found in taken:
+        n += 1
+        found = f"{base}-{n}"
+    if taken is not None:
+        taken.add(found)
+    return found
 
 
 def _baseline_metric(baseline):
@@ -81,7 +114,7 @@ def _baseline_metric(baseline):
     by = {}
     for rec in measurements(baseline):
         value = rec.get(TOOL[rec["tool"]].metric)
-        if isinstance(value, (int, float)) and value > 0:
+        if values.usable(value):
             by.setdefault(identity(rec), []).append(value)
     return {k: stats.geometric_mean(v) for k, v in by.items()}
 
@@ -91,9 +124,11 @@ def sections(records, baseline=()):
     base = _baseline_metric(baseline)
     out = []
     for tool in TOOL:
-        mine = [dict(r, run=_run(r)) for r in measurements(records) if r["tool"] == tool]
-        for title in dict.fromkeys(SECTION[tool](r) for r in mine):
-            rows = [r for r in mine if SECTION[tool](r) == title]
+        by_title = {}
+        for r in measurements(records):
+            if r["tool"] == tool:
+                by_title.setdefault(SECTION[tool](r), []).append(dict(r, run=_run(r)))
+        for title, rows in by_title.items():
             rows.sort(key=lambda r: tuple(str(r.get(k)) if not isinstance(r.get(k), (int, float)) else
                                           f"{r.get(k):020.6f}" for k in ORDER[tool]))
             columns = list(COLUMNS[tool])
@@ -102,8 +137,8 @@ def sections(records, baseline=()):
             if any(k[0] == tool for k in base):
                 metric = TOOL[tool].metric
                 for r in rows:
-                    b = base.get(identity(r))
-                    r["baseline"], r["vs_baseline"] = b, (r[metric] / b if b and r.get(metric) else None)
+                    b, why = base.get(identity(r)), values.flaw(r.get(metric))
+                    r["baseline"], r["vs_baseline"] = b, (f"{metric} {why}" if why else r[metric] / b if b else None)
                 columns += [("baseline", f"baseline {TOOL[tool].unit}", ".2f"), ("vs_baseline", "new/baseline", ".3f")]
             out.append((tool, title, columns, rows))
     return out
@@ -125,7 +160,7 @@ def busbw_plot(path, title, recs, base_recs, marks=()):
     for recs_, style, tag in ((recs, "-", ""), (base_recs, "--", "baseline ")):
         series = {}
         for r in recs_:
-            if r.get("size_bytes") and r.get("busbw_gbps") and r["busbw_gbps"] > 0:
+            if values.usable(r.get("size_bytes")) and values.usable(r.get("busbw_gbps")):
                 place = {True: "in-place", False: "out-of-place"}.get(r.get("in_place"), "")
                 key = f"{tag}{_run(r)} {place} {r.get('dtype') or ''}".strip()
                 series.setdefault(key, []).append(r)
@@ -137,10 +172,10 @@ def busbw_plot(path, title, recs, base_recs, marks=()):
                                                  [max(0.0, at[s][-1] - m) for s, m in zip(sizes, mid)]],
                                fmt=style, marker="o", markersize=3, capsize=2, label=key).lines[0]
             pred = sorted({(r["size_bytes"], r["busbw_gbps"] * r["time_us"] / r["predicted_time_us"]) for r in rs
-                           if r.get("predicted_time_us") and r.get("time_us")})
+                           if values.usable(r.get("predicted_time_us")) and values.usable(r.get("time_us"))})
             if pred and not tag:
                 ax.plot(*zip(*pred), ":", color=line.get_color(), label=f"{key} model")
-    peaks = sorted({r["link_peak_gbps"] for r in recs if r.get("link_peak_gbps")})
+    peaks = sorted({r["link_peak_gbps"] for r in recs if values.usable(r.get("link_peak_gbps"))})
     for peak in peaks:
         ax.axhline(peak, color="grey", linestyle="-.", linewidth=1, label=f"link peak {peak:g} GB/s")
     for text, points in marks:
@@ -168,9 +203,9 @@ def storage_plot(path, recs, base_recs, marks=()):
     width = 0.8 / max(1, len(mounts))
 
     def pick(profile, mount, key):
-        values = [r.get(key) for r, tag in bars if f"{r.get('profile')} {r.get('direction')}" == profile
-                  and f"{tag}{r.get('mount')}" == mount and isinstance(r.get(key), (int, float)) and r.get(key) > 0]
-        return stats.geometric_mean(values) or 0
+        found = [r.get(key) for r, tag in bars if f"{r.get('profile')} {r.get('direction')}" == profile
+                  and f"{tag}{r.get('mount')}" == mount and values.usable(r.get(key))]
+        return stats.geometric_mean(found) or 0
 
     for i, mount in enumerate(mounts):
         axes[0].bar([x + i * width for x in range(len(profiles))], [pick(p, mount, "bw_mbps") for p in profiles],
@@ -199,24 +234,63 @@ def storage_plot(path, recs, base_recs, marks=()):
     plt.close(fig)
 
 
-def plots(directory, records, baseline=(), marks=None):
-    """Draw every plot into directory; [(title, file name)]. marks: thresholds to draw, {group: busbw marks}
-    and {"storage": storage marks} (see busbw_plot, storage_plot)."""
-    marks = marks or {}
-    out = []
-    recs, base = measurements(records), measurements(baseline)
-    comm = [r for r in recs if r["tool"] == "commbench"]
-    for group in dict.fromkeys(group_of(r) for r in comm):
-        name = f"busbw-{slug(group)}.png"
-        busbw_plot(directory / name, group, [r for r in comm if group_of(r) == group],
-                   [r for r in base if r["tool"] == "commbench" and group_of(r) == group], marks.get(group, ()))
-        out.append((f"{group}: busbw vs size", name))
-    io = [r for r in recs if r["tool"] == "iobench"]
-    if io:
-        storage_plot(directory / "storage.png", io, [r for r in base if r["tool"] == "iobench"],
-                     marks.get("storage", ()))
-        out.append(("storage: MB/s and latency percentiles per mount and profile", "storage.png"))
+def _by_group(records):
+    out = {}
+    for r in records:
+        if r["tool"] == "commbench":
+            out.setdefault(group_of(r), []).append(r)
     return out
+
+
+def plots(directory, records, baseline=(), marks=None):
+    """Draw at most MAX_PLOTS plots into directory: ([(title, file name)], a note when groups were left out).
+    The busbw plots are of the groups with most measurements; marks: thresholds to draw, {group: busbw marks}
+    and {"storage": storage marks} (see busbw_plot, storage_plot)."""
+    marks, out, taken = marks or {}, [], {"storage"}
+    recs, base = measurements(records), measurements(baseline)
+    io = [r for r in recs if r["tool"] == "iobench"]
+    groups, base_groups = _by_group(recs), _by_group(base)
+    room = MAX_PLOTS - bool(io)
+    chosen = sorted(groups, key=lambda g: -len(groups[g]))[:room]
+    for group in [g for g in groups if g in chosen]:
+        name = saved(directory, f"busbw-{slug(group, taken)}.png", lambda path: busbw_plot(
+            path, group, groups[group], base_groups.get(group, []), marks.get(group, ())))
+        out.append((f"{group}: busbw vs size", name))
+    if io:
+        saved(directory, "storage.png", lambda path: storage_plot(
+            path, io, [r for r in base if r["tool"] == "iobench"], marks.get("storage", ())))
+        out.append(("storage: MB/s and latency percentiles per mount and profile", "storage.png"))
+    note = (f"plots: {len(chosen)} of {len(groups)} collective/strategy groups (those with most measurements, at "
+            f"most {MAX_PLOTS} plots); the other {len(groups) - len(chosen)} are in the tables only"
+            if len(chosen) < len(groups) else None)
+    return out, note
+
+
+def _named(rows):
+    """'a; b; c and 7 more' of at most NAMED rows."""
+    return "; ".join(rows[:NAMED]) + (f"; and {len(rows) - NAMED} more" if len(rows) > NAMED else "")
+
+
+def value_notes(records, baseline):
+    """Notes naming the measurements with no usable metric (NaN, 0, -1, null, missing), either side, and the
+    baseline rows with no partner in the results."""
+    notes = []
+    for side, recs in (("results", measurements(records)), ("baseline", measurements(baseline))):
+        bad = []
+        for r in recs:
+            metric = TOOL[r["tool"]].metric
+            why = "missing" if metric not in r else values.flaw(r[metric])
+            if why:
+                bad.append(f"{label(r)}: {metric} {why}")
+        if bad:
+            notes.append(f"not usable: {len(bad)} measurements of the {side} have a metric that is not a finite "
+                         f"positive number: {_named(bad)}")
+    if baseline:
+        _, only_base, _ = diff.compare(baseline, records, 0.05)
+        if only_base:
+            notes.append(f"missing: {len(only_base)} baseline rows have no partner in the results: "
+                         f"{_named([label(r) for r in only_base])}")
+    return notes
 
 
 def markdown(title, inputs, tables, images, notes):
@@ -272,10 +346,21 @@ def export(frame_records, path, fmt):
 
 
 def write(inputs, records, out, baseline_inputs=(), baseline=(), fmt="csv", title="Benchmark report"):
-    """Write DIR/report.md, DIR/report.html, the plots and DIR/results.<fmt>; returns the files written."""
+    """Write DIR/report.md, DIR/report.html, the plots and DIR/results.<fmt>; returns the files written. Records
+    whose identity fields have wrong types are left out with a warning; a report that fails before writing
+    anything removes the directories it made (never one the user made)."""
+    records = [r for r in records if r.get("event")] + values.sound(measurements(records), "RESULTS")
+    baseline = values.sound(measurements(baseline), "--baseline")
     if not measurements(records):
         raise UserError("no measurements in " + ", ".join(inputs))
-    return write_into(out_dir(out), inputs, records, baseline_inputs, baseline, fmt, title)
+    made = [d for d in [Path(out), *Path(out).parents] if not d.exists()]
+    directory = out_dir(out)
+    try:
+        return write_into(directory, inputs, records, baseline_inputs, baseline, fmt, title)
+    finally:
+        for d in made:
+            if d.exists() and not any(d.iterdir()):
+                d.rmdir()
 
 
 def write_into(directory, inputs, records, baseline_inputs=(), baseline=(), fmt="csv", title="Benchmark report",
@@ -290,9 +375,13 @@ def write_into(directory, inputs, records, baseline_inputs=(), baseline=(), fmt=
     if baseline_inputs:
         notes.insert(len(lead), "baseline: " + ", ".join(baseline_inputs) + " (dashed/hatched in the plots; "
                      "'new/baseline' is the metric's ratio to the baseline's geometric mean)")
+    notes += value_notes(recs, baseline)
     tables = sections(recs, baseline)
-    images = plots(directory, recs, baseline, marks)
-    (directory / "report.md").write_text(markdown(title, inputs, tables, images, notes))
-    (directory / "report.html").write_text(page(title, inputs, tables, images, notes, directory))
-    export(recs, directory / f"results.{fmt}", fmt)
-    return ["report.md", "report.html", f"results.{fmt}"] + [name for _, name in images]
+    images, left_out = plots(directory, recs, baseline, marks)
+    notes += [left_out] if left_out else []
+    md = markdown(title, inputs, tables, images, notes)
+    html_page = page(title, inputs, tables, images, notes, directory)
+    written = [saved(directory, "report.md", lambda path: path.write_text(md)),
+               saved(directory, "report.html", lambda path: path.write_text(html_page)),
+               saved(directory, f"results.{fmt}", lambda path: export(recs, path, fmt))]
+    return written + [name for _, name in images]

@@ -13,15 +13,17 @@ Forms (one registry each for fields' aliases, units and references):
 
 A threshold is judged per measured thing (benchcore.results.identity): repeats and cycles of one thing
 are combined by their median first (wrong: the largest). Strategy phases are judged on the total only. It fails when any
-thing misses; the worst one is named with its size, measured against expected.
+thing misses; the worst one is named with its size, measured against expected. A thing whose value is not a finite
+positive number (NaN, 0, -1, null, missing; `wrong` may be 0) misses, named with why: it never passes, never vanishes.
 """
 import re
 import statistics
 from dataclasses import dataclass, field
 from typing import Optional
 
-from benchcore import diff, schema, stats
+from benchcore import diff, schema, stats, values
 from benchcore.errors import UserError
+from benchcore.inputs import finite
 from benchcore.results import TOOL, group_of, identity, label, measurements
 from benchcore.units import format_size, parse_size
 
@@ -48,7 +50,7 @@ def _unit_of(name):
 def _model_value(rec, name):
     """The model's prediction of field `name` for this record: its time, or a bandwidth at that time."""
     predicted, time_us = rec.get("predicted_time_us"), rec.get("time_us")
-    if not predicted or not time_us or rec.get(name) is None:
+    if not values.usable(predicted) or not values.usable(time_us) or not values.usable(rec.get(name)):
         return None
     return predicted if name.endswith("_us") else rec[name] * time_us / predicted
 
@@ -56,7 +58,8 @@ def _model_value(rec, name):
 # reference name -> (which fields it applies to, what it is per record, what a record must carry)
 REFERENCES = {
     "link peak": (lambda tool, name: tool == "commbench" and name.endswith("_gbps"),
-                  lambda rec, name: rec.get("link_peak_gbps"), "link_peak_gbps"),
+                  lambda rec, name: rec.get("link_peak_gbps") if values.usable(rec.get("link_peak_gbps")) else None,
+                  "link_peak_gbps"),
     "model": (lambda tool, name: tool == "commbench" and (name.endswith("_gbps") or name.startswith("time_us")),
               _model_value, "predicted_time_us"),
 }
@@ -104,7 +107,7 @@ def parse(text, tool):
     text = " ".join(str(text).split())
     m = _REGRESSION.match(text)
     if m:
-        return Threshold(text, regression=float(m.group("pct")) / 100)
+        return Threshold(text, regression=finite(m.group("pct"), f"threshold {text!r}: the percentage", 0, 999) / 100)
     m = _FORM.match(text)
     if not m:
         raise UserError(f"threshold {text!r} is not FIELD OP VALUE [UNIT] [x link peak|model] [at [OP] SIZE] "
@@ -114,7 +117,7 @@ def parse(text, tool):
     if name not in known:
         raise UserError(f"threshold {text!r}: {tool} records have no field {m.group('field')!r} (aliases: "
                         f"{', '.join(ALIASES[tool])}; or a field of benchcore.schema)")
-    value = float(m.group("value"))
+    value = finite(m.group("value"), f"threshold {text!r}: the value")
     if m.group("unit"):
         units = UNITS.get(_unit_of(name), {})
         factor = units.get(m.group("unit").lower())
@@ -160,29 +163,42 @@ def _fmt(v):
 
 
 def _median_by_identity(recs, name):
-    """[(first record, median of the field)] per measured thing."""
+    """[(first record, median of the field, why it is unusable or None)] per measured thing; a thing with any
+    value that is not a finite positive number (>= 0 for a count) is unusable."""
     by = {}
     for rec in recs:
-        if isinstance(rec.get(name), (int, float)) and not isinstance(rec.get(name), bool):
-            by.setdefault(identity(rec), []).append(rec)
-    combine = COMBINE.get(name, statistics.median)
-    return [(rs[0], combine(r[name] for r in rs)) for rs in by.values()]
+        by.setdefault(identity(rec), []).append(rec)
+    combine, count = COMBINE.get(name, statistics.median), name in values.COUNTS
+    out = []
+    for rs in by.values():
+        bad = [b for b in ("missing" if name not in r else values.flaw(r[name], count) for r in rs) if b]
+        out.append((rs[0], None, bad[0]) if bad else (rs[0], combine(r[name] for r in rs), None))
+    return out
 
 
 def judge(threshold, records, baseline=None):
     """Outcome of threshold on a check's records; baseline: the --baseline records (None: not given)."""
     if threshold.regression is not None:
         return _regression(threshold, records, baseline)
-    t, recs = threshold, [r for r in measurements(records) if threshold.applies(r)]
+    t, recs = threshold, [r for r in values.sound(measurements(records), "records") if threshold.applies(r)]
     if not recs:
         return Outcome(t, False, message="no measurement this threshold applies to")
-    rows, lacking = [], 0
-    for rec, measured in _median_by_identity(recs, t.field):
+    rows, lacking, unusable = [], 0, []
+    for rec, measured, why in _median_by_identity(recs, t.field):
         expected = t.expected(rec)
-        if expected is None:
+        if why:
+            unusable.append((rec, why))
+        elif expected is None:
             lacking += 1
         else:
             rows.append((rec, measured, expected))
+    if unusable:
+        rec, why = unusable[0]
+        size = rec.get("size_bytes")
+        return Outcome(t, False, size_bytes=size, judged=len(rows) + len(unusable),
+                       message=f"measured {t.field} is {why}{f' at {format_size(size)}' if size else ''} "
+                               f"({label(rec)}): not a usable measurement; {len(unusable)} of "
+                               f"{len(rows) + len(unusable) + lacking} have none")
     if not rows:
         need = REFERENCES[t.reference][2] if t.reference and lacking else t.field
         return Outcome(t, False, message=f"no measurement carries {need}")
@@ -204,11 +220,22 @@ def judge(threshold, records, baseline=None):
 
 
 def _regression(threshold, records, baseline):
+    """Regressions, unusable values and (when the baseline is this check's own records) rows missing now fail."""
     if baseline is None:
         return Outcome(threshold, True, skipped=True, message="no --baseline given")
-    lines, _, _ = diff.compare(baseline, records, threshold.regression)
-    if not lines:
+    if not measurements(records):
+        return Outcome(threshold, False, message="no measurement to compare with the baseline")
+    lines, only_base, _ = diff.compare(baseline, records, threshold.regression)
+    checks = [{r.get("accept_check") for r in measurements(side)} for side in (baseline, records)]
+    missing = only_base if checks[0] == checks[1] != {None} else []
+    if not lines and not missing:
         return Outcome(threshold, True, skipped=True, message="the baseline has none of these measurements")
+    broken = [ln for ln in lines if ln.unusable]
+    if broken or missing:
+        what = (f"{broken[0].label}: {broken[0].unusable}" if broken else f"{label(missing[0])}: missing now")
+        return Outcome(threshold, False, judged=len(lines) + len(missing),
+                       message=f"{len(broken)} of {len(lines) + len(missing)} rows have no usable value, "
+                               f"{len(missing)} are missing; first {what}")
     worse = [ln for ln in lines if ln.significant and ln.worse]
     if not worse:
         return Outcome(threshold, True, judged=len(lines),

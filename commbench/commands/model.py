@@ -1,12 +1,12 @@
 """`commbench model`: the alpha-beta model's predictions for a topology without running anything, and
 alpha and beta per tier fitted to measured records (commbench/model/alphabeta.py has the formulas)."""
-import json
 
 import click
 
-from benchcore import inputs
+from benchcore import inputs, values
 from benchcore.errors import UserError
-from benchcore.records import read_records
+from benchcore.inputs import shown
+from benchcore.records import dumps, read_records
 from benchcore.report import console, print_table
 from benchcore.units import format_size, parse_size, size_range
 from commbench.cases.case import TOTAL, label
@@ -29,6 +29,8 @@ def configs(names, opts):
 
 def predictions(topo, names, sizes, nodes, local, backend, opts):
     """One row per (size, case config): the model's time and busbw, the tier that bounds it and its peak."""
+    if nodes * local < 2:
+        raise UserError("one rank moves no data: the model needs 2 or more ranks (--nodes, --nproc-per-node)")
     rows = []
     for size in sizes:
         for name, cfg in configs(names, opts).items():
@@ -56,15 +58,40 @@ def summary(rows):
     return out
 
 
-def fit(records, topo):
+BACKENDS = ("nccl", "gloo")
+MAX_RANKS = 1 << 20
+TIME_US = (1e-3, 1e12)      # a nanosecond to eleven days: outside, a record is not a timing the fit can use
+
+
+def _unfit(rec):
+    """Why a measured record cannot be fitted (None: it can)."""
+    why = values.shape_flaw(rec)
+    if why:
+        return why
+    name = rec.get("strategy") or rec.get("collective")
+    checks = [(name in CASES, f"unknown collective or strategy {shown(repr(name), 40)}"),
+              (rec.get("backend") in BACKENDS, f"backend is {shown(repr(rec.get('backend')), 40)}, "
+                                               f"not {' or '.join(BACKENDS)}"),
+              (isinstance(rec.get("size_bytes"), int) and rec["size_bytes"] > 0, "no size_bytes > 0"),
+              (isinstance(rec.get("world_size"), int) and 1 <= rec["world_size"] <= MAX_RANKS,
+               f"world_size not in 1..{MAX_RANKS}"),
+              (isinstance(rec.get("nodes"), int) and 1 <= rec["nodes"] <= (rec.get("world_size") or 0),
+               "nodes not in 1..world_size"),
+              (values.usable(rec["time_us"]) and TIME_US[0] <= rec["time_us"] <= TIME_US[1],
+               f"time_us {shown(repr(rec['time_us']), 40)} is not between {TIME_US[0]:g} and {TIME_US[1]:g}")]
+    return next((why for ok, why in checks if not ok), None)
+
+
+def fit(records, topo, what="--fit"):
     """alpha (us) and beta per tier from measured records, by least squares on relative error, and the
     fitted time of every record. Each measured phase fits the tier that bounds it in `topo`; a strategy's
-    total (a sum of phases on different tiers) is left out."""
+    total (a sum of phases on different tiers) is left out. A record that cannot be a timing of a known case
+    (_unfit) is skipped with a warning."""
     import numpy as np  # here: only --fit needs it
     rows = []
-    for rec in records:
-        if rec.get("event") or not rec.get("time_us") or rec.get("wrong"):
-            continue
+    measured = [r for r in records if isinstance(r, dict) and not r.get("event") and r.get("time_us") is not None
+                and not r.get("wrong")]
+    for rec in values.sound(measured, what, _unfit):
         case, phase = case_of(rec), rec.get("phase") or TOTAL
         if case.model is None or (len(case.phases) > 1 and phase == TOTAL):
             continue
@@ -78,7 +105,10 @@ def fit(records, topo):
             raise UserError(f"--fit: the {tier} tier has measurements at fewer than 2 sizes; fitting alpha and beta "
                             "needs a size sweep")
         a = np.array([[r["steps"] / r["time_us"], r["bytes"] / r["time_us"]] for r in mine])
-        (alpha, beta), *_ = np.linalg.lstsq(a, np.ones(len(mine)), rcond=None)
+        try:
+            (alpha, beta), *_ = np.linalg.lstsq(a, np.ones(len(mine)), rcond=None)
+        except np.linalg.LinAlgError as exc:
+            raise UserError(f"{what}: the {tier} tier's least-squares fit failed ({exc})") from None
         if alpha < 0:  # latency below what the sizes resolve: a bandwidth-only fit
             alpha, beta = 0.0, float(np.sum(a[:, 1]) / np.sum(a[:, 1] ** 2))
         elif beta <= 0:  # bandwidth below what the sizes resolve (all latency-bound): a latency-only fit
@@ -142,8 +172,8 @@ def model(topology, nodes, nproc_per_node, collectives, strategies, min_bytes, m
     rows = predictions(topo, names, sizes, nodes, local, backend, opts)
     if fmt == "json":
         for row in rows:
-            click.echo(json.dumps({"topology": topo.name, "nodes": nodes, "world_size": nodes * local,
-                                   "backend": backend, **{k: v for k, v in row.items() if k != "size"}}))
+            click.echo(dumps({"topology": topo.name, "nodes": nodes, "world_size": nodes * local,
+                              "backend": backend, **{k: v for k, v in row.items() if k != "size"}}))
         return
     print_table(rows, [("size", "size", None), ("case", "case", None), ("predicted_time_us", "time us", ".1f"),
                        ("algbw_gbps", "algbw GB/s", ".2f"), ("busbw_gbps", "busbw GB/s", ".2f"),
@@ -162,12 +192,12 @@ def model(topology, nodes, nproc_per_node, collectives, strategies, min_bytes, m
 
 def _print_fit(path, topo, fmt):
     inputs.regular_file(path, "--fit")
-    tiers, rows = fit(read_records(path, tool="commbench", what="--fit"), topo)
+    tiers, rows = fit(read_records(path, tool="commbench", what="--fit"), topo, f"--fit {inputs.name(path)}")
     if not rows:
         raise UserError(f"--fit {inputs.name(path)}: no measurement records the model covers")
     if fmt == "json":
         for t in tiers:
-            click.echo(json.dumps(t))
+            click.echo(dumps(t))
         return
     print_table(tiers, [("tier", "tier", None), ("alpha_us", "alpha us/step", ".2f"), ("gbps", "1/beta GB/s", ".4f"),
                         ("points", "records", "d")], title=f"alpha-beta fit ({topo.name} names the tiers)")

@@ -18,6 +18,7 @@ from benchcore.errors import UserError
 from benchcore.records import PLOT_SUFFIXES, new_output_option
 from benchcore.report import console, print_table
 from benchcore.units import parse_size
+from benchcore.values import FRACTION
 from commbench.cases.case import CaseOptions
 from commbench.cases.pairs import FULL_COVERAGE_UP_TO, tournament
 from commbench.launch.spec import launch_options, spec_from_options
@@ -151,7 +152,7 @@ def plot_matrix(records, path):
               help="Rounds of pairings [default: two round-robins (every pair twice) up to 32 nodes, else 16 "
                    "random rounds]; more than a round-robin plays it again.")
 @click.option("--size", default="256M", show_default=True, help="Bytes each pair moves per operation.")
-@click.option("--min-fraction", type=click.FloatRange(0, 1), default=0.7, show_default=True,
+@click.option("--min-fraction", type=FRACTION, default=0.7, show_default=True,
               help="A link (or a node's median link) below this fraction of the median is bad.")
 @click.option("--plot", default=None, callback=new_output_option("--plot", PLOT_SUFFIXES),
               help="Heat map PNG of the matrix (a new file).")

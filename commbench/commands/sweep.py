@@ -16,6 +16,7 @@ from benchcore.errors import UserError
 from benchcore.records import PLOT_SUFFIXES, RecordWriter, new_output_option, new_run_id, output_file, read_records
 from benchcore.report import console, line_plot, print_table
 from benchcore.units import format_size
+from benchcore.values import SECONDS
 from commbench import rankstats
 from commbench.cases.case import TOTAL
 from commbench.cases.registry import COLLECTIVE_NAMES, STRATEGY_NAMES, parse_names, record_label
@@ -151,7 +152,7 @@ def print_ranking(outcomes, verdicts, failed, notes):
 @click.option("--strategy", default=None, help="Sweep a strategy instead: " + ",".join(STRATEGY_NAMES))
 @click.option("--allow-unknown", is_flag=True, help="Pass variables and values the catalogue does not know.")
 @click.option("--resume", is_flag=True, help="Skip configs (per round) already done or failed in --out.")
-@click.option("--per-config-timeout", type=float, default=None, help="Seconds before a config counts as hung.")
+@click.option("--per-config-timeout", type=SECONDS, default=None, help="Seconds before a config counts as hung.")
 @repeats_option(3)
 @case_options(place_default="both")
 @click.option("--plot", default=None, callback=new_output_option("--plot", PLOT_SUFFIXES),

@@ -7,6 +7,7 @@ import click
 
 from benchcore.errors import UserError
 from benchcore.units import format_size
+from benchcore.values import SECONDS
 from commbench.launch import mpirun
 from commbench.launch.torchrun import split_endpoint
 
@@ -61,11 +62,11 @@ def launch_options(fn):
         click.option("--node-rank", type=int, default=None, help="This node's rank with --rdzv-endpoint."),
         click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
                      help="auto: NCCL when CUDA is available, else Gloo (mpi: mpi4py, under mpirun or srun)."),
-        click.option("-T", "--timeout", type=float, default=300, show_default=True,
+        click.option("-T", "--timeout", type=SECONDS, default=300, show_default=True,
                      help="Process-group timeout in s: a dead or stuck peer ends the run within it."),
-        click.option("--rdzv-timeout", type=float, default=120, show_default=True,
+        click.option("--rdzv-timeout", type=SECONDS, default=120, show_default=True,
                      help="Seconds to wait for every node to join."),
-        click.option("--hang-timeout", type=float, default=60, show_default=True,
+        click.option("--hang-timeout", type=SECONDS, default=60, show_default=True,
                      help="No operation finishing this long is a hang: rank 0 reports where every rank is and the "
                           "run ends with exit code 4 (kept below --timeout)."),
         click.option("--dry-run", is_flag=True, help="Print the launch command lines and exit."),

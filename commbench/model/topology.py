@@ -17,12 +17,14 @@ A file describes one kind of node and how nodes are joined:
 Every file cites its source (a vendor datasheet) in a comment. A malformed file is refused with
 one line naming the file and the field. GB/s = 1e9 B/s.
 """
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from benchcore.errors import UserError
+from benchcore.inputs import shown
 
 DIR = Path(__file__).resolve().parents[2] / "topologies"
 FABRICS = ("nvswitch", "nvlink", "pcie", "loopback")
@@ -33,12 +35,17 @@ def _text(v):
     return isinstance(v, str) and v.strip() != ""
 
 
+MAX_COUNT = 1 << 16         # GPUs or NICs in one node (an NVL72 rack is 72)
+
+
 def _count(lo):
-    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= lo
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and lo <= v <= MAX_COUNT
 
 
 def _number(positive):
-    return lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and (v > 0 if positive else v >= 0)
+    """A finite number (.inf and .nan are refused), > 0 or >= 0."""
+    return lambda v: (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                      and (v > 0 if positive else v >= 0))
 
 
 def _choice(options):
@@ -48,16 +55,16 @@ def _choice(options):
 # field -> (required, valid(value), what a valid value is)
 SCHEMA = {
     "name": (True, _text, "a name"),
-    "gpus_per_node": (True, _count(0), "a whole number >= 0"),
+    "gpus_per_node": (True, _count(0), f"a whole number in 0..{MAX_COUNT}"),
     "gpu": (False, _text, "text"),
     "intra_node.fabric": (True, _choice(FABRICS), "one of " + ", ".join(FABRICS)),
     "intra_node.link": (False, _text, "text"),
-    "intra_node.per_gpu_gbps": (True, _number(True), "GB/s > 0"),
-    "intra_node.latency_us": (True, _number(False), "microseconds >= 0"),
-    "inter_node.nics_per_node": (True, _count(1), "a whole number >= 1"),
+    "intra_node.per_gpu_gbps": (True, _number(True), "a finite GB/s > 0"),
+    "intra_node.latency_us": (True, _number(False), "finite microseconds >= 0"),
+    "inter_node.nics_per_node": (True, _count(1), f"a whole number in 1..{MAX_COUNT}"),
     "inter_node.nic": (False, _text, "text"),
-    "inter_node.per_nic_gbps": (True, _number(True), "GB/s > 0"),
-    "inter_node.latency_us": (True, _number(False), "microseconds >= 0"),
+    "inter_node.per_nic_gbps": (True, _number(True), "a finite GB/s > 0"),
+    "inter_node.latency_us": (True, _number(False), "finite microseconds >= 0"),
     "inter_node.rank_to_nic": (True, _choice(RANK_TO_NIC), "one of " + ", ".join(RANK_TO_NIC)),
     "inter_node.payload_fraction": (False, lambda v: _number(True)(v) and v <= 1, "a fraction in (0, 1]"),
 }
@@ -109,7 +116,7 @@ def validate(data, where):
             if required:
                 raise UserError(f"{where}: missing field {key} ({what})")
         elif not valid(flat[key]):
-            raise UserError(f"{where}: field {key} is {flat[key]!r}, expected {what}")
+            raise UserError(f"{where}: field {key} is {shown(repr(flat[key]), 60)}, expected {what}")
     return Topology(name=flat["name"], gpus_per_node=flat["gpus_per_node"], fabric=flat["intra_node.fabric"],
                     intra_gbps=float(flat["intra_node.per_gpu_gbps"]),
                     intra_latency_us=float(flat["intra_node.latency_us"]),

@@ -18,6 +18,7 @@ from benchcore.errors import UserError
 from benchcore.records import output_file
 from benchcore.report import console, print_table
 from benchcore.units import format_size, parse_size, size_range
+from benchcore.values import SECONDS
 from commbench.cases.case import TOTAL
 from commbench.cases.registry import CASES, case_of, record_label
 from commbench.commands.selftest.nodes import (JUDGED, PrivateNodes, best_of_cycles, check_ports, launch,
@@ -55,8 +56,8 @@ def row(rec, bits):
                    "the machine only ever slows a link down, so the best pass is the link's own rate.")
 @click.option("--chunk-size", default="2M", show_default=True, help="Chunk size of the chunked strategy.")
 @click.option("--threshold", default="16M", show_default=True, help="Chunked strategy threshold.")
-@click.option("--timeout", type=float, default=120, show_default=True, help="Process-group timeout (s).")
-@click.option("--rdzv-timeout", type=float, default=60, show_default=True)
+@click.option("--timeout", type=SECONDS, default=120, show_default=True, help="Process-group timeout (s).")
+@click.option("--rdzv-timeout", type=SECONDS, default=60, show_default=True)
 @click.option("--port", type=int, default=29400, show_default=True,
               help="Rendezvous port on node 0 (cycle c of launch i uses PORT + i + 2c).")
 @click.option("--out", default=None, metavar="FILE",

@@ -13,6 +13,7 @@ from benchcore.errors import UserError
 from benchcore.records import output_file
 from benchcore.report import console, print_table
 from benchcore.units import format_size, parse_size, size_range
+from benchcore.values import SECONDS
 from commbench.cases.case import TOTAL
 from commbench.cases.registry import record_label
 from commbench.commands.model import fit
@@ -59,8 +60,8 @@ def _model_row(rec, judged):
 @click.option("-N", "--cycles", type=int, default=2, show_default=True,
               help="Measure everything this many times, each its own launch, and judge the best (other load "
                    "only slows links down).")
-@click.option("--timeout", type=float, default=120, show_default=True, help="Process-group timeout (s).")
-@click.option("--rdzv-timeout", type=float, default=60, show_default=True)
+@click.option("--timeout", type=SECONDS, default=120, show_default=True, help="Process-group timeout (s).")
+@click.option("--rdzv-timeout", type=SECONDS, default=60, show_default=True)
 @click.option("--port", type=int, default=29420, show_default=True,
               help="Rendezvous port on node 0 (cycle c of launch i uses PORT + i + 2c).")
 @click.option("--out", default=None, metavar="FILE", help="Append the measurements and a verdict record.")

@@ -1,6 +1,5 @@
 """What every selftest check runs on: two private network-namespace nodes, one launch per -N cycle on both
 (each its own torchrun rendezvous across the link), the records read back, the best of the cycles judged."""
-import json
 import os
 import shutil
 import signal
@@ -12,7 +11,7 @@ import click
 
 from benchcore import procs
 from benchcore.errors import UserError
-from benchcore.records import RecordWriter, read_records
+from benchcore.records import RecordWriter, dumps, read_records
 from commbench.cases.registry import CASES, record_label
 from commbench.launch import netns
 
@@ -128,7 +127,7 @@ def save(out_path, records, verdict, fmt):
             for rec in records + [verdict]:
                 writer.write(rec)
     if fmt == "json":
-        click.echo(json.dumps(verdict))
+        click.echo(dumps(verdict))
     return fmt != "json"
 
 
