@@ -11,7 +11,10 @@ Standard library only (scripts/netns-cluster runs it without the virtualenv). As
   status                        what exists now (exit 0 running, 1 partial, 3 stopped).
 
 Nothing outside the namespaces changes except /etc/netns/PREFIX-node*/hosts (a hosts file that
-`ip netns exec` mounts over /etc/hosts inside the namespace, so node names resolve there).
+`ip netns exec` mounts over /etc/hosts inside the namespace, so node names resolve there) and, while a
+cluster is up, a blackhole route for its subnet in the host namespace: the host has no route to the private
+subnet, so a client run there by mistake would send its packets to the default gateway, off this machine;
+with the route it gets "network is unreachable" instead.
 """
 import argparse
 import ipaddress
@@ -159,6 +162,7 @@ def up(nodes, rate=None, prefix=DEFAULT_PREFIX, subnet=DEFAULT_SUBNET, lo_rate=N
             run(["ip", "-n", ns, "link", "set", IFNAME, "up"])
             shape(ns, IFNAME, bits)
         write_hosts(prefix, nodes, subnet)
+        hold_subnet(subnet)
         wait_links_up([ns_name(prefix, i) for i in range(nodes)])
     except (Fail, OSError):
         down(prefix)  # never leave half a cluster behind
@@ -178,6 +182,32 @@ def wait_links_up(namespaces, timeout=10.0):
         if time.monotonic() > deadline:
             raise Fail(f"{IFNAME} of {', '.join(down_ns)} still not up {timeout:g} s after it was set up")
         time.sleep(0.02)
+
+
+def hold_subnet(subnet):
+    """A blackhole route for subnet in the host namespace (kept if one is there); refused where the host
+    routes the subnet itself (a real network: the namespaces' subnet would shadow it)."""
+    if run(["ip", "route", "add", "blackhole", subnet], check=False).returncode == 0:
+        return
+    have = run(["ip", "route", "show", "exact", subnet], check=False).stdout.strip()
+    if not have.startswith("blackhole"):
+        raise Fail(f"subnet {subnet} is routed on this host ({have or 'route add failed'}): choose another --subnet")
+
+
+def subnet_of(ns):
+    """The subnet of a node's eth0 (None without an address)."""
+    words = run(["ip", "-n", ns, "-4", "-o", "addr", "show", "dev", IFNAME], check=False).stdout.split()
+    return str(ipaddress.ip_interface(words[3]).network) if len(words) > 3 else None
+
+
+def release_subnet(subnet):
+    """Remove the blackhole route once no namespace (of any prefix) holds an address in subnet."""
+    for ns in run(["ip", "netns", "list"], check=False).stdout.split():
+        words = run(["ip", "-n", ns, "-4", "-o", "addr"], check=False).stdout.split()
+        if any(ipaddress.ip_interface(w).network == ipaddress.ip_network(subnet)
+               for prev, w in zip(words, words[1:]) if prev == "inet"):
+            return
+    run(["ip", "route", "del", "blackhole", subnet], check=False)
 
 
 def ns_pids(ns):
@@ -205,9 +235,12 @@ def down(prefix=DEFAULT_PREFIX):
     t0 = time.monotonic()
     nodes, has_switch = existing(prefix)
     namespaces = nodes + ([switch_name(prefix)] if has_switch else [])
+    subnets = {subnet_of(ns) for ns in nodes} - {None}
     ended = end_processes(namespaces) if namespaces else 0
     for ns in namespaces:
         run(["ip", "netns", "del", ns], check=False)
+    for subnet in subnets:
+        release_subnet(subnet)
     for d in ETC.glob(f"{prefix}-node*") if ETC.is_dir() else []:
         hosts = d / "hosts"
         if re.fullmatch(re.escape(prefix) + r"-node\d+", d.name) and hosts.exists() and MARK in hosts.read_text():
