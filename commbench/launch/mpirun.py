@@ -156,6 +156,8 @@ def commands(spec, plan):
     argv = [path, "-n", str(spec.world_size), *_needs(spec, vendor, version, env)]
     if spec.launcher == "slurm":  # mpirun reads the allocation and starts its daemons through srun
         argv += ["--map-by", f"ppr:{spec.nproc_per_node}:node"]
+        # consecutive ranks per node; SLURM_NODEID is the daemon's step's (0 on every node mpirun srun-started)
+        env[RANKS_PER_NODE_ENV] = str(spec.nproc_per_node)
     if vendor == "Open MPI":
         argv += [a for k in sorted(env) for a in ("-x", k)]  # remote nodes get the variables too
     return [(argv + shlex.split(os.environ.get(MPIRUN_ARGS_ENV, "")) + worker, env)]
