@@ -22,6 +22,7 @@ import os
 import re
 import signal
 import time
+import zlib
 from pathlib import Path
 
 from benchcore import procs
@@ -162,7 +163,7 @@ def up(nodes, rate=None, prefix=DEFAULT_PREFIX, subnet=DEFAULT_SUBNET, lo_rate=N
             run(["ip", "-n", ns, "link", "set", IFNAME, "up"])
             shape(ns, IFNAME, bits)
         write_hosts(prefix, nodes, subnet)
-        hold_subnet(subnet)
+        hold_subnet(subnet, prefix)
         wait_links_up([ns_name(prefix, i) for i in range(nodes)])
     except (Fail, OSError):
         down(prefix)  # never leave half a cluster behind
@@ -184,30 +185,29 @@ def wait_links_up(namespaces, timeout=10.0):
         time.sleep(0.02)
 
 
-def hold_subnet(subnet):
-    """A blackhole route for subnet in the host namespace (kept if one is there); refused where the host
-    routes the subnet itself (a real network: the namespaces' subnet would shadow it)."""
-    if run(["ip", "route", "add", "blackhole", subnet], check=False).returncode == 0:
-        return
-    have = run(["ip", "route", "show", "exact", subnet], check=False).stdout.strip()
-    if not have.startswith("blackhole"):
-        raise Fail(f"subnet {subnet} is routed on this host ({have or 'route add failed'}): choose another --subnet")
+def route_metric(prefix):
+    """The metric of this cluster's blackhole route: clusters sharing a subnet each hold their own route (the same
+    destination, another metric), so one going down leaves the others' in place."""
+    return 1000 + zlib.crc32(prefix.encode()) % 1_000_000
 
 
-def subnet_of(ns):
-    """The subnet of a node's eth0 (None without an address)."""
-    words = run(["ip", "-n", ns, "-4", "-o", "addr", "show", "dev", IFNAME], check=False).stdout.split()
-    return str(ipaddress.ip_interface(words[3]).network) if len(words) > 3 else None
+def hold_subnet(subnet, prefix):
+    """This cluster's blackhole route for subnet in the host namespace; refused where the host routes the subnet
+    itself (a real network, which the namespaces' subnet would shadow)."""
+    have = run(["ip", "route", "show", "exact", subnet], check=False).stdout.splitlines()
+    real = [ln for ln in have if not ln.startswith("blackhole")]
+    if real:
+        raise Fail(f"subnet {subnet} is routed on this host ({real[0].strip()}): choose another --subnet")
+    if f"blackhole {subnet} metric {route_metric(prefix)}" not in [ln.strip() for ln in have]:
+        run(["ip", "route", "add", "blackhole", subnet, "metric", route_metric(prefix)])
 
 
-def release_subnet(subnet):
-    """Remove the blackhole route once no namespace (of any prefix) holds an address in subnet."""
-    for ns in run(["ip", "netns", "list"], check=False).stdout.split():
-        words = run(["ip", "-n", ns, "-4", "-o", "addr"], check=False).stdout.split()
-        if any(ipaddress.ip_interface(w).network == ipaddress.ip_network(subnet)
-               for prev, w in zip(words, words[1:]) if prev == "inet"):
-            return
-    run(["ip", "route", "del", "blackhole", subnet], check=False)
+def release_subnet(prefix):
+    """Remove this cluster's blackhole route (whichever subnet it was for)."""
+    for line in run(["ip", "route", "show", "type", "blackhole"], check=False).stdout.splitlines():
+        words = line.split()
+        if words[-2:] == ["metric", str(route_metric(prefix))]:
+            run(["ip", "route", "del", *words], check=False)
 
 
 def ns_pids(ns):
@@ -235,12 +235,10 @@ def down(prefix=DEFAULT_PREFIX):
     t0 = time.monotonic()
     nodes, has_switch = existing(prefix)
     namespaces = nodes + ([switch_name(prefix)] if has_switch else [])
-    subnets = {subnet_of(ns) for ns in nodes} - {None}
     ended = end_processes(namespaces) if namespaces else 0
     for ns in namespaces:
         run(["ip", "netns", "del", ns], check=False)
-    for subnet in subnets:
-        release_subnet(subnet)
+    release_subnet(prefix)
     for d in ETC.glob(f"{prefix}-node*") if ETC.is_dir() else []:
         hosts = d / "hosts"
         if re.fullmatch(re.escape(prefix) + r"-node\d+", d.name) and hosts.exists() and MARK in hosts.read_text():
