@@ -159,8 +159,8 @@ class SlurmCluster(DirFixture):
 
     def up(self, args):
         t0 = time.monotonic()
-        if args.nodes < 2:
-            raise Fail(f"--nodes must be at least 2, got {args.nodes}")
+        if args.nodes < 2 or args.cpus < 1:
+            raise Fail(f"--nodes must be at least 2 and --cpus at least 1, got {args.nodes} and {args.cpus}")
         s = self.running()
         if s:
             if s["nodes"] != args.nodes or (args.prefix, args.subnet) != (self.prefix, self.subnet):
@@ -173,7 +173,7 @@ class SlurmCluster(DirFixture):
         self.need("ip", "unshare", "runuser")
         self.install()
         self.prefix, self.subnet, self.nodes = args.prefix, args.subnet, args.nodes
-        self.claim(prefix=self.prefix, subnet=self.subnet, nodes=self.nodes, rate=args.rate)
+        self.claim(prefix=self.prefix, subnet=self.subnet, nodes=self.nodes, rate=args.rate, cpus=args.cpus)
         netns.up(self.nodes, args.rate, self.prefix, self.subnet)
         self.start_munged()
         self.write_conf()
@@ -198,7 +198,7 @@ class SlurmCluster(DirFixture):
 
     def write_conf(self):
         nodes = "\n".join(f"NodeName={self.node(i)} NodeAddr={netns.node_addr(i, self.subnet)} "
-                          f"CPUs={os.cpu_count()} State=UNKNOWN" for i in range(self.nodes))
+                          f"CPUs={self.state['cpus']} State=UNKNOWN" for i in range(self.nodes))
         for sub in ("ctld", "log", "run", *(f"spool/{self.node(i)}" for i in range(self.nodes))):
             os.makedirs(self.path(sub), exist_ok=True)  # slurmd does not create its spool directory
         with open(self.conf, "w") as f:
@@ -275,6 +275,8 @@ def main(argv=None):
     p_up = cli.command("up", "start the cluster; returns once every node is idle")
     p_up.add_argument("--nodes", type=int, default=2)
     p_up.add_argument("--rate", default=None, help="tbf rate of every node's link, e.g. 1gbit")
+    p_up.add_argument("--cpus", type=int, default=os.cpu_count(),
+                      help="CPUs each node offers (default this machine's %(default)s; more lets jobs share nodes)")
     p_up.add_argument("--prefix", default=DEFAULT_PREFIX, help="namespace name prefix (default %(default)s)")
     p_up.add_argument("--subnet", default=DEFAULT_SUBNET, help="the nodes' private subnet (default %(default)s)")
     cli.command("down", "stop the daemons, remove the nodes and what up wrote")

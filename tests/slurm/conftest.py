@@ -12,7 +12,6 @@ import pytest
 
 from benchcore import procs
 from commbench.launch import netns
-from commbench.launch.slurm_cluster import SlurmCluster
 from tests.conftest import BIN, ROOT
 
 SLURM_CLUSTER = ROOT / "scripts" / "slurm-cluster"
@@ -115,7 +114,8 @@ def cluster(tmp_path_factory):
     d = f"/tmp/{STEM}{os.getpid()}"
     prefix = f"{STEM}{os.getpid()}"
     try:
-        up = slurm_cluster("up", "--nodes", 2, "--dir", d, "--prefix", prefix, "--subnet", SUBNET)
+        # 4 CPUs a node: the time-limit job runs beside the other tests' jobs (each takes one CPU a node)
+        up = slurm_cluster("up", "--nodes", 2, "--cpus", 4, "--dir", d, "--prefix", prefix, "--subnet", SUBNET)
         assert up.returncode == 0, up.stderr
         yield Cluster(d, prefix, tmp_path_factory.mktemp("slurm-work"))
     finally:
