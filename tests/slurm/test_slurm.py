@@ -18,8 +18,8 @@ COMMBENCH = str(BIN / "commbench")
 TEMPLATE = str(ROOT / "scripts" / "slurm" / "commbench.sbatch")
 EDITS = ["--gpus-per-node=0", "--partition=debug"]  # the template's EDIT lines, set through sbatch options
 SHORT = ["-b", "1M", "-e", "4M", "-f", "4", "-n", "3", "-w", "1", "--timeout", "30", "--rdzv-timeout", "30"]
-# 1M..64M x 100 iterations: minutes on this machine, so the job's end comes mid-sweep
-LONG = "--collective all_reduce -b 1M -e 64M -f 2 -n 100 -w 1"
+# 1M..32M x 1000 iterations: minutes on this machine (>= 4 unloaded), so the job's end comes mid-sweep
+LONG = "--collective all_reduce -b 1M -e 32M -f 2 -n 1000 -w 1"
 
 
 def records(path):
@@ -168,7 +168,8 @@ def test_time_limit_and_scancel_keep_records_exit_143(cluster, limited, capsys):
     assert cluster.run("scancel", cancelled).returncode == 0
     ends = {j: cluster.wait_job(j, timeout=150) for j in outs}
     thread.join(timeout=10)
-    assert ends == {job: ("TIMEOUT", 143), cancelled: ("CANCELLED", 143)}, ends
+    assert ends == {job: ("TIMEOUT", 143), cancelled: ("CANCELLED", 143)}, (
+        ends, cluster.job(job).get("ExitCode"), (cluster.work / f"commbench-{job}.log").read_text()[-3000:])
     for j, path in outs.items():
         log = (cluster.work / f"commbench-{j}.log").read_text()
         assert 1 <= len(measured(path)) < 7 and "#wrong" in log and "error: terminated by SIGTERM" in log, log
