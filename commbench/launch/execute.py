@@ -178,8 +178,9 @@ def execute(spec, plan, writer=None, progress_label="measuring", max_seconds=Non
         _stop(agents, ranks, grace=2)
         channel.poll()
         measured = sum(1 for r in channel.records if not r.get("event"))
-        return LaunchResult(EXIT_TERM, channel.records, [f"terminated by SIGTERM (a time limit, scancel or kill) "
-                                                         f"after {measured} measurements; they are kept"])
+        nodes = slurm.failed_nodes() if spec.launcher == "slurm" else []  # Slurm ends a job whose node it lost
+        return LaunchResult(EXIT_TERM, channel.records, nodes + [f"terminated by SIGTERM (a time limit, scancel or "
+                                                                 f"kill) after {measured} measurements; they are kept"])
     finally:
         signal.signal(signal.SIGTERM, on_term)
         _stop(agents, ranks)

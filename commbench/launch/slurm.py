@@ -91,6 +91,25 @@ def slurm_endpoint():
     return f"{first}:{rdzv_port(os.environ.get('SLURM_JOB_ID'))}"
 
 
+def failed_nodes():
+    """One line per node of this allocation that Slurm holds down, failing, drained or not responding (a dead slurmd,
+    a lost link): what ended the run, named as Slurm names it. [] outside an allocation or where sinfo cannot say."""
+    nodelist = os.environ.get("SLURM_JOB_NODELIST")
+    if not (nodelist and os.environ.get("SLURM_JOB_ID")):
+        return []
+    try:
+        done = subprocess.run(["sinfo", "-h", "-N", "-n", nodelist, "-o", "%N|%t|%E"], capture_output=True, text=True,
+                              timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    out = []
+    lines = dict.fromkeys(ln for ln in done.stdout.splitlines() if ln.count("|") == 2)  # a node in 2 partitions
+    for node, state, reason in (ln.split("|", 2) for ln in lines):
+        if state.startswith(("down", "fail", "drain")) or state.endswith("*"):
+            out.append(f"Slurm node {node} is {state} ({reason.strip() or 'no reason given'})")
+    return out
+
+
 def node_agent(agent):
     """On each Slurm node: pick is_host and the interface here, then become torchrun."""
     spec = LaunchSpec(**agent["spec"])

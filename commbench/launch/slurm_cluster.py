@@ -261,10 +261,12 @@ def command(args):
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not cmd:
         raise Fail("exec needs a command: exec NODE -- CMD...")
-    if cluster.summary()["state"] != "running":
-        raise Fail(f"no cluster running in {cluster.dir} (run: {PROG} up)")
+    if not cluster.state:
+        raise Fail(f"no cluster in {cluster.dir} (run: {PROG} up)")
     if not 0 <= args.node < cluster.nodes:
         raise Fail(f"no node {args.node}: the cluster has nodes 0..{cluster.nodes - 1}")
+    if cluster.node(args.node) not in netns.existing(cluster.prefix)[0]:  # a dead daemon is no reason to refuse
+        raise Fail(f"node {args.node} ({cluster.node(args.node)}) is gone; run '{PROG} down --dir {cluster.dir}'")
     argv = cluster.exec_argv(args.node, cmd)
     os.execvp(argv[0], argv)
 

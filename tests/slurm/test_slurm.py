@@ -2,6 +2,8 @@
 salloc and sbatch (Gloo through torchrun, MPI through mpirun), the sbatch template as shipped, two jobs sharing
 the nodes, node lists, and a job ended by scancel or by its time limit."""
 import json
+import os
+import signal
 import subprocess
 import threading
 import time
@@ -200,4 +202,22 @@ def test_link_cut_mid_run_names_the_node(cluster):
         subprocess.run(["ip", "-n", cluster.nodes[1], "link", "set", "eth0", "up"], check=True, timeout=10)
     log = (cluster.work / f"commbench-{job}.log").read_text()
     assert (state, code) == ("FAILED", 4) and f"rank 1 on {cluster.nodes[1]} " in log, log
+    assert measured(out) and all(r["wrong"] == 0 for r in measured(out))
+
+
+def test_dead_slurmd_mid_run_names_the_node(cluster):
+    """Node 1's slurmd killed once the first record is on disk: Slurm marks the node down (SlurmdTimeout 10 s) and
+    ends the job; commbench keeps the records and names the node as Slurm does. Last: the node stays down."""
+    job = cluster.sbatch("--no-requeue", "--exclusive=user", *EDITS, TEMPLATE,
+                         env={"COMMBENCH": COMMBENCH, "ARGS": LONG})
+    out = cluster.work / f"commbench-{job}.jsonl"
+    deadline = time.monotonic() + 60
+    while not (out.exists() and measured(out)) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    with open(f"{cluster.dir}/run/slurmd-{cluster.nodes[1]}.pid") as f:
+        os.kill(int(f.read()), signal.SIGKILL)
+    state, code = cluster.wait_job(job, timeout=90)
+    log = (cluster.work / f"commbench-{job}.log").read_text()
+    assert (state, code) == ("NODE_FAIL", 143), log
+    assert f"error: Slurm node {cluster.nodes[1]} is down* (Not responding)" in log, log
     assert measured(out) and all(r["wrong"] == 0 for r in measured(out))
