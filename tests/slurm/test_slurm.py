@@ -45,6 +45,13 @@ def test_cluster_status_exec_and_blackhole(cluster, capsys):
     route = subprocess.run(["ip", "route", "show", "exact", SUBNET], capture_output=True, text=True).stdout
     assert route.startswith("blackhole"), route  # a client run in the host namespace by mistake goes nowhere
     assert sorted(cluster.run("srun", "-N2", "hostname").stdout.split()) == cluster.nodes
+    assert slurm_cluster("status", "--dir", f"{cluster.dir}-none").returncode == 3  # stopped: nothing there
+    theirs = cluster.work / "theirs"
+    theirs.mkdir()
+    (theirs / "data").write_text("not ours")
+    refused = slurm_cluster("down", "--dir", theirs)
+    assert refused.returncode == 1 and "holds no slurm-cluster state; not touching it" in refused.stderr
+    assert (theirs / "data").read_text() == "not ours"
     bad = slurm_cluster("exec", "--dir", cluster.dir, 5, "--", "true")
     assert bad.returncode == 1 and bad.stderr == "slurm-cluster: error: no node 5: the cluster has nodes 0..1\n"
     with capsys.disabled():
