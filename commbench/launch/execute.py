@@ -36,6 +36,7 @@ from commbench.launch.torchrun import split_endpoint
 STOP_GRACE_S = 5   # a rank stopped past --hang-timeout + this is killed (rank 0's watchdog reports it first)
 AGENT_GRACE_S = 5  # an agent still running this long after one of its ranks failed is stuck: stopped
 STAGE_TIMEOUT_S = 120  # sbcast of the plan file to every node, and its removal after
+EXIT_TERM = 128 + signal.SIGTERM  # 143: ended by SIGTERM (Slurm's time limit, scancel, kill), as a shell reports it
 LAUNCHERS = {"local": local.commands, "torchrun": torchrun.commands, "slurm": slurm.commands}  # torch.distributed's
 
 
@@ -95,6 +96,15 @@ class LaunchResult:
     hung: bool = False   # stopped by the watchdog
 
 
+class Terminated(Exception):
+    """SIGTERM reached commbench during a launch."""
+
+
+def _terminated(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # Slurm signals every process of the job, some twice
+    raise Terminated()
+
+
 def rank_status(logdir):
     """{rank: {rank, pid, host, done}} that this node's ranks keep in the launch directory."""
     out = {}
@@ -135,6 +145,7 @@ def execute(spec, plan, writer=None, progress_label="measuring", max_seconds=Non
     agents, logs, ranks, faults, killed, stopped_since, failed_at = [], [], {}, [], set(), {}, None
     stopped_killed = False   # a rank stopped past --hang-timeout was killed here: the run hung
     plan_file, outside, after = plan_place(spec, plan, logdir), None, []
+    on_term = signal.signal(signal.SIGTERM, _terminated)
     try:
         if not plan_file.startswith(str(logdir)):
             outside = new_output(plan_file, "plan file")   # never the user's own file of that name
@@ -207,7 +218,15 @@ def execute(spec, plan, writer=None, progress_label="measuring", max_seconds=Non
             code = EXIT_HANG   # rank 0's watchdog reported a hang: commbench's own exit status says so
         reasons = list(dict.fromkeys(faults + _reasons(logs, spec, ranks, killed))) if code else []
         return LaunchResult(code, channel.records, reasons)
+    except Terminated:  # keep what was measured, stop every agent (srun passes it on to every node), report
+        _stop(agents, ranks, grace=2)
+        channel.poll()
+        measured = sum(1 for r in channel.records if not r.get("event"))
+        nodes = slurm.failed_nodes() if spec.launcher == "slurm" else []  # Slurm ends a job whose node it lost
+        return LaunchResult(EXIT_TERM, channel.records, nodes + [f"terminated by SIGTERM (a time limit, scancel or "
+                                                                 f"kill) after {measured} measurements; they are kept"])
     finally:
+        signal.signal(signal.SIGTERM, on_term)
         _stop(agents, ranks)
         channel.poll()
         for log in logs:

@@ -1,4 +1,4 @@
-"""The mpirun launcher: one mpirun (or srun inside a Slurm allocation) starts every rank of the plan as an MPI
+"""The mpirun launcher: one mpirun (inside a Slurm allocation too) starts every rank of the plan as an MPI
 process running the worker; Open MPI's run-as-root and oversubscription settings only where this machine needs
 them (and a note saying so); the checks that turn a missing mpirun, a missing mpi4py or an mpi4py built for
 another MPI into one line; on each rank, torchrun's variables from what mpirun set; and what mpirun says when a
@@ -56,7 +56,7 @@ def user_vars(environ=os.environ):
 
 
 def resolve(spec):
-    """--backend mpi pairs with mpirun (srun inside a Slurm allocation); say what the machine needs."""
+    """--backend mpi pairs with mpirun (also inside a Slurm allocation); say what the machine needs."""
     if spec.backend == "auto":
         spec.backend = "mpi"
     if spec.backend != "mpi":
@@ -69,9 +69,8 @@ def resolve(spec):
     if spec.rdzv_endpoint or spec.node_rank is not None:
         raise UserError("--backend mpi: mpirun starts every node itself (hosts via COMMBENCH_MPIRUN_ARGS="
                         "'--hostfile FILE'); --rdzv-endpoint and --node-rank are torchrun's")
-    if spec.launcher == "mpirun":
-        _, vendor, version = _checked_mpirun(spec.dry_run)
-        _needs(spec, vendor, version, {})  # its notes, shown before the launch
+    _, vendor, version = _checked_mpirun(spec.dry_run)
+    _needs(spec, vendor, version, {})  # its notes, shown before the launch
 
 
 @functools.lru_cache(maxsize=None)
@@ -140,6 +139,12 @@ def _checked_mpirun(dry_run):
     return path, vendor, version
 
 
+# Under Slurm the ranks start through mpirun inside the allocation, not `srun --mpi=...`: measured on Debian's
+# Slurm 22.05 with the Open MPI 5 wheel, `srun --mpi=pmix` fails ("mpi/pmix_v4: can not load PMIx library": the
+# plugin wants Debian's libpmix2, not the wheel's PMIx) and Open MPI 5 has no PMI-2, so srun --mpi=pmi2 or none
+# starts singletons (1 rank each); the wheel's mpirun (PRRTE) reads the allocation and launches through srun.
+
+
 def across_hosts(spec):
     """mpirun starts ranks on other hosts (COMMBENCH_MPIRUN_ARGS names them): they cannot read this machine's
     temp dir."""
@@ -147,17 +152,19 @@ def across_hosts(spec):
 
 
 def commands(spec, plan, plan_file):
-    """[(argv, env)]: one mpirun (or srun) that starts every rank of the plan, each reading plan_file."""
+    """[(argv, env)]: one mpirun that starts every rank of the plan (inside a Slurm allocation too), each reading
+    plan_file."""
     worker = [sys.executable, "-m", "commbench.worker", "--plan-file", plan_file]
     env = {**spec.env, "PYTHONUNBUFFERED": "1",
            USER_VARS_ENV: json.dumps({k: v for k, v in sorted(os.environ.items()) if k.startswith(MCA_PREFIXES)})}
     if spec.nproc_per_node > 1 and "OMP_NUM_THREADS" not in os.environ:
         env["OMP_NUM_THREADS"] = "1"   # as torchrun sets it: an unbound rank would start a torch thread per core
-    if spec.launcher == "slurm":
-        return [(["srun", "--nodes", str(spec.nodes), "--ntasks-per-node", str(spec.nproc_per_node),
-                  "--kill-on-bad-exit=1", *worker], env)]
     path, vendor, version = _checked_mpirun(spec.dry_run)
     argv = [path, "-n", str(spec.world_size), *_needs(spec, vendor, version, env)]
+    if spec.launcher == "slurm":  # mpirun reads the allocation and starts its daemons through srun
+        argv += ["--map-by", f"ppr:{spec.nproc_per_node}:node"]
+        # consecutive ranks per node; SLURM_NODEID is the daemon's step's (0 on every node mpirun srun-started)
+        env[RANKS_PER_NODE_ENV] = str(spec.nproc_per_node)
     if vendor == "Open MPI":
         argv += [a for k in sorted(env) for a in ("-x", k)]  # remote nodes get the variables too
     return [(argv + shlex.split(os.environ.get(MPIRUN_ARGS_ENV, "")) + worker, env)]
@@ -166,11 +173,12 @@ def commands(spec, plan, plan_file):
 def _needs(spec, vendor, version, env):
     """mpirun arguments (and env) this machine needs, each said once in spec.notes: emulated nodes, and for
     Open MPI root and oversubscription."""
-    args, hosts_given = [], across_hosts(spec)
-    if hosts_given:
+    # inside a Slurm allocation mpirun knows the hosts: nothing is emulated, every node has its own cores
+    args, hosts_given = [], across_hosts(spec) or spec.launcher == "slurm"
+    if across_hosts(spec):
         _note(spec, "mpirun across hosts: the plan file goes in this directory (commbench-plan-RUN_ID.json, removed "
                     "after the run), which every host must see at the same path")
-    elif spec.nodes > 1:
+    elif not hosts_given and spec.nodes > 1:
         env[RANKS_PER_NODE_ENV] = str(spec.nproc_per_node)
         _note(spec, f"{spec.nodes} nodes emulated on this machine: {spec.nproc_per_node} consecutive ranks per node "
                     f"(real hosts: {MPIRUN_ARGS_ENV}='--hostfile FILE')")

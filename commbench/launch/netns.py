@@ -11,7 +11,10 @@ Standard library only (scripts/netns-cluster runs it without the virtualenv). As
   status                        what exists now (exit 0 running, 1 partial, 3 stopped).
 
 Nothing outside the namespaces changes except /etc/netns/PREFIX-node*/hosts (a hosts file that
-`ip netns exec` mounts over /etc/hosts inside the namespace, so node names resolve there).
+`ip netns exec` mounts over /etc/hosts inside the namespace, so node names resolve there) and, while a
+cluster is up, a blackhole route for its subnet in the host namespace: the host has no route to the private
+subnet, so a client run there by mistake would send its packets to the default gateway, off this machine;
+with the route it gets "network is unreachable" instead.
 """
 import argparse
 import ipaddress
@@ -19,6 +22,7 @@ import os
 import re
 import signal
 import time
+import zlib
 from pathlib import Path
 
 from benchcore import procs
@@ -159,6 +163,7 @@ def up(nodes, rate=None, prefix=DEFAULT_PREFIX, subnet=DEFAULT_SUBNET, lo_rate=N
             run(["ip", "-n", ns, "link", "set", IFNAME, "up"])
             shape(ns, IFNAME, bits)
         write_hosts(prefix, nodes, subnet)
+        hold_subnet(subnet, prefix)
         wait_links_up([ns_name(prefix, i) for i in range(nodes)])
     except (Fail, OSError):
         down(prefix)  # never leave half a cluster behind
@@ -178,6 +183,31 @@ def wait_links_up(namespaces, timeout=10.0):
         if time.monotonic() > deadline:
             raise Fail(f"{IFNAME} of {', '.join(down_ns)} still not up {timeout:g} s after it was set up")
         time.sleep(0.02)
+
+
+def route_metric(prefix):
+    """The metric of this cluster's blackhole route: clusters sharing a subnet each hold their own route (the same
+    destination, another metric), so one going down leaves the others' in place."""
+    return 1000 + zlib.crc32(prefix.encode()) % 1_000_000
+
+
+def hold_subnet(subnet, prefix):
+    """This cluster's blackhole route for subnet in the host namespace; refused where the host routes the subnet
+    itself (a real network, which the namespaces' subnet would shadow)."""
+    have = run(["ip", "route", "show", "exact", subnet], check=False).stdout.splitlines()
+    real = [ln for ln in have if not ln.startswith("blackhole")]
+    if real:
+        raise Fail(f"subnet {subnet} is routed on this host ({real[0].strip()}): choose another --subnet")
+    if f"blackhole {subnet} metric {route_metric(prefix)}" not in [ln.strip() for ln in have]:
+        run(["ip", "route", "add", "blackhole", subnet, "metric", route_metric(prefix)])
+
+
+def release_subnet(prefix):
+    """Remove this cluster's blackhole route (whichever subnet it was for)."""
+    for line in run(["ip", "route", "show", "type", "blackhole"], check=False).stdout.splitlines():
+        words = line.split()
+        if words[-2:] == ["metric", str(route_metric(prefix))]:
+            run(["ip", "route", "del", *words], check=False)
 
 
 def ns_pids(ns):
@@ -208,6 +238,7 @@ def down(prefix=DEFAULT_PREFIX):
     ended = end_processes(namespaces) if namespaces else 0
     for ns in namespaces:
         run(["ip", "netns", "del", ns], check=False)
+    release_subnet(prefix)
     for d in ETC.glob(f"{prefix}-node*") if ETC.is_dir() else []:
         hosts = d / "hosts"
         if re.fullmatch(re.escape(prefix) + r"-node\d+", d.name) and hosts.exists() and MARK in hosts.read_text():

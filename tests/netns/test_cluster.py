@@ -32,6 +32,10 @@ def probe(prefix, node, *hosts):
     return lines[0], dict(ln.split(" ", 1) for ln in lines[1:])
 
 
+def routes():
+    return subprocess.run(["ip", "route", "show", "type", "blackhole"], capture_output=True, text=True).stdout
+
+
 def qdisc(ns, dev="eth0"):
     return subprocess.run(["tc", "-n", ns, "qdisc", "show", "dev", dev], capture_output=True, text=True).stdout
 
@@ -58,8 +62,9 @@ def test_pair_up_exec_status_reshape_down(prefix, capsys):
     status = st.stdout
     assert st.returncode == 0 and status.startswith(f"netns-cluster: running with prefix '{prefix}': 2 nodes")
     assert f"{n0}: eth0 10.213.0.1/24 UP rate 500Mbit" in status and f"{n1}: eth0 10.213.0.2/24 UP" in status
-    # the subnet exists only inside the namespaces
+    # the subnet exists only inside the namespaces; the host namespace blackholes it (a client there by mistake)
     assert "10.213.0." not in subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
+    assert f"blackhole 10.213.0.0/24 metric {netns.route_metric(prefix)}" in routes()
     name, seen = probe(prefix, 1, n0, "10.213.0.1", "127.0.0.1")
     assert name == n1 and seen == {n0: "reachable", "10.213.0.1": "reachable", "127.0.0.1": "reachable"}
     assert cluster("up", "--prefix", prefix, "--nodes", 2, "--rate", "2gbit").returncode == 0
@@ -71,6 +76,7 @@ def test_pair_up_exec_status_reshape_down(prefix, capsys):
     down_s = time.monotonic() - t0
     assert down.returncode == 0 and "removed" in down.stdout
     assert not Path(f"/etc/netns/{n0}").exists() and not netns.existing(prefix)[0]
+    assert f"metric {netns.route_metric(prefix)}" not in routes()  # its own route gone, any other cluster's kept
     assert cluster("status", "--prefix", prefix).returncode == 3
     with capsys.disabled():
         print(f"\n[netns-cluster] up {up_s:.2f} s, down {down_s:.2f} s (wall, including the script's start)")

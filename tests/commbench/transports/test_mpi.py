@@ -198,13 +198,15 @@ def test_the_cli_imports_neither_torch_nor_mpi4py():
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
-def test_slurm_dry_run_is_one_srun_of_every_mpi_rank():
+def test_slurm_dry_run_is_one_mpirun_placing_ranks_per_node():
+    """Inside an allocation mpirun, not srun, starts the ranks (srun --mpi=pmix cannot load the wheel's PMIx; run for
+    real in tests/slurm/test_slurm.py)."""
     proc = run_tool("commbench", "run", "--backend", "mpi", "--launcher", "slurm", "--nodes", 2, "--nproc-per-node", 4,
                     "--dry-run", "-e", "1K")
     assert proc.returncode == 0, proc.stderr
     line = proc.stdout.strip()
-    assert "srun --nodes 2 --ntasks-per-node 4 --kill-on-bad-exit=1 " in line and "commbench.worker --plan" in line
-    assert "mpirun" not in line and "torch.distributed.run" not in line
+    assert "mpirun -n 8 " in line and "--map-by ppr:4:node" in line and "commbench.worker --plan" in line
+    assert "COMMBENCH_RANKS_PER_NODE=4" in line and "srun" not in line and "torch.distributed.run" not in line
 
 
 @pytest.mark.slow
