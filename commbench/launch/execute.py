@@ -35,7 +35,8 @@ from commbench.launch.torchrun import split_endpoint
 
 STOP_GRACE_S = 5   # a rank stopped past --hang-timeout + this is killed (rank 0's watchdog reports it first)
 AGENT_GRACE_S = 5  # an agent still running this long after one of its ranks failed is stuck: stopped
-STAGE_TIMEOUT_S = 120  # sbcast of the plan file to every node, and its removal after
+STAGE_TIMEOUT_S = 120  # sbcast of the plan file to every node
+UNSTAGE_TIMEOUT_S = 10  # its removal after: best effort, a failed run must not wait on a node that is gone
 EXIT_TERM = 128 + signal.SIGTERM  # 143: ended by SIGTERM (Slurm's time limit, scancel, kill), as a shell reports it
 LAUNCHERS = {"local": local.commands, "torchrun": torchrun.commands, "slurm": slurm.commands}  # torch.distributed's
 
@@ -232,18 +233,21 @@ def execute(spec, plan, writer=None, progress_label="measuring", max_seconds=Non
         for log in logs:
             log.close()
         for argv in after:   # best effort: a node that is gone keeps a small file in its temp dir
-            _staged(argv)
+            _staged(argv, UNSTAGE_TIMEOUT_S)
         if outside and os.path.exists(outside):
             os.unlink(outside)
         shutil.rmtree(logdir, ignore_errors=True)
 
 
-def _staged(argv):
-    """Run a staging command (sbcast, its clean-up) to its end: None, or why it failed in one line."""
+def _staged(argv, timeout=STAGE_TIMEOUT_S):
+    """Run a staging command (sbcast, its clean-up) to its end, stopped past timeout: None, or why it failed in
+    one line."""
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=STAGE_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        done = procs.run(argv, timeout=timeout)
+    except OSError as exc:
         return str(exc)
+    if done.timed_out:
+        return f"still running after {timeout} s; stopped"
     if done.returncode:
         return (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
     return None

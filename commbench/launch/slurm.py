@@ -24,7 +24,9 @@ def node_plan_file(plan):
 
 
 def sbcast(plan_file, there):
-    return ["sbcast", plan_file, there]
+    """The plan file to every node; --force: nodes that share a file system (namespaces of one machine, a shared
+    /tmp) see the first node's copy as an existing file (the name is the run's own)."""
+    return ["sbcast", "--force", plan_file, there]
 
 
 def unstage(spec, there):

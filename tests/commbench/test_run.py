@@ -166,7 +166,7 @@ def test_slurm_dry_run_prints_srun_and_the_torchrun_line_of_each_node():
     assert proc.returncode == 0, proc.stderr
     _, _, _, sbcast, srun, node0, node1, unstage = proc.stdout.splitlines()
     assert srun.startswith("srun --nodes 2 --ntasks-per-node 1") and '"endpoint":"gpu07:30742"' in srun
-    there = sbcast.split()[2]   # every node's copy of the plan file, made by sbcast and removed after
+    there = sbcast.split()[3]   # every node's copy of the plan file, made by sbcast and removed after
     assert there.endswith("-4242.json") and f'"plan_file":"{there}"' in srun and unstage.endswith(f"rm -f {there}")
     for line, host in ((node0, 1), (node1, 0)):
         assert "torch.distributed.run --nnodes 2" in line and "--rdzv-endpoint gpu07:30742" in line

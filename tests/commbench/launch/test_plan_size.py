@@ -60,8 +60,9 @@ def test_slurm_copies_the_plan_to_every_node_and_removes_it_after(monkeypatch):
                       backend="nccl", timeout=60, rdzv_timeout=30, dry_run=False, verbose=False)
     plan = Plan(run_id="r1", sizes=[8], configs=[])
     (sbcast,), [(srun, _)], (unstage,) = execute.steps(spec, plan, "/tmp/launch/plan.json")
-    there = sbcast[2]
-    assert sbcast == ["sbcast", "/tmp/launch/plan.json", there] and there.endswith("commbench-plan-r1-77.json")
+    there = sbcast[3]
+    assert sbcast == ["sbcast", "--force", "/tmp/launch/plan.json", there]
+    assert there.endswith("commbench-plan-r1-77.json")
     assert srun[:4] == ["srun", "--nodes", "3", "--ntasks-per-node"] and json.loads(srun[-1])["plan_file"] == there
     assert unstage == ["srun", "--nodes", "3", "--ntasks-per-node", "1", "rm", "-f", there]
 
