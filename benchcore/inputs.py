@@ -94,12 +94,25 @@ class _BoundedLoader(yaml.SafeLoader):
             self._depth = depth
 
 
+def yaml_problem(exc):
+    """What a YAML error says, and where, without the file's text: the parser's words (the tokens it quotes
+    left out) and the line and column, never the snippet PyYAML prints under them."""
+    mark = getattr(exc, "problem_mark", None)
+    if mark is None:
+        return shown(" ".join(str(exc).split()))
+    words = " ".join(p for p in (getattr(exc, "context", None), getattr(exc, "problem", None)) if p)
+    words = re.sub(r"'[^']*'|\"[^\"]*\"|%r", "(...)", words)
+    return shown(f"{words} (line {mark.line + 1}, column {mark.column + 1})")
+
+
 def yaml_text(text, where, loader=_BoundedLoader):
     """Parse YAML text with the bounds; one UserError line (the parser's message, shortened) when it fails."""
     try:
         return yaml.load(text, Loader=loader)
     except yaml.YAMLError as exc:
-        raise UserError(f"{where}: not valid YAML: {shown(' '.join(str(exc).split()))}") from None
+        raise UserError(f"{where}: not valid YAML: {yaml_problem(exc)}") from None
+    except ValueError as exc:   # a scalar no value can hold: 2020-13-45, an integer of 5000 digits
+        raise UserError(f"{where}: not valid YAML: {shown(str(exc), 100)}") from None
     except RecursionError:
         raise UserError(f"{where}: nested too deep") from None
 
