@@ -16,6 +16,7 @@ MAX_TEXT_BYTES = 8 << 20     # a spec, topology, matrix or job file is a few KB;
 MAX_YAML_ALIASES = 32        # anchors are handy; an alias bomb needs dozens (9 levels of 9: 81)
 MAX_NESTING = 64             # real specs nest 4 deep; 400 levels is an attack or an accident
 EXCERPT_CHARS = 200
+_KEY = re.compile(r"[A-Za-z_]\w{0,39}(\.[A-Za-z_]\w{0,39})?", re.ASCII)   # a key, or SECTION.key
 # C0 controls but tab, DEL, C1 controls, and whole ESC sequences (CSI ... final byte, OSC ... BEL or ST)
 _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x9b[0-?]*[ -/]*[@-~]|"
                       r"\x9d[^\x07\x9c]*[\x07\x9c]?|\x1b.?|[\x00-\x08\x0a-\x1f\x7f-\x9f]")
@@ -25,6 +26,12 @@ def shown(text, limit=EXCERPT_CHARS):
     """text as it may reach a terminal: escape sequences and control characters removed, at most limit chars."""
     clean = _ESCAPES.sub(" ", str(text))
     return clean if len(clean) <= limit else clean[:limit - 3] + "..."
+
+
+def key(value):
+    """A mapping's key as an error may quote it: a name (letters, digits, _; at most 40) in quotes, anything else
+    (a line of another kind of file, '/etc/shadow's 'root:$6$...:') not at all."""
+    return repr(value) if isinstance(value, str) and _KEY.fullmatch(value) else "(a key that is not a name, not shown)"
 
 
 def name(path):

@@ -162,7 +162,7 @@ def print_ranking(outcomes, verdicts, failed, notes):
 @click.command()
 @click.option("--env", "env_options", multiple=True, metavar="NAME=V1,V2",
               help="A variable and the values to sweep; several --env are crossed.")
-@click.option("--matrix", type=click.Path(dir_okay=False), default=None,
+@click.option("--matrix", default=None, metavar="FILE",
               help="YAML with env (crossed), configs (explicit), exclude, baseline.")
 @click.option("--collective", "collectives", default="all_reduce", show_default=True,
               help="Comma list: " + ",".join(COLLECTIVE_NAMES))

@@ -104,7 +104,7 @@ def validate(data, where):
     flat.update((f"{s}.{k}", v) for s in SECTIONS for k, v in (data.get(s) or {}).items())
     for key in flat:
         if key not in SCHEMA:
-            raise UserError(f"{where}: unknown field {inputs.shown(key, 60)} (known: {', '.join(SCHEMA)})")
+            raise UserError(f"{where}: unknown field {inputs.key(key)} (known: {', '.join(SCHEMA)})")
     for key, (required, valid, what) in SCHEMA.items():
         if key not in flat or flat[key] is None:
             if required:

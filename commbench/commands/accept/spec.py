@@ -234,7 +234,7 @@ def load_spec(path):
         raise UserError(f"{where}:1: not an acceptance spec (a mapping with a list of checks under 'checks')")
     for key in data:
         if key not in TOP:
-            fail(data, key, f"unknown key {_q(key)} (known: {', '.join(TOP)})")
+            fail(data, key, f"unknown key {inputs.key(key)} (known: {', '.join(TOP)})")
     topology = data.get("topology")
     if topology is not None and not _arg(topology):
         fail(data, "topology", f"topology is {_q(topology)}, expected {VALUES['text'][1]}")
@@ -272,7 +272,7 @@ def _cluster(cluster, data, fail):
         fail(data, "cluster", "cluster is a mapping of exec and rdzv_endpoint")
     for key in cluster:
         if key not in CLUSTER:
-            fail(cluster, key, f"unknown key {_q(key)} in cluster (known: {', '.join(CLUSTER)})")
+            fail(cluster, key, f"unknown key {inputs.key(key)} in cluster (known: {', '.join(CLUSTER)})")
     for key in CLUSTER:
         if not isinstance(cluster.get(key), str) or not cluster[key].strip() or "\0" in cluster[key]:
             fail(cluster, key if key in cluster else None, f"cluster needs {key} (text)")
@@ -304,7 +304,7 @@ def _check(raw, topology, fail_at, lines):
         fail("kind" if "kind" in raw else None, f"check {_q(name)}: kind must be one of {', '.join(KINDS)}")
     for key in raw:
         if key not in COMMON and key not in kind.options:
-            fail(key, f"check {_q(name)}: unknown key {_q(key)} for kind {raw['kind']} "
+            fail(key, f"check {_q(name)}: unknown key {inputs.key(key)} for kind {raw['kind']} "
                       f"(known: {', '.join(COMMON + tuple(kind.options))})")
     values = {k: v for k, v in raw.items() if k in kind.options}
     for key, value in values.items():
