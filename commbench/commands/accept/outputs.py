@@ -122,6 +122,6 @@ def write_outputs(written, spec, results, records, baseline_path, baseline, run_
     lead = list(notes) + [f"{r.check.name} / {o.threshold.text}: "
                           f"{'SKIPPED' if o.skipped else 'PASS' if o.passed else 'FAIL'}: {o.message}"
                           for r in results for o in r.outcomes]
-    written("report", reportpage.write_into, directory, ["results.jsonl"], records,
+    written("the report (report.md, report.html, plots)", reportpage.write_into, directory, ["results.jsonl"], records,
             [baseline_path] if baseline_path else [], baseline, "csv", f"commbench accept: {Path(spec.path).name}",
             lead, thresholds.plot_marks(outcomes))
