@@ -29,11 +29,15 @@ checks:
 """
 
 
-def bomb(levels):
-    """Billion laughs: each level nine aliases of the one before (9**levels strings)."""
-    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
-    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, levels + 1)]
-    return "\n".join(lines) + "\n"
+def bomb(levels=9):
+    """Billion laughs, one value: each level nine aliases of the one before (9**levels strings when expanded),
+    placed where each kind of file's reader would show or expand it."""
+    parts = ['&a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    parts += [f"&a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, levels + 1)]
+    value = f"[{', '.join(parts)}]"
+    return {"spec": f"checks:\n  - name: x\n    kind: commbench\n    collective: {value}\n"
+                    "    thresholds: [wrong == 0]\n",
+            "topology": f"name: {value}\n", "matrix": f"env: {{NCCL_ALGO: {value}}}\n"}
 
 
 # what a command reads -> argv taking the file (FILE) and the kind of file it expects
@@ -47,7 +51,7 @@ READERS = {
     "sweep --matrix": (("commbench", "sweep", "--matrix", "FILE", "--dry-run", "-b", "1K", "-e", "1K"), "matrix"),
 }
 HOSTILE = {   # file name -> bytes: each is not what any reader wants
-    "billion-laughs": bomb(9).encode(),
+    "billion-laughs": {kind: text.encode() for kind, text in bomb().items()},
     "nested-400": ("[" * 400 + "]" * 400 + "\n").encode(),
     "nested-mappings": "".join(f"{' ' * i}k{i}:\n" for i in range(300)).encode(),
     "binary": bytes(range(256)) * 4,
@@ -79,7 +83,8 @@ def assert_refused(proc, started, name=None):
 @pytest.mark.parametrize("content", HOSTILE)
 def test_a_hostile_file_is_refused_in_one_line_naming_it_without_its_content(tmp_path, reader, content):
     path = tmp_path / f"{content}.yaml"
-    path.write_bytes(HOSTILE[content])
+    data = HOSTILE[content]
+    path.write_bytes(data[READERS[reader][1]] if isinstance(data, dict) else data)
     started = time.monotonic()
     proc = run_tool(*command(reader, path, tmp_path), timeout=30, memory_limit=GiB)
     assert_refused(proc, started, str(path))
