@@ -17,6 +17,7 @@ MAX_LINE_BYTES = 1 << 20     # a log or record line is at most a few KB; a file 
 MAX_YAML_ALIASES = 32        # anchors are handy; an alias bomb needs dozens (9 levels of 9: 81)
 MAX_NESTING = 64             # real specs nest 4 deep; 400 levels is an attack or an accident
 EXCERPT_CHARS = 200
+_KEY = re.compile(r"[A-Za-z_]\w{0,39}(\.[A-Za-z_]\w{0,39})?", re.ASCII)   # a key, or SECTION.key
 # C0 controls but tab, DEL, C1 controls, and whole ESC sequences (CSI ... final byte, OSC ... BEL or ST)
 _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x9b[0-?]*[ -/]*[@-~]|"
                       r"\x9d[^\x07\x9c]*[\x07\x9c]?|\x1b.?|[\x00-\x08\x0a-\x1f\x7f-\x9f]")
@@ -26,6 +27,12 @@ def shown(text, limit=EXCERPT_CHARS):
     """text as it may reach a terminal: escape sequences and control characters removed, at most limit chars."""
     clean = _ESCAPES.sub(" ", str(text))
     return clean if len(clean) <= limit else clean[:limit - 3] + "..."
+
+
+def key(value):
+    """A mapping's key as an error may quote it: a name (letters, digits, _; at most 40) in quotes, anything else
+    (a line of another kind of file, '/etc/shadow's 'root:$6$...:') not at all."""
+    return repr(value) if isinstance(value, str) and _KEY.fullmatch(value) else "(a key that is not a name, not shown)"
 
 
 def name(path):
@@ -111,12 +118,25 @@ class _BoundedLoader(yaml.SafeLoader):
             self._depth = depth
 
 
+def yaml_problem(exc):
+    """What a YAML error says, and where, without the file's text: the parser's words (the tokens it quotes
+    left out) and the line and column, never the snippet PyYAML prints under them."""
+    mark = getattr(exc, "problem_mark", None)
+    if mark is None:
+        return shown(" ".join(str(exc).split()))
+    words = " ".join(p for p in (getattr(exc, "context", None), getattr(exc, "problem", None)) if p)
+    words = re.sub(r"'[^']*'|\"[^\"]*\"|%r", "(...)", words)
+    return shown(f"{words} (line {mark.line + 1}, column {mark.column + 1})")
+
+
 def yaml_text(text, where, loader=_BoundedLoader):
     """Parse YAML text with the bounds; one UserError line (the parser's message, shortened) when it fails."""
     try:
         return yaml.load(text, Loader=loader)
     except yaml.YAMLError as exc:
-        raise UserError(f"{where}: not valid YAML: {shown(' '.join(str(exc).split()))}") from None
+        raise UserError(f"{where}: not valid YAML: {yaml_problem(exc)}") from None
+    except ValueError as exc:   # a scalar no value can hold: 2020-13-45, an integer of 5000 digits
+        raise UserError(f"{where}: not valid YAML: {shown(str(exc), 100)}") from None
     except RecursionError:
         raise UserError(f"{where}: nested too deep") from None
 

@@ -3,15 +3,15 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import math
 import os
 import sys
 import time
 
 import click
-import yaml
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from benchcore import schema, stats
+from benchcore import inputs, schema, stats
 from benchcore.errors import UserError
 from benchcore.records import PLOT_SUFFIXES, RecordWriter, new_output_option, new_run_id, output_file, read_records
 from benchcore.report import console, line_plot, print_table
@@ -43,21 +43,37 @@ def parse_env_option(text):
     return name.strip(), values
 
 
+MATRIX_KEYS = ("env", "configs", "exclude", "baseline")
+MAX_CONFIGS = 10000     # configs are launched one by one: past this, a matrix is a mistake (and a memory bomb)
+
+
+def _scalar(v):
+    return isinstance(v, (str, int, float)) and not isinstance(v, bool)
+
+
 def load_matrix(path):
-    """YAML: env (name -> list, crossed), configs (explicit dicts), exclude (partial dicts), baseline (bool)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f) or {}
-    except OSError as exc:
-        raise UserError(f"--matrix {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise UserError(f"--matrix {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
-    if not isinstance(data, dict) or set(data) - {"env", "configs", "exclude", "baseline"}:
-        raise UserError(f"--matrix {path}: expected keys env, configs, exclude, baseline")
-    env = {k: [str(v) for v in (vals if isinstance(vals, list) else [vals])] for k, vals in (data.get("env") or {}).items()}
-    configs = [{k: str(v) for k, v in c.items()} for c in data.get("configs") or []]
-    exclude = [{k: str(v) for k, v in c.items()} for c in data.get("exclude") or []]
-    return env, configs, exclude, bool(data.get("baseline", True))
+    """YAML: env (name -> value or list, crossed), configs (explicit dicts), exclude (partial dicts), baseline
+    (bool). Read as hostile input (benchcore.inputs); a wrong shape is one line naming the file and the key."""
+    where = f"--matrix {inputs.name(path)}"
+    data = inputs.load_yaml(path, "--matrix") or {}
+    if not isinstance(data, dict) or not all(k in MATRIX_KEYS for k in data):
+        raise UserError(f"{where}: expected a mapping with keys {', '.join(MATRIX_KEYS)}")
+    env = data.get("env") or {}
+    if not isinstance(env, dict) or not all(isinstance(k, str) and (_scalar(v) or isinstance(v, list) and v and
+                                                                     all(_scalar(x) for x in v))
+                                            for k, v in env.items()):
+        raise UserError(f"{where}: env is a mapping of variable names to a value or a list of values")
+    parts = {}
+    for key in ("configs", "exclude"):
+        parts[key] = data.get(key) or []
+        if not isinstance(parts[key], list) or not all(isinstance(c, dict) and all(
+                isinstance(k, str) and _scalar(v) for k, v in c.items()) for c in parts[key]):
+            raise UserError(f"{where}: {key} is a list of mappings of variable names to one value each")
+    if not isinstance(data.get("baseline", True), bool):
+        raise UserError(f"{where}: baseline is true or false")
+    return ({k: [str(v) for v in (vals if isinstance(vals, list) else [vals])] for k, vals in env.items()},
+            [{k: str(v) for k, v in c.items()} for c in parts["configs"]],
+            [{k: str(v) for k, v in c.items()} for c in parts["exclude"]], data.get("baseline", True))
 
 
 def build_configs(env_options, matrix, allow_unknown):
@@ -77,6 +93,8 @@ def build_configs(env_options, matrix, allow_unknown):
         for name, value in config.items():
             validate(name, [value], allow_unknown)
     names = list(axes)
+    if math.prod(len(v) for v in axes.values()) + len(explicit) > MAX_CONFIGS:
+        raise UserError(f"more than {MAX_CONFIGS} configs to sweep: fewer values, or configs/exclude in --matrix")
     configs = [{}] if baseline else []
     configs += [dict(zip(names, combo)) for combo in itertools.product(*(axes[n] for n in names))] if names else []
     configs += explicit
@@ -145,7 +163,7 @@ def print_ranking(outcomes, verdicts, failed, notes):
 @click.command()
 @click.option("--env", "env_options", multiple=True, metavar="NAME=V1,V2",
               help="A variable and the values to sweep; several --env are crossed.")
-@click.option("--matrix", type=click.Path(dir_okay=False), default=None,
+@click.option("--matrix", default=None, metavar="FILE",
               help="YAML with env (crossed), configs (explicit), exclude, baseline.")
 @click.option("--collective", "collectives", default="all_reduce", show_default=True,
               help="Comma list: " + ",".join(COLLECTIVE_NAMES))

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from benchcore import inputs
 from benchcore.errors import UserError
-from benchcore.inputs import shown
 
 DIR = Path(__file__).resolve().parents[2] / "topologies"
 FABRICS = ("nvswitch", "nvlink", "pcie", "loopback")
@@ -110,13 +110,13 @@ def validate(data, where):
     flat.update((f"{s}.{k}", v) for s in SECTIONS for k, v in (data.get(s) or {}).items())
     for key in flat:
         if key not in SCHEMA:
-            raise UserError(f"{where}: unknown field {key} (known: {', '.join(SCHEMA)})")
+            raise UserError(f"{where}: unknown field {inputs.key(key)} (known: {', '.join(SCHEMA)})")
     for key, (required, valid, what) in SCHEMA.items():
         if key not in flat or flat[key] is None:
             if required:
                 raise UserError(f"{where}: missing field {key} ({what})")
         elif not valid(flat[key]):
-            raise UserError(f"{where}: field {key} is {shown(repr(flat[key]), 60)}, expected {what}")
+            raise UserError(f"{where}: field {key} is {inputs.shown(repr(flat[key]), 60)}, expected {what}")
     return Topology(name=flat["name"], gpus_per_node=flat["gpus_per_node"], fabric=flat["intra_node.fabric"],
                     intra_gbps=float(flat["intra_node.per_gpu_gbps"]),
                     intra_latency_us=float(flat["intra_node.latency_us"]),
@@ -128,15 +128,9 @@ def validate(data, where):
 
 
 def load(path):
-    import yaml  # only when a file is read
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
-    except OSError as exc:
-        raise UserError(f"topology file {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise UserError(f"topology file {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
-    return validate(data, f"topology file {path}")
+    """The Topology of a file: a regular UTF-8 YAML file of bounded size, aliases and nesting (benchcore.inputs);
+    anything else is refused in one line naming the file, without its content."""
+    return validate(inputs.load_yaml(path, "topology file"), f"topology file {inputs.name(path)}")
 
 
 def known():
@@ -154,7 +148,7 @@ def resolve(text):
         return load(text)
     topos = known()
     if text not in topos:
-        raise UserError(f"--topology {text!r}: no such file, and no topology of that name "
+        raise UserError(f"--topology {inputs.shown(repr(text), 100)}: no such file, and no topology of that name "
                         f"(known: {', '.join(topos)})")
     return topos[text]
 

@@ -5,11 +5,14 @@ Sources: NCCL's environment-variable documentation (docs.nvidia.com/deeplearning
 """
 import csv
 import difflib
+import re
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
 from benchcore.errors import UserError
+from benchcore.inputs import shown
 
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
 
 
@@ -138,18 +141,24 @@ CATALOGUE = {v.name: v for v in [
 ]}
 
 
-def validate(name, values, allow_unknown=False):
-    """Raise UserError unless name is known (or allowed) and every value fits it."""
+def validate(name, values, allow_unknown=False, allow_with="--allow-unknown"):
+    """Raise UserError unless name is known (or allowed: allow_with says how) and every value fits it. Always:
+    a name is letters, digits and _ (not starting with a digit) and no value holds a NUL byte (an environment
+    cannot carry either)."""
+    if not NAME.fullmatch(name):
+        raise UserError(f"{shown(repr(name), 60)} is not a variable name (letters, digits, _)")
+    if any("\0" in v for v in values):
+        raise UserError(f"{name}: a value holds a NUL byte, which no environment carries")
     var = CATALOGUE.get(name)
     if var is None:
         if allow_unknown:
             return
         close = difflib.get_close_matches(name, CATALOGUE, n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]}?" if close else "; see `commbench env`, or pass --allow-unknown"
+        hint = f"; did you mean {close[0]}?" if close else f"; see `commbench env`, or pass {allow_with}"
         raise UserError(f"unknown variable {name}{hint}")
     if allow_unknown:
         return
     for value in values:
         why = var.check(value)
         if why:
-            raise UserError(f"{name}={value}: {why}")
+            raise UserError(f"{name}={shown(value, 60)}: {why}")

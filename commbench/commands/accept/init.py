@@ -1,22 +1,28 @@
 """`commbench accept --init`: a starting spec for a topology and node count, its numbers from the model."""
+import json
+import shlex
+
+from benchcore.inputs import shown
 from commbench.commands.model import predictions
 from commbench.model.topology import resolve
 from commbench.plan import CaseOptionsText
 
 
 def init_text(topology, nodes):
-    """A starting spec for a topology and node count, each number's reason in a comment."""
+    """A starting spec for a topology and node count, each number's reason in a comment. What came from the user
+    is quoted: the topology as a YAML (JSON) string, in comments without control characters."""
     topo = resolve(topology)
+    said, name = shown(shlex.quote(topology), 300), shown(topo.name, 100)
     local = topo.gpus_per_node or 2
     backend = "nccl" if topo.gpus_per_node else "gloo"
     big = predictions(topo, ["all_reduce"], [1 << 30], nodes, local, backend, CaseOptionsText().parse())[0]
     small = predictions(topo, ["all_reduce"], [8], nodes, local, backend, CaseOptionsText().parse())[0]
-    return f"""# Acceptance spec for {nodes} node(s) of {topo.name}
-#   (commbench accept --init --topology {topology} --nodes {nodes}).
+    return f"""# Acceptance spec for {nodes} node(s) of {name}
+#   (commbench accept --init --topology {said} --nodes {nodes}).
 # Run: commbench accept --spec THIS.yaml --out accept-$(date +%F)/ [--baseline last-good/results.jsonl]
-# Numbers come from topologies/{topo.name}.yaml through the model (commbench model --topology {topo.name}
+# Numbers come from the topology {name} through the model (commbench model --topology {said}
 # --nodes {nodes} --collective all_reduce -b 8 -e 1G -f 1024). Edit the mounts before running.
-topology: {topology}
+topology: {json.dumps(topology)}
 checks:
   - name: all_reduce-bandwidth
     kind: commbench

@@ -1,13 +1,42 @@
 """What an accept run leaves behind: the verdict event per check, the one-line summary, junit.xml, the report
-(report.md + report.html through benchcore.reportpage) and verdict.json."""
+(report.md + report.html through benchcore.reportpage) and verdict.json, each written on its own (Written):
+one that cannot be written (a full or read-only file system) is named in one line, the others are kept."""
 import json
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from benchcore import reportpage, schema, thresholds
+from benchcore.errors import UserError
+from benchcore.inputs import name
 from benchcore.records import hostname, timestamp
 
 EXIT_PASS, EXIT_FAIL = 0, 1
+NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")   # what XML 1.0 cannot hold
+
+
+class Written:
+    """The outputs of a run written one by one into directory: a file whose write fails (OSError) is remembered
+    with why, is not written to again, and the others still are; check() then raises the one line naming them."""
+
+    def __init__(self, directory):
+        self.directory, self.failed = directory, {}
+
+    def __call__(self, output, write, *args):
+        """write(*args) for the output named output; its result, or None when it failed now or before."""
+        if output in self.failed:
+            return None
+        try:
+            return write(*args)
+        except OSError as exc:
+            self.failed[Path(exc.filename).name if exc.filename else output] = exc.strerror or str(exc)
+            return None
+
+    def check(self):
+        if self.failed:
+            kept = sorted(p.name for p in self.directory.iterdir() if p.name not in self.failed)
+            raise UserError(f"could not write {'; '.join(f'{n} ({why})' for n, why in self.failed.items())} in "
+                            f"{name(self.directory)}; kept what was written ({', '.join(kept) or 'nothing'})")
 
 
 def verdict_event(result, run_id):
@@ -66,24 +95,33 @@ def junit(results, spec, seconds, path):
     root = ET.Element("testsuites", name="commbench accept", tests=str(len(cases)), failures=str(failures),
                       errors="0", time=f"{seconds:.3f}")
     root.append(suite)
+    for element in root.iter():   # a name, reason or command with a control character stays well-formed XML
+        element.text = NOT_XML.sub("?", element.text) if element.text else element.text
+        element.attrib = {k: NOT_XML.sub("?", v) for k, v in element.attrib.items()}
     ET.indent(root)
     ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
 
 
-def write_outputs(directory, spec, results, records, baseline_path, baseline, run_id, seconds, code):
-    junit(results, spec, seconds, directory / "junit.xml")
-    outcomes = [o for r in results for o in r.outcomes]
-    lead = [f"{r.check.name} / {o.threshold.text}: {'SKIPPED' if o.skipped else 'PASS' if o.passed else 'FAIL'}: "
-            f"{o.message}" for r in results for o in r.outcomes]
-    reportpage.write_into(directory, ["results.jsonl"], records, [baseline_path] if baseline_path else [],
-                          baseline, "csv", f"commbench accept: {Path(spec.path).name}", lead,
-                          thresholds.plot_marks(outcomes))
+def write_outputs(written, spec, results, records, baseline_path, baseline, run_id, seconds, code, notes=()):
+    """verdict.json first (the smallest, what CI reads), junit.xml, then the report; notes: lines the report
+    and verdict.json carry (env variables a spec allowed outside the catalogue)."""
+    directory = written.directory
     verdict = {"spec": spec.path, "run_id": run_id, "passed": code == EXIT_PASS, "exit_code": code,
                "interrupted": code not in (EXIT_PASS, EXIT_FAIL), "seconds": round(seconds, 1), "baseline": baseline_path,
+               "notes": list(notes),
                "checks": [{"name": r.check.name, "kind": r.check.kind, "line": r.check.line, "ran": r.ran,
                            "passed": r.passed, "reason": r.reason or None, "seconds": round(r.seconds, 1),
-                           "records": len(r.records), "commands": r.commands,
+                           "records": len(r.records), "commands": r.commands, "env": r.check.env,
+                           "allow_unknown_env": r.check.allow_unknown_env,
                            "thresholds": [{**o.as_dict(), "line": line}
                                           for o, (_, line) in zip(r.outcomes, r.check.thresholds)]}
                           for r in results]}
-    (directory / "verdict.json").write_text(json.dumps(verdict, indent=2) + "\n")
+    written("verdict.json", (directory / "verdict.json").write_text, json.dumps(verdict, indent=2) + "\n")
+    written("junit.xml", junit, results, spec, seconds, directory / "junit.xml")
+    outcomes = [o for r in results for o in r.outcomes]
+    lead = list(notes) + [f"{r.check.name} / {o.threshold.text}: "
+                          f"{'SKIPPED' if o.skipped else 'PASS' if o.passed else 'FAIL'}: {o.message}"
+                          for r in results for o in r.outcomes]
+    written("the report (report.md, report.html, plots)", reportpage.write_into, directory, ["results.jsonl"], records,
+            [baseline_path] if baseline_path else [], baseline, "csv", f"commbench accept: {Path(spec.path).name}",
+            lead, thresholds.plot_marks(outcomes))

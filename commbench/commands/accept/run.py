@@ -7,8 +7,11 @@ Slurm time limit sends) stops the running check, keeps what it measured and stil
 130, 143).
 Exit: 0 every check passed, 1 one failed, 2 the run could not be done (bad spec, --out not new, ...).
 """
+import contextlib
+import io
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,13 +23,16 @@ import click
 
 from benchcore import procs, thresholds
 from benchcore.errors import UserError
+from benchcore.inputs import name, shown
 from benchcore.records import RecordWriter, new_run_id, read_records
 from benchcore.report import console
 from benchcore.reportpage import out_dir
 from benchcore.results import load_many
 from commbench.commands.accept.init import init_text
-from commbench.commands.accept.outputs import EXIT_FAIL, EXIT_PASS, summary, verdict_event, write_outputs
+from commbench.commands.accept.outputs import EXIT_FAIL, EXIT_PASS, Written, summary, verdict_event, write_outputs
 from commbench.commands.accept.spec import Check, load_spec
+from commbench.transports.envvars import CATALOGUE
+from iobench.cli import cli as iobench_cli
 
 STOPS = (KeyboardInterrupt, SystemExit)   # Ctrl-C; SIGTERM, which benchcore.errors.run_cli makes SystemExit(143)
 
@@ -35,7 +41,6 @@ def stop_code(stop):
     """The exit code of an interrupted run: 130 after Ctrl-C, 143 after SIGTERM (a Slurm time limit)."""
     return 130 if isinstance(stop, KeyboardInterrupt) else stop.code if isinstance(stop.code, int) else 1
 AFTER_FIRST_EXIT_S = 30     # a node still running this long after another failed is stopped
-DRY_RUN_TIMEOUT_S = 120
 
 
 @dataclass
@@ -62,25 +67,38 @@ def _reason(rc, stderr, node):
     lines = [ln for ln in lines if ln.strip("=")]
     last = next((ln for ln in reversed(stderr.splitlines()) if ln.strip()), "")
     text = "; ".join(lines) or procs.one_line(last) or "no message"
-    return f"{f'node {node}: ' if node is not None else ''}exit {rc}: {text}"
+    return f"{f'node {node}: ' if node is not None else ''}exit {rc}: {shown(text, 500)}"
 
 
-def validate(spec):
-    """Run every check that has --dry-run that way: a value the command refuses is refused here, naming the
-    spec's line, before anything is measured."""
+def validate(spec, programs):
+    """Check every check that has --dry-run as its command's dry run would, in this process (programs: Kind.program
+    -> its click group): its options parsed and its plan built by the command itself, nothing started (no
+    process, no env of the spec, no cluster prefix). A value the command refuses is refused here, naming the
+    spec's line; so is a cluster exec program that is not there."""
+    if any(spec.clustered(c) for c in spec.checks):
+        program = shlex.split(spec.cluster["exec"].format(node=0))[0]
+        if shutil.which(program) is None:
+            raise UserError(f"{name(spec.path)}:{spec.exec_line}: cluster exec: no program {shown(program, 100)} "
+                            "(not found, or not executable)")
     for i, check in enumerate(spec.checks):
         if not check.row.dry_run:
             continue
-        argv = spec.commands(check, i, None)[0][1]
-        argv = argv[:argv.index("--format")] + ["--dry-run"]   # node 0's command (a cluster: inside node 0)
+        args = check.args(None, *((0, spec.endpoint(i)) if spec.clustered(check) else ()))   # node 0's part
+        args = args[:args.index("--format")] + ["--dry-run"]
+        err, why = io.StringIO(), None
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=DRY_RUN_TIMEOUT_S, env=_env(check))
-        except subprocess.TimeoutExpired:
-            raise UserError(f"{spec.path}:{check.line}: check {check.name!r}: --dry-run took over "
-                            f"{DRY_RUN_TIMEOUT_S} s") from None
-        if proc.returncode:
-            raise UserError(f"{spec.path}:{check.line}: check {check.name!r}: "
-                            f"{_reason(proc.returncode, proc.stderr, None).split(': ', 1)[1]}")
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+                code = programs[check.row.program].main(args, check.row.tool, standalone_mode=False)
+        except UserError as exc:
+            why = str(exc)
+        except click.ClickException as exc:
+            why = exc.format_message()
+        except SystemExit as exc:
+            code = exc.code
+        if why is None and code:
+            why = _reason(code, err.getvalue(), None).split(": ", 1)[1]
+        if why:
+            raise UserError(f"{name(spec.path)}:{check.line}: check {shown(repr(check.name))}: {shown(why, 300)}")
 
 
 def run_check(spec, index, directory, result):
@@ -95,8 +113,15 @@ def run_check(spec, index, directory, result):
             for node, argv in spec.commands(check, index, str(out)):
                 result.commands.append(shlex.join(argv))
                 err = open(Path(tmp) / f"{len(running)}.err", "w+")
-                running.append((node, procs.spawn(argv, env=_env(check), stdout=subprocess.DEVNULL, stderr=err),
-                                err))
+                try:
+                    proc = procs.spawn(argv, env=_env(check), stdout=subprocess.DEVNULL, stderr=err)
+                except OSError as exc:   # the cluster exec program went away since validate()
+                    for _, p, _ in running:
+                        procs.stop(p)
+                    result.reason = f"node {node}: cannot start {shown(argv[0], 100)}: {exc.strerror}"
+                    err.close()
+                    return
+                running.append((node, proc, err))
             deadline = t0 + check.timeout
             while any(p.poll() is None for _, p, _ in running) and time.monotonic() < deadline:
                 if any(p.poll() for _, p, _ in running):
@@ -141,7 +166,25 @@ def judge(result, baseline):
     return result
 
 
-def run(spec, out, baseline_path):
+def writable(directory):
+    """directory, checked to take a new file (a read-only mount refuses here, before any check runs)."""
+    probe = directory / ".accept-write-test"
+    try:
+        probe.write_bytes(b"x")
+        probe.unlink()
+    except OSError as exc:
+        raise UserError(f"--out {name(directory)}: cannot write there ({exc.strerror}); nothing was run") from None
+    return directory
+
+
+def unknown_env(spec):
+    """What the run says of env variables outside the catalogue that a spec allowed (allow_unknown_env)."""
+    return [f"{c.name}: env {', '.join(k for k in c.env if k not in CATALOGUE)} set with allow_unknown_env: true "
+            "(not in `commbench env`'s catalogue)" for c in spec.checks
+            if c.allow_unknown_env and any(k not in CATALOGUE for k in c.env)]
+
+
+def run(spec, out, baseline_path, programs):
     """Run every check; write the outputs; returns the exit code."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -150,15 +193,18 @@ def run(spec, out, baseline_path):
         baseline, refused = load_many([baseline_path])
         if refused:
             raise UserError("--baseline " + "; ".join(refused))
-    validate(spec)
+    validate(spec, programs)
     run_id = new_run_id()
-    directory = out_dir(out or f"acceptance-{run_id}").resolve()
+    directory = writable(out_dir(out or f"acceptance-{run_id}").resolve())
     results, records, code, t0 = [], [], EXIT_PASS, time.monotonic()
     con = console(stderr=True)
-    con.print(f"accept: {len(spec.checks)} checks from {spec.path}; output in {directory}")
-    with RecordWriter(directory / "results.jsonl") as writer, \
-            Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=con,
-                     transient=True) as progress:
+    con.print(f"accept: {len(spec.checks)} checks from {name(spec.path)}; output in {name(directory)}", markup=False)
+    for note in unknown_env(spec):
+        con.print(f"note: {note}", markup=False)
+    written = Written(directory)
+    writer = written("results.jsonl", RecordWriter, directory / "results.jsonl")
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=con,
+                  transient=True) as progress:
         try:
             for i, check in enumerate(spec.checks):
                 task = progress.add_task(f"[{i + 1}/{len(spec.checks)}] {check.name} ({check.kind})")
@@ -170,10 +216,11 @@ def run(spec, out, baseline_path):
                 judge(result, baseline)
                 results.append(result)
                 for rec in result.records + [verdict_event(result, run_id)]:
-                    writer.write(rec)
+                    if writer:
+                        written("results.jsonl", writer.write, rec)
                     records.append(rec)
                 progress.remove_task(task)
-                progress.console.print(summary(result))
+                progress.console.print(summary(result), markup=False)
                 if code != EXIT_PASS:
                     break
         except STOPS as stop:
@@ -182,11 +229,14 @@ def run(spec, out, baseline_path):
     if code == EXIT_PASS and not all(r.passed for r in results):
         code = EXIT_FAIL
     with procs.signals_blocked():
-        write_outputs(directory, spec, results, records, baseline_path, baseline or [], run_id,
-                      time.monotonic() - t0, code)
+        if writer:
+            written("results.jsonl", writer.close)
+        write_outputs(written, spec, results, records, baseline_path, baseline or [], run_id,
+                      time.monotonic() - t0, code, unknown_env(spec))
     passed = sum(r.passed for r in results)
     click.echo(f"accept: {({EXIT_PASS: 'PASS', EXIT_FAIL: 'FAIL'}).get(code, 'INTERRUPTED')}: "
-               f"{passed} of {len(results)} checks passed; {directory}/verdict.json, junit.xml, report.html")
+               f"{passed} of {len(results)} checks passed; {name(directory)}/verdict.json, junit.xml, report.html")
+    written.check()
     return code
 
 
@@ -221,11 +271,12 @@ def accept(spec_path, out, baseline, dry_run, init, topology, nodes):
     if not spec_path:
         raise UserError("give --spec FILE (or --init --topology NAME to write one)")
     spec = load_spec(spec_path)
+    programs = {"commbench.commands.cli": click.get_current_context().find_root().command, "iobench.cli": iobench_cli}
     if dry_run:
-        validate(spec)
+        validate(spec, programs)
         for i, check in enumerate(spec.checks):
             for _, argv in spec.commands(check, i, "OUT/results.jsonl"):
                 env = " ".join(f"{k}={shlex.quote(v)}" for k, v in check.env.items())
                 click.echo(f"# {check.name}\n{env + ' ' if env else ''}{shlex.join(argv)}")
         return
-    sys.exit(run(spec, out, baseline))
+    sys.exit(run(spec, out, baseline, programs))
