@@ -123,7 +123,7 @@ def test_matrix_product_exclusions_and_explicit_configs(tmp_path):
     (["--env", "NCCL_IB_SL=16"], "NCCL_IB_SL=16: must be in 0..15"),
     (["--env", "NCCL_ALGO"], "is not NAME=VALUE"),
     ([], "nothing to sweep"),
-    (["--matrix", "/nonexistent.yaml"], "No such file"),
+    (["--matrix", "/nonexistent.yaml"], "no such file"),
 ])
 def test_typos_and_bad_values_are_refused(args, needle):
     assert_one_line_error(run_tool("commbench", "sweep", *args, timeout=60), needle)
