@@ -187,3 +187,5 @@ EXTENSIONS["commbench"].update(
                             "predicted time per step and the kernel's measured time alone",
     predicted_exposed_comm_us="overlap: predicted_overlapped_us - compute alone",
     predicted_overlap_efficiency="overlap: the model's efficiency")
+EVENT_EXTENSIONS["commbench"].update(
+    compute_ratio="chunked --overlap verdict: the compute ratio the answer holds for (null with --gemm)")

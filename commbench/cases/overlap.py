@@ -248,9 +248,8 @@ def figures(ctx, cfg, kernel, records, per_call, per_span, ahead, depth, steps):
            "compute_tflops": compute.flops(kernel.kind, kernel.m, kernel.n, kernel.k) / alone / 1e12 if alone else None,
            "compute_ratio_measured": comp / comm}
     predicted_comm = records["comm"].get("predicted_time_us")
-    if predicted_comm and alone:
-        step_comm = [predicted_comm / 1e6 / steps] * steps
-        pred = simulate(ahead, step_comm, [alone] * steps, depth) * 1e6
+    if predicted_comm and comp:   # the link's predicted time per step; the kernel's measured time alone per step
+        pred = simulate(ahead, [predicted_comm / steps] * steps, [comp / steps] * steps, depth)
         out.update(predicted_overlapped_us=pred, predicted_exposed_comm_us=pred - comp,
                    predicted_overlap_efficiency=(predicted_comm + comp - pred) / min(predicted_comm, comp))
     return out
