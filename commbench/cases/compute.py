@@ -21,7 +21,7 @@ from benchcore.lazy import lazy
 torch = lazy("torch", globals())
 
 KERNELS = ("gemm", "elementwise")
-CALIBRATION_CALLS = 3          # GEMMs timed per calibration probe
+PROBE_BATCHES, PROBE_SECONDS = 3, 0.01   # a calibration probe: the best of 3 batches of 10 ms of calls
 PROBE_DIM = 128                # first probe M = N = K
 MAX_DIM = {"cpu": 2048, "cuda": 16384}   # calibration never goes past this (memory, and seconds per GEMM)
 ALIGN = 16                     # calibrated dimensions are multiples of this (tensor-core friendly)
@@ -133,16 +133,26 @@ def calibrate(ctx, kind, target_s, calls):
     cap = MAX_DIM[ctx.device.type]
     per_call = target_s / calls
     d = PROBE_DIM
-    for _ in range(3):   # probe, rescale by the kernel's order (d^3 GEMM, d^2 elementwise), probe again
-        probe = Kernel(ctx, kind, d, d, d)
-        probe.call("probe")   # warm-up, not counted
-        probe.per_call("probe")
-        for _ in range(CALIBRATION_CALLS):
-            probe.call("probe")
-        took = probe.per_call("probe")
+    for _ in range(4):   # probe, rescale by the kernel's order (d^3 GEMM, d^2 elementwise), probe again
+        took = _probe(ctx, kind, d)
         scale = (per_call / took) ** (1 / 3 if kind == "gemm" else 1 / 2) if took else 2
         d = min(cap, max(ALIGN, int(round(d * scale / ALIGN)) * ALIGN))
-        if 0.8 < scale < 1.25 or d == cap:
+        if 0.9 < scale < 1.1 or d == cap:
             break
     every = sorted(v for v, in ctx.comm.gather_floats([float(d)]))
     return int(every[len(every) // 2])
+
+
+def _probe(ctx, kind, d):
+    """Seconds one call of a d x d x d kernel takes here: the best of a few batches after a warm-up call."""
+    probe = Kernel(ctx, kind, d, d, d)
+    probe.call("probe")   # warm-up, not counted
+    probe.per_call("probe")
+    best = None
+    for _ in range(PROBE_BATCHES):
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < PROBE_SECONDS:
+            probe.call("probe")
+        took = probe.per_call("probe")
+        best = took if best is None else min(best, took)
+    return best

@@ -27,9 +27,9 @@ from commbench.cases import compute
 from commbench.cases.case import TOTAL, Case, Timed
 from commbench.cases.chunked import chunk_layout, inflight_groups
 from commbench.cases.collectives import DTYPES
-from commbench.cases.payload import Payload, ceil_div, factor, padded, payload_size
+from commbench.cases.payload import Payload, factor, padded, payload_size
 from commbench.model import alphabeta as model
-from commbench.model.alphabeta import Phase
+from commbench.model.alphabeta import Phase, predict
 
 torch = lazy("torch", globals())
 
@@ -255,6 +255,25 @@ def figures(ctx, cfg, kernel, records, per_call, per_span, ahead, depth, steps):
     return out
 
 
+def steps_of(cfg, size, n):
+    """Communication operations (and kernel calls) of a pattern config at size bytes on n ranks."""
+    if cfg.get("buckets"):
+        return cfg["buckets"]
+    elt = DTYPES[cfg["dtype"]].bytes
+    return len(chunk_layout(size // elt, n, elt, cfg["chunk_bytes"], 0))
+
+
+def predicted(case, cfg, size, topo, world_size, nodes, backend, ratio):
+    """{comm_us, compute_us, overlapped_us, exposed_comm_us, overlap_efficiency} the model gives pattern config
+    cfg at size: the communication from its alpha-beta terms on the topology, compute = ratio x that, and the
+    pattern's schedule replayed over equal steps."""
+    comm = predict(case, cfg, size, topo, world_size, nodes, backend)["comm"].time_us
+    steps, comp = steps_of(cfg, size, world_size), ratio * comm
+    over = simulate(AHEAD[case.name], [comm / steps] * steps, [comp / steps] * steps, cfg.get("inflight") or steps)
+    return {"comm_us": comm, "compute_us": comp, "overlapped_us": over, "exposed_comm_us": over - comp,
+            "overlap_efficiency": (comm + comp - over) / min(comm, comp) if comm and comp else None}
+
+
 def _configs(name):
     def configs(opts, dtype):
         if not opts.compute_ratios and not opts.gemm:
@@ -291,7 +310,7 @@ def _footprint(extra):
 def _model(collective):
     """The communication phase's alpha-beta terms: its steps' collectives of their share of N."""
     def terms(cfg, size, shape, backend):
-        steps = cfg.get("buckets") or ceil_div(size, max(shape.n * DTYPES[cfg["dtype"]].bytes, cfg["chunk_bytes"]))
+        steps = steps_of(cfg, size, shape.n)
         one = getattr(model, collective)(size / steps, shape, backend)
         return {"comm": Phase(factor(collective, shape.n),
                               [replace(t, steps=t.steps * steps, rank_bytes=t.rank_bytes * steps) for t in one])}
@@ -302,14 +321,16 @@ def _check_size(size, elt, n):
     payload_size(size, elt, n)
 
 
+AHEAD = {"ddp": False, "pipelined": True, "pipelined-rs": False}   # communication before its kernel, or after
 OVERLAP_CASES = {c.name: c for c in [
-    Case("ddp", "overlap", "all_reduce", PHASES, _pattern(_buckets, False, "all_reduce"), _configs("ddp"),
+    Case("ddp", "overlap", "all_reduce", PHASES, _pattern(_buckets, AHEAD["ddp"], "all_reduce"), _configs("ddp"),
          describe=_describe, check_size=_check_size, sums=True,
          footprint=_footprint(lambda c, k, n: k), model=_model("all_reduce")),
-    Case("pipelined", "overlap", "all_gather", PHASES, _pattern(_gathers, True, "all_gather"), _configs("pipelined"),
+    Case("pipelined", "overlap", "all_gather", PHASES, _pattern(_gathers, AHEAD["pipelined"], "all_gather"),
+         _configs("pipelined"),
          describe=_describe, check_size=_check_size, setup=inflight_groups,
          footprint=_footprint(lambda c, k, n: padded(k, n)), model=_model("all_gather")),
-    Case("pipelined-rs", "overlap", "reduce_scatter", PHASES, _pattern(_scatters, False, "reduce_scatter"),
+    Case("pipelined-rs", "overlap", "reduce_scatter", PHASES, _pattern(_scatters, AHEAD["pipelined-rs"], "reduce_scatter"),
          _configs("pipelined-rs"), describe=_describe, check_size=_check_size, setup=inflight_groups, sums=True,
          footprint=_footprint(lambda c, k, n: padded(k, n) * 2), model=_model("reduce_scatter")),
 ]}

@@ -8,7 +8,8 @@ from benchcore import schema, stats
 from benchcore.report import console, line_plot, print_table
 from benchcore.units import format_size
 from commbench.cases.case import TOTAL
-from commbench.cases.registry import PATTERN_NAMES, parse_names, record_label
+from commbench.cases.overlap import predicted
+from commbench.cases.registry import CASES, PATTERN_NAMES, parse_names, record_label
 from commbench.commands import verdict
 from commbench.launch.spec import launch_options
 from commbench.plan import case_options, measure_options, overlap_options, repeats_option
@@ -128,6 +129,21 @@ def _single_chunk(label, size):
     """Whether a pipelined config's label names a chunk of at least the payload (one plain all_gather)."""
     parts = label.split()
     return parts[0] == "pipelined" and parts[1].endswith("K") and int(parts[1][:-1]) << 10 >= size
+
+
+def model_rows(topo, names, sizes, nodes, local, backend, opts):
+    """`commbench model --overlap`: each pattern config's predicted figures at each size and compute ratio."""
+    rows = []
+    for size in sizes:
+        for name in names:
+            case = CASES[name]
+            for cfg in case.configs(opts, "float32"):
+                cfg = {**cfg, "dtype": "float32", "op": "sum", "root": None}
+                for ratio in ([cfg["compute_ratio"]] if cfg.get("compute_ratio") else opts.compute_ratios):
+                    rows.append({"size": format_size(size), "size_bytes": size,
+                                 "label": record_label({**cfg, "compute_ratio": ratio}),
+                                 **predicted(case, cfg, size, topo, nodes * local, nodes, backend, ratio)})
+    return rows
 
 
 def run_chunked_overlap(kw):

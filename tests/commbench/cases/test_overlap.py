@@ -43,14 +43,14 @@ def test_the_kernel_is_checked_exactly_and_a_wrong_element_is_found(kind):
     assert kernel.per_call("x") > 0 and kernel.per_call("x") is None   # read once, then forgotten
 
 
-def test_calibration_picks_a_size_whose_time_is_near_the_target():
+def test_calibration_hits_its_target_within_20_percent():
+    """4 calls of the calibrated GEMM take the target time within 20 % (best of 3 timings: the machine's other
+    load only slows a kernel down)."""
     ctx = _ctx()
-    kernel = compute.Kernel(ctx, "gemm", 256, 256, 256)
-    for _ in range(3):
-        kernel.call("t")
-    target = kernel.per_call("t") * 8 * 4       # 4 calls of a GEMM 2x the size in each dimension
+    target = 4 * compute._probe(ctx, "gemm", 128) * 8      # 4 calls of a GEMM twice as large in each dimension
     d = compute.calibrate(ctx, "gemm", target, 4)
-    assert 384 <= d <= 640
+    took = 4 * compute._probe(ctx, "gemm", d)
+    assert 0.8 <= took / target <= 1.2, (d, took, target)
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -91,3 +91,19 @@ def test_every_pattern_gives_its_four_timings_exact_from_one_launch(tmp_path):
             assert total["compute_tflops"] > 0 and total["compute_slowdown"] > 0
     verdicts = [r for r in read_records(out) if r.get("event") == "verdict"]
     assert verdicts and all(r["check"] == "overlap" for r in verdicts)
+
+
+def test_the_model_of_a_pattern_is_its_schedule_over_the_predicted_communication():
+    from commbench.cases.overlap import OVERLAP_CASES, predicted
+    from commbench.model.alphabeta import predict
+    from commbench.model.topology import resolve
+    topo = resolve("dgx-h100")
+    cfg = {"case": "ddp", "dtype": "float32", "buckets": 4, "compute_ratio": 1.0, "in_place": True}
+    got = predicted(OVERLAP_CASES["ddp"], cfg, 1 << 30, topo, 16, 2, "nccl", 1.0)
+    comm = predict(OVERLAP_CASES["ddp"], cfg, 1 << 30, topo, 16, 2, "nccl")["comm"].time_us
+    # four buckets of comm/4 behind four kernels of comm/4: one kernel of fill, then the link: 5/4 comm, 0.75
+    assert math.isclose(got["comm_us"], comm) and math.isclose(got["overlapped_us"], comm * 5 / 4)
+    assert math.isclose(got["overlap_efficiency"], 0.75)
+    # the communication of 4 buckets is 4 all_reduces of a quarter: the same bytes, 4x the latency steps
+    one = predict(OVERLAP_CASES["ddp"], {**cfg, "buckets": 1}, 1 << 30, topo, 16, 2, "nccl")["comm"].time_us
+    assert comm > one and math.isclose(comm - one, 3 * 2 * 15 * topo.inter_latency_us, rel_tol=1e-6)
