@@ -186,6 +186,9 @@ EXTENSIONS["commbench"].update(
     predicted_overlapped_us="overlap: the model's overlapped time: the schedule replayed with the comm phase's "
                             "predicted time per step and the kernel's measured time alone",
     predicted_exposed_comm_us="overlap: predicted_overlapped_us - compute alone",
-    predicted_overlap_efficiency="overlap: the model's efficiency")
+    predicted_overlap_efficiency="overlap: the model's efficiency",
+    timeline="overlap: one traced overlapped iteration per rank: [{what: comm|kernel, step, start_us, end_us}] on "
+             "the rank's host clock from the iteration's start (a comm's end is when it was seen complete); null on "
+             "GPU")
 EVENT_EXTENSIONS["commbench"].update(
     compute_ratio="chunked --overlap verdict: the compute ratio the answer holds for (null with --gemm)")

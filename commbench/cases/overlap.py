@@ -34,6 +34,7 @@ from commbench.model.alphabeta import Phase, predict
 torch = lazy("torch", globals())
 
 PHASES = ("comm", "compute", "sequential", TOTAL)
+TRACE_STEPS = 64       # an iteration of at most this many steps is traced for the timeline (per rank, host clock)
 CALIBRATION_RUNS = 3   # communication-alone runs timed to size the compute (after one warm-up run)
 
 
@@ -227,10 +228,54 @@ def _pattern(make, ahead, collective):
             return steps.wrong() + wrong_kernel, {"compute_wrong": wrong_kernel, "compute_check": kernel.check_name()}
 
         def summary(records):
-            return figures(ctx, cfg, kernel, records, per_call, per_span, ahead, depth, len(steps.comms))
+            timeline = ctx.comm.gather_object(trace(ctx, steps, kernel, run, depth))
+            return {**figures(ctx, cfg, kernel, records, per_call, per_span, ahead, depth, len(steps.comms)),
+                    "timeline": timeline if all(timeline) else None}
         factors = {"comm": factor(collective, p.n), "compute": None, "sequential": None, TOTAL: None}
         return Timed(phases, factors, refill, poison, steps.result, check, fields, blocking=True, summary=summary)
     return build
+
+
+class _Work:
+    """A work whose wait() notes when the communication was seen complete."""
+
+    def __init__(self, work, note):
+        self.work, self.note = work, note
+
+    def wait(self):
+        self.work.wait()
+        self.note()
+
+    def is_completed(self):
+        return self.work.is_completed()
+
+
+def trace(ctx, steps, kernel, run, depth):
+    """One overlapped iteration with every operation's launch and completion (as waited on) and every kernel's
+    start and end, in us from the iteration's start, on this rank's host clock: [{what, step, start_us, end_us}].
+    None on GPU (the host does not see when kernels run there) and past TRACE_STEPS steps."""
+    if ctx.device.type != "cpu" or len(steps.comms) > TRACE_STEPS:
+        return None
+    events, t0 = [], time.perf_counter()
+    now = lambda: (time.perf_counter() - t0) * 1e6  # noqa: E731
+
+    def comm(i):
+        def launch(a):
+            event = {"what": "comm", "step": i, "start_us": now(), "end_us": None}
+            events.append(event)
+            return _Work(steps.comms[i](a), lambda: event.update(end_us=now()))
+        return launch
+    calls = iter(range(len(steps.comms)))
+
+    def call():
+        event = {"what": "kernel", "step": next(calls), "start_us": now()}
+        kernel.call("trace")
+        events.append({**event, "end_us": now()})
+    ctx.barrier()
+    t0 = time.perf_counter()
+    run([comm(i) for i in range(len(steps.comms))], call, depth, lambda a, b: None)
+    kernel.per_call("trace")
+    return events
 
 
 def figures(ctx, cfg, kernel, records, per_call, per_span, ahead, depth, steps):

@@ -5,7 +5,7 @@ import statistics
 import click
 
 from benchcore import schema, stats
-from benchcore.report import console, line_plot, print_table
+from benchcore.report import console, print_table
 from benchcore.units import format_size
 from commbench.cases.case import TOTAL
 from commbench.cases.overlap import predicted
@@ -75,13 +75,45 @@ def print_overlap(records):
 
 
 def plot(records, path):
-    series = {}
-    for rec in records:
-        if not rec.get("event") and rec.get("phase") == TOTAL and rec.get("exposed_comm_us") is not None:
-            series.setdefault(record_label(rec), {}).setdefault(rec["size_bytes"], []).append(rec["exposed_comm_us"])
-    line_plot(path, {k: [(s, _median(t)) for s, t in v.items()] for k, v in series.items()},
-              "payload (bytes)", "exposed communication (us, median of repeats)",
-              "commbench overlap: communication the step still pays (lower is better)")
+    """(a) exposed communication vs payload, one line per pattern config; (b) per pattern config, a timeline of
+    one overlapped iteration at the largest payload: each rank's kernels and communication as bars, as an
+    Nsight trace shows them."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    totals = [r for r in records if not r.get("event") and r.get("phase") == TOTAL
+              and r.get("exposed_comm_us") is not None]
+    series, traced = {}, {}
+    for rec in totals:
+        label = record_label(rec)
+        series.setdefault(label, {}).setdefault(rec["size_bytes"], []).append(rec["exposed_comm_us"])
+        if rec.get("timeline") and rec["size_bytes"] >= traced.get(label, {}).get("size_bytes", 0):
+            traced[label] = rec
+    fig, axes = plt.subplots(1 + len(traced), 1, figsize=(10, 4 + 2.2 * len(traced)), squeeze=False)
+    ax = axes[0][0]
+    for label, by_size in series.items():
+        points = sorted((s, _median(t)) for s, t in by_size.items())
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set(xlabel="payload (bytes)", ylabel="exposed communication (us)",
+           title="(a) communication the step still pays (median of repeats; lower is better)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize="small")
+    for (label, rec), (ax,) in zip(traced.items(), axes[1:]):
+        for rank, events in enumerate(rec["timeline"]):
+            for e in events:   # kernels in one lane; operations in four sub-lanes, so that in-flight ones show apart
+                lane, height = (rank, 0.35) if e["what"] == "kernel" else (rank + 0.4 + e["step"] % 4 * 0.09, 0.08)
+                ax.broken_barh([(e["start_us"] / 1e3, (e["end_us"] - e["start_us"]) / 1e3)], (lane, height),
+                               color="tab:orange" if e["what"] == "kernel" else ("tab:blue", "tab:cyan")[e["step"] % 2])
+        ranks = len(rec["timeline"])
+        ax.set_yticks([r + d for r in range(ranks) for d in (0.17, 0.57)],
+                      [f"rank {r} {w}" for r in range(ranks) for w in ("kernel", "comm")], fontsize="small")
+        ax.set(xlabel="ms from the iteration's start", title=f"(b) {label} at {format_size(rec['size_bytes'])}: "
+               f"one overlapped iteration (comm bars end when waited on)")
+        ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def overlap_answer(records):
