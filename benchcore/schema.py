@@ -155,3 +155,40 @@ ACCEPT = {"accept_check": "accept: the spec's check that made this record"}
 for _tool in DESIGN:
     EXTENSIONS[_tool].update(ACCEPT)
     EVENT_EXTENSIONS[_tool].update(ACCEPT)
+
+# Overlap patterns (commbench overlap, commbench/cases/overlap.py): four phase records per measurement (comm,
+# compute, sequential, total = overlapped); the total record carries the figures drawn from all four.
+EXTENSIONS["commbench"].update(
+    pattern="overlap: ddp, pipelined or pipelined-rs (phase says which of the four timings the record is)",
+    compute_kernel="overlap: gemm (torch.matmul) or elementwise",
+    compute_threads="overlap: torch intra-op threads each rank's compute had on CPU (the backend keeps its own)",
+    compute_ratio="overlap: compute alone / communication alone the kernel was calibrated to (null with --gemm)",
+    gemm="overlap: M, N, K as given by --gemm (null when calibrated)",
+    buckets="overlap: ddp's all_reduce buckets",
+    steps="overlap: kernel calls (and communication operations) per run: buckets or chunks",
+    gemm_m="overlap: the kernel's M", gemm_n="overlap: the kernel's N (null for elementwise)",
+    gemm_k="overlap: the kernel's K", compute_dtype="overlap: the kernel's type (bfloat16 on GPU, float32 on CPU)",
+    gemm_us="overlap: mean time of one kernel call in this phase on this rank (rank 0's record: rank 0)",
+    compute_wrong="overlap: wrong kernel output elements over every rank (included in wrong)",
+    compute_check="overlap: exact, or the tolerance the kernel's output type forces",
+    comm_us="overlap: communication alone (the comm phase's time_us)",
+    compute_us="overlap: compute alone (the compute phase's time_us)",
+    sequential_us="overlap: kernels and communication in turn, nothing overlapped",
+    overlapped_us="overlap: the pattern's schedule (the total phase's time_us)",
+    exposed_comm_us="overlap: overlapped - compute alone: the time communication adds to the step",
+    overlap_efficiency="overlap: (comm + compute - overlapped) / min(comm, compute): 1 when the shorter is hidden",
+    sequential_efficiency="overlap: the same for the sequential run (the negative control: about 0)",
+    compute_slowdown="overlap: a kernel's mean time inside the overlapped run / alone, averaged over ranks",
+    comm_slowdown="overlap: first launch to last completion of the communication inside the overlapped run / alone; "
+                  "completion is seen when waited on, so an upper bound where compute is the longer part",
+    compute_tflops="overlap: the kernel's rate alone (2MNK per GEMM call) in TFLOP/s",
+    compute_ratio_measured="overlap: compute alone / communication alone as measured",
+    predicted_overlapped_us="overlap: the model's overlapped time: the schedule replayed with the comm phase's "
+                            "predicted time per step and the kernel's measured time alone",
+    predicted_exposed_comm_us="overlap: predicted_overlapped_us - compute alone",
+    predicted_overlap_efficiency="overlap: the model's efficiency",
+    timeline="overlap: one traced overlapped iteration per rank: [{what: comm|kernel, step, start_us, end_us}] on "
+             "the rank's host clock from the iteration's start (a comm's end is when it was seen complete); null on "
+             "GPU")
+EVENT_EXTENSIONS["commbench"].update(
+    compute_ratio="chunked --overlap verdict: the compute ratio the answer holds for (null with --gemm)")

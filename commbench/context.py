@@ -91,11 +91,13 @@ class Context:
         plan = self.plan
         phase = row.pop("phase")
         strategy = case.name if case.kind == "strategy" else None
+        pattern = case.name if case.kind == "overlap" else None
         predicted = record_fields(self.topology, case, cfg, phase, fields["size_bytes"], self.world_size, self.nodes,
                                   self.backend, row.get("busbw_gbps"))
         return schema.measurement(
-            "commbench", run_id=plan.run_id, collective=case.collective if phase == TOTAL else phase,
-            strategy=strategy, **({"phase": phase} if strategy else {}),
+            "commbench", run_id=plan.run_id, collective=case.collective if phase == TOTAL or pattern else phase,
+            strategy=strategy, **({"pattern": pattern} if pattern else {}),
+            **({"phase": phase} if strategy or pattern else {}),
             **{k: v for k, v in cfg.items() if k != "case"}, **row, **fields,
             iters=plan.iters, warmup=plan.warmup, agg=plan.agg, agg_iters=plan.agg_iters,
             world_size=self.world_size, nodes=self.nodes, local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),

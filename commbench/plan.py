@@ -15,12 +15,14 @@ from typing import List, Optional
 import click
 
 from benchcore.errors import UserError
+from benchcore.inputs import finite
 from benchcore.records import new_run_id
 from benchcore.report import FORMATS
 from benchcore.units import parse_size, size_list, size_range
 from commbench.cases.case import CaseOptions
 from commbench.cases.collectives import DTYPES, NCCL_ONLY_OPS, OPS
 from commbench.cases.compressed import COMPRESS
+from commbench.cases.compute import KERNELS, parse_gemm
 from commbench.cases.registry import CASES
 from commbench.model.detect import for_run
 from commbench.transports import mpi
@@ -159,6 +161,11 @@ class CaseOptionsText:
     inflight: str = "1"
     compress: str = "bf16"
     place: str = "in"
+    buckets: str = "4"
+    compute_ratio: str = "1"
+    gemm: Optional[str] = None
+    compute_kernel: str = "gemm"
+    compute_threads: int = 1
 
     def parse(self):
         try:
@@ -173,7 +180,28 @@ class CaseOptionsText:
             raise UserError(f"--inflight must be at least 1, got {min(inflights)}")
         return CaseOptions(places=PLACES[self.place], chunk_sizes=chunks,
                            thresholds=thresholds, inflights=inflights,
-                           compress=self.compress)
+                           compress=self.compress, buckets=_whole_list(self.buckets, "--buckets"),
+                           compute_ratios=_ratios(self.compute_ratio), gemm=parse_gemm(self.gemm),
+                           compute_kernel=self.compute_kernel, compute_threads=self.compute_threads)
+
+
+def _whole_list(text, what):
+    """'1,4,16' -> (1, 4, 16), each at least 1."""
+    try:
+        values = tuple(int(x) for x in str(text).split(",") if x.strip())
+    except ValueError:
+        raise UserError(f"{what} takes whole numbers, e.g. 1,4,16") from None
+    if not values or min(values) < 1:
+        raise UserError(f"{what} needs whole numbers of at least 1, got {text!r}")
+    return values
+
+
+def _ratios(text):
+    """--compute-ratio '0.5,1,2' -> (0.5, 1.0, 2.0): finite, above 0, at most 100."""
+    values = tuple(finite(x, "--compute-ratio", 0, 100, lo_open=True) for x in str(text).split(",") if x.strip())
+    if not values:
+        raise UserError("--compute-ratio needs at least one value")
+    return values
 
 
 PLACES = {"both": ("out", "in"), "out": ("out",), "in": ("in",)}
@@ -257,6 +285,23 @@ def case_options(place_default="in"):
                      help="Wire type of the compressed strategy (fp8 = e4m3 with a per-rank scale)."),
         click.option("--place", type=click.Choice(list(PLACES)), default=place_default, show_default=True,
                      help="In place, out of place or both, where the case has both variants."),
+    ])
+
+
+def overlap_options():
+    """Options that size the compute beside the communication, and the patterns' own layout."""
+    return _options([
+        click.option("--compute-ratio", default="1", show_default=True, metavar="R[,R...]",
+                     help="Size the compute so that it alone takes about R x the communication alone (calibrated "
+                          "at start-up, per payload); 0.5,1,2 is the usual sweep."),
+        click.option("--gemm", default=None, metavar="M,N,K",
+                     help="Each step's GEMM as M x K @ K x N instead of --compute-ratio."),
+        click.option("--compute-kernel", type=click.Choice(KERNELS), default="gemm", show_default=True,
+                     help="gemm: torch.matmul (bf16 on GPU, float32 on CPU); elementwise: a memory-bound add."),
+        click.option("--compute-threads", type=click.IntRange(1, 256), default=1, show_default=True,
+                     help="torch intra-op threads per rank for the compute on CPU (the backend keeps its own)."),
+        click.option("--buckets", default="4", show_default=True,
+                     help="ddp: all_reduce buckets the payload is cut into, comma list (1 = one all_reduce)."),
     ])
 
 

@@ -177,16 +177,20 @@ def measure_case(ctx, case, cfg, size, shared):
         pos.at("gathering the times")
         t, t_min, t_max = over_ranks(ctx, seconds)
         stats = rank_stats(ctx, samples, timed.per_rank, timed.per_run) if samples else {}
-        algbw = size / t / 1e9
+        moved = timed.factors[phase] is not None   # a phase that moves no payload (compute) has no bandwidth
+        algbw = size / t / 1e9 if moved else None
         rows.append({"phase": phase, "blocking": blocking, "time_source": time_source(ctx), "time_us": t * 1e6, "time_us_min": t_min * 1e6,
-                     "time_us_max": t_max * 1e6, "algbw_gbps": algbw, "busbw_gbps": algbw * timed.factors[phase],
-                     **stats, **timed.fields(phase)})
+                     "time_us_max": t_max * 1e6, "algbw_gbps": algbw,
+                     "busbw_gbps": algbw * timed.factors[phase] if moved else None, **stats, **timed.fields(phase)})
     pos.at("check")
     wrong, fields = check(ctx, case, timed) if plan.check else (None, {})
     pos.at("peak memory")
     peak = peak_memory(ctx)
-    return [ctx.record(case, cfg, row, size_bytes=size, count=count, wrong=wrong, peak_mem_bytes=peak, **fields)
-            for row in rows]
+    records = [ctx.record(case, cfg, row, size_bytes=size, count=count, wrong=wrong, peak_mem_bytes=peak, **fields)
+               for row in rows]
+    if timed.summary:   # figures drawn from every phase, on the whole operation's record
+        records[-1].update(timed.summary({rec.get("phase", TOTAL): rec for rec in records}))
+    return records
 
 
 def peak_memory(ctx):

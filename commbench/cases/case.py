@@ -25,6 +25,8 @@ class Timed:
     per_run: int = 1                      # operations one run performs (p2p: the messages of a window, or the two
                                           # one-way trips of a ping-pong): times are per operation
     per_rank: bool = False                # records carry every rank's own time and host (commbench pairs)
+    summary: Optional[Callable[[dict], dict]] = None   # summary({phase: record}) -> fields of the TOTAL record,
+                                                       # figures drawn from every phase (overlap patterns)
 
 
 @dataclass
@@ -35,12 +37,17 @@ class CaseOptions:
     thresholds: Tuple[int, ...] = (16 << 20,)
     inflights: Tuple[int, ...] = (1,)
     compress: str = "bf16"
+    buckets: Tuple[int, ...] = (4,)            # ddp: all_reduce buckets
+    compute_ratios: Tuple[float, ...] = (1.0,)   # overlap: compute alone / communication alone, calibrated
+    gemm: Optional[Tuple[int, int, int]] = None   # overlap: M, N, K instead of a ratio
+    compute_kernel: str = "gemm"
+    compute_threads: int = 1                   # torch intra-op threads per rank on CPU
 
 
 @dataclass(frozen=True)
 class Case:
     name: str
-    kind: str                                  # "collective" or "strategy"
+    kind: str                                  # "collective", "strategy", "p2p", "pairs" or "overlap"
     collective: str                            # the nccl-tests collective whose record fields it fills
     phases: Tuple[str, ...]                    # timed phases; TOTAL is the whole operation
     build: Callable                            # build(ctx, cfg, count, dtype, shared) -> Timed

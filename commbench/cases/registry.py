@@ -1,14 +1,17 @@
-"""The case registry: every collective, strategy and point-to-point mode commbench times, by name."""
+"""The case registry: every collective, strategy, point-to-point mode, pair test and overlap pattern commbench
+times, by name."""
 from benchcore.errors import UserError
 from commbench.cases.case import label
 from commbench.cases.collectives import COLLECTIVE_CASES
+from commbench.cases.overlap import OVERLAP_CASES
 from commbench.cases.p2p import P2P_CASES
 from commbench.cases.pairs import PAIR_CASES
 from commbench.cases.strategies import STRATEGY_CASES
 
-CASES = {**COLLECTIVE_CASES, **STRATEGY_CASES, **P2P_CASES, **PAIR_CASES}
+CASES = {**COLLECTIVE_CASES, **STRATEGY_CASES, **P2P_CASES, **PAIR_CASES, **OVERLAP_CASES}
 COLLECTIVE_NAMES = list(COLLECTIVE_CASES)
 STRATEGY_NAMES = list(STRATEGY_CASES)
+PATTERN_NAMES = list(OVERLAP_CASES)
 
 
 def parse_names(text, kind, what):
@@ -25,7 +28,7 @@ def parse_names(text, kind, what):
 
 def case_of(rec):
     """The case a record (or config) belongs to."""
-    return CASES[rec.get("case") or rec.get("strategy") or rec["collective"]]
+    return CASES[rec.get("case") or rec.get("strategy") or rec.get("pattern") or rec["collective"]]
 
 
 def record_label(rec):

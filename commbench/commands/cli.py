@@ -4,7 +4,7 @@ import click
 from benchcore import commands
 from benchcore.errors import run_cli
 from commbench.cases.registry import COLLECTIVE_NAMES, parse_names
-from commbench.commands import compare, model, p2p, pairs, sweep, topo
+from commbench.commands import compare, model, overlap, p2p, pairs, sweep, topo
 from commbench.commands.accept import run as accept
 from commbench.commands.selftest import selftest
 from commbench.launch.spec import launch_options
@@ -65,6 +65,7 @@ def ring(**kw):
 
 cli.add_command(compare.chunked)
 cli.add_command(compare.compare)
+cli.add_command(overlap.overlap)
 cli.add_command(sweep.sweep)
 cli.add_command(sweep.env_catalogue)
 cli.add_command(selftest)

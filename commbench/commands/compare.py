@@ -17,7 +17,8 @@ from commbench.cases.case import TOTAL
 from commbench.cases.registry import STRATEGY_NAMES, parse_names, record_label
 from commbench.commands import verdict
 from commbench.launch.spec import launch_options, parse_backends
-from commbench.plan import case_options, measure_options, repeats_option
+from commbench.commands.overlap import run_chunked_overlap
+from commbench.plan import case_options, measure_options, overlap_options, repeats_option
 from commbench.runner import measure
 
 PLOT_OPTION = click.option("--plot", default=None, callback=new_output_option("--plot", PLOT_SUFFIXES),
@@ -225,11 +226,16 @@ def compare(strategies, baseline, repeats, backends, **kw):
 
 @click.command()
 @repeats_option(3)
+@click.option("--overlap", is_flag=True,
+              help="With compute beside the communication: pipelined chunks (the GEMM of chunk k while chunk k+1 is "
+                   "on the wire) against one all_reduce after the compute and one plain all_gather, per compute "
+                   "ratio; answers from which payload chunking hides more (see commbench overlap).")
+@overlap_options()
 @case_options()
 @PLOT_OPTION
 @measure_options("1M", "1G")
 @launch_options
-def chunked(repeats, **kw):
+def chunked(repeats, overlap, **kw):
     """Does Megatron-style chunking beat ring and a plain all_gather, and with which settings?
 
     Sweeps the chunked all_gather's threshold, chunk size and in-flight depth against ring
@@ -240,6 +246,14 @@ def chunked(repeats, **kw):
     \b
     Example:
       commbench chunked -b 4M -e 256M --chunk-size 1M,2M,4M --threshold 8M,16M --inflight 1,2,4 --nodes 2
+      commbench chunked --overlap --compute-ratio 0.5,1,2 -b 4M -e 64M --chunk-size 1M,4M --nodes 2
     """
     kw["repeats"] = repeats
+    if overlap:
+        run_chunked_overlap(kw)
+        return
+    for name, default in (("compute_ratio", "1"), ("gemm", None), ("compute_kernel", "gemm"), ("compute_threads", 1),
+                          ("buckets", "4")):
+        if kw.pop(name) != default:
+            raise UserError(f"--{name.replace('_', '-')} sizes the compute of chunked --overlap: add --overlap")
     run_strategies(["ring", "plain", "chunked"], "ring", kw, answer=True)

@@ -14,7 +14,8 @@ from commbench.cases.registry import CASES, case_of, parse_names, record_label
 from commbench.model.alphabeta import fit_row, predict
 from commbench.model.detect import detect, in_effect
 from commbench.model.topology import resolve
-from commbench.plan import CaseOptionsText, case_options
+from commbench.commands.overlap import model_rows
+from commbench.plan import CaseOptionsText, case_options, overlap_options
 
 
 def configs(names, opts):
@@ -134,6 +135,10 @@ def _topology(text):
               help="Ranks per node [default: the topology's GPUs per node, 2 for CPU nodes].")
 @click.option("--collective", "collectives", default=None, help="Comma list of collectives [default: all_reduce].")
 @click.option("--strategies", default=None, help="Comma list of strategies (ring,chunked,...) instead of collectives.")
+@click.option("--overlap", "patterns", default=None, metavar="PATTERNS",
+              help="Overlap patterns (ddp,pipelined,pipelined-rs) instead: communication beside compute of "
+                   "--compute-ratio x its time, each pattern's schedule replayed (see commbench overlap).")
+@overlap_options()
 @click.option("-b", "--min-bytes", default="1M", show_default=True)
 @click.option("-e", "--max-bytes", default="8G", show_default=True)
 @click.option("-f", "--step-factor", type=int, default=2, show_default=True)
@@ -143,8 +148,8 @@ def _topology(text):
 @click.option("--fit", "fit_file", default=None, metavar="RESULTS.jsonl",
               help="Fit alpha and beta per tier to these records instead of predicting.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def model(topology, nodes, nproc_per_node, collectives, strategies, min_bytes, max_bytes, step_factor, backend,
-          fit_file, fmt, **case_kw):
+def model(topology, nodes, nproc_per_node, collectives, strategies, patterns, min_bytes, max_bytes, step_factor,
+          backend, fit_file, fmt, **case_kw):
     """Predict collective and strategy times from a topology, without running anything; or fit the model.
 
     Every phase costs steps x alpha + bytes x beta on the tier that bounds it (formulas and sources in
@@ -155,20 +160,25 @@ def model(topology, nodes, nproc_per_node, collectives, strategies, min_bytes, m
     Example:
       commbench model --topology dgx-h100 --nodes 4 --collective all_reduce -b 1M -e 8G
       commbench model --topology dgx-h100 --nodes 4 --strategies ring,chunked --chunk-size 512K,2M,8M --threshold 64M
+      commbench model --topology dgx-h100 --nodes 2 --overlap ddp,pipelined -b 64M -e 4G -f 4 --compute-ratio 1
       commbench model --fit results.jsonl
     """
     topo = _topology(topology)
     if fit_file:
         return _print_fit(fit_file, topo, fmt)
-    if collectives and strategies:
-        raise UserError("give --collective or --strategies, not both")
+    if sum(map(bool, (collectives, strategies, patterns))) > 1:
+        raise UserError("give one of --collective, --strategies and --overlap")
     names = (parse_names(strategies, "strategy", "--strategies") if strategies else
              parse_names(collectives or "all_reduce", "collective", "--collective"))
     local = nproc_per_node or topo.gpus_per_node or 2
     sizes = size_range(parse_size(min_bytes, "-b/--min-bytes"), parse_size(max_bytes, "-e/--max-bytes"), step_factor)
-    opts = CaseOptionsText(chunk_sizes=case_kw["chunk_sizes"], threshold=case_kw["threshold"],
-                           inflight=case_kw["inflight"], compress=case_kw["compress"], place=case_kw["place"]).parse()
+    opts = CaseOptionsText(**case_kw).parse()
     backend = backend or ("nccl" if topo.gpus_per_node else "gloo")
+    if patterns:
+        rows = model_rows(topo, parse_names(patterns, "overlap", "--overlap"), sizes, nodes, local, backend, opts)
+        return _print_rows(rows, OVERLAP_COLUMNS, f"model of overlap: {topo.name}, {nodes} node(s) x {local} ranks, "
+                           f"{backend}; compute = ratio x the communication's predicted time", topo, nodes, local,
+                           backend, fmt)
     rows = predictions(topo, names, sizes, nodes, local, backend, opts)
     if fmt == "json":
         for row in rows:
@@ -188,6 +198,20 @@ def model(topology, nodes, nproc_per_node, collectives, strategies, min_bytes, m
         if any(r["strategy"] == "chunked" for r in rows) and any(r["strategy"] == "ring" for r in rows):
             console().print(f"chunked (its best configuration) beats ring at: {', '.join(beats)}" if beats else
                             "chunked never beats ring here")
+
+
+OVERLAP_COLUMNS = [("size", "size", None), ("label", "pattern", None), ("comm_us", "comm us", ".1f"),
+                   ("compute_us", "compute us", ".1f"), ("overlapped_us", "overlapped us", ".1f"),
+                   ("exposed_comm_us", "exposed us", ".1f"), ("overlap_efficiency", "efficiency", ".3f")]
+
+
+def _print_rows(rows, columns, title, topo, nodes, local, backend, fmt):
+    if fmt == "json":
+        for row in rows:
+            click.echo(json.dumps({"topology": topo.name, "nodes": nodes, "world_size": nodes * local,
+                                   "backend": backend, **{k: v for k, v in row.items() if k != "size"}}))
+        return
+    print_table(rows, columns, title=title)
 
 
 def _print_fit(path, topo, fmt):

@@ -97,8 +97,9 @@ def _sizes_text(sizes):
     return format_size(sizes[0]) if len(sizes) == 1 else f"{format_size(sizes[0])}-{format_size(sizes[-1])}"
 
 
-def verdicts(outcomes, run_id, check="fastest"):
-    """Verdict records: one per item and run of consecutive payloads with the same finding."""
+def verdicts(outcomes, run_id, check="fastest", better="is faster than"):
+    """Verdict records: one per item and run of consecutive payloads with the same finding; `better` says what
+    a lower time means."""
     runs = []
     for out in outcomes:
         win = out.winner
@@ -116,7 +117,7 @@ def verdicts(outcomes, run_id, check="fastest"):
         where = f"{item + ' ' if item else ''}at {_sizes_text(sizes)}"
         if winner:
             worst = max(rows, key=lambda r: r["ratio_high"])  # the weakest win: what holds at every size
-            reason = (f"{where}: {winner} is faster than {other}: time ratio {worst['ratio']:.3f} "
+            reason = (f"{where}: {winner} {better} {other}: time ratio {worst['ratio']:.3f} "
                       f"[{worst['ratio_low']:.3f}, {worst['ratio_high']:.3f}] at its weakest")
             fields = dict(winner=winner, versus=other, **{k: worst[k] for k in ("ratio", "ratio_low", "ratio_high")})
         elif len(other) == 1:

@@ -1,8 +1,8 @@
 """`commbench selftest`: checks of commbench itself against a physical truth on network-namespace nodes, one
-module per check (link, model) over what they share (nodes.py)."""
+module per check (link, model, overlap) over what they share (nodes.py)."""
 import click
 
-from commbench.commands.selftest import link, model
+from commbench.commands.selftest import link, model, overlap
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -12,3 +12,4 @@ def selftest():
 
 selftest.add_command(link.link)
 selftest.add_command(model.model_check)
+selftest.add_command(overlap.overlap_check)

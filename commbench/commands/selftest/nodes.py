@@ -28,6 +28,8 @@ def node_command(kinds, node, port, args, out):
     if CASES[kinds[0]].kind == "strategy":
         cmd = ["compare", "--strategies", ",".join(kinds), "--baseline", kinds[0], "--chunk-size", args["chunk_size"],
                "--threshold", args["threshold"], "--repeats", "1"]   # -N cycles are its repeats: the best is judged
+    elif CASES[kinds[0]].kind == "overlap":
+        cmd = ["overlap", "--patterns", ",".join(kinds), "--repeats", "1"]
     else:
         cmd = ["run", "--collective", ",".join(kinds), "--place", "in"]
     return [sys.executable, "-m", "commbench.commands.cli", *cmd, *sizes, *launch, *args.get("extra", ()), "--format", "json",

@@ -1,0 +1,216 @@
+"""`commbench overlap`: overlap patterns side by side (commbench/cases/overlap.py): how much of the
+communication a training step still pays beside its compute, with verdicts on the exposed communication."""
+import statistics
+
+import click
+
+from benchcore import schema, stats
+from benchcore.report import console, print_table
+from benchcore.units import format_size
+from commbench.cases.case import TOTAL
+from commbench.cases.overlap import predicted
+from commbench.cases.registry import CASES, PATTERN_NAMES, parse_names, record_label
+from commbench.commands import verdict
+from commbench.launch.spec import launch_options
+from commbench.plan import case_options, measure_options, overlap_options, repeats_option
+from commbench.runner import measure
+
+HIDDEN = 0.01   # exposed communication below this share of the communication alone counts as hidden (verdicts
+#                 compare logarithms, and an exposure of 0 +- noise has none)
+COLUMNS = [("label", "pattern", None), ("comm_us", "comm us", ".1f"), ("compute_us", "compute us", ".1f"),
+           ("sequential_us", "sequential us", ".1f"), ("overlapped_us", "overlapped us", ".1f"),
+           ("exposed_comm_us", "exposed us", ".1f"), ("predicted_exposed_comm_us", "model exposed us", ".1f"),
+           ("overlap_efficiency", "efficiency", ".2f"), ("compute_slowdown", "compute x", ".2f"),
+           ("comm_slowdown", "comm x", ".2f"), ("compute_tflops", "TFLOP/s", ".3f"), ("repeats", "n", "d"),
+           ("wrong", "#wrong", "d")]
+FIGURES = [key for key, _, fmt in COLUMNS if fmt and fmt.startswith(".")]
+
+
+def _median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def exposure(rec):
+    """The record with time_us replaced by its exposed communication (floored at HIDDEN x comm): what the
+    verdicts rank."""
+    return {**rec, "time_us": max(rec["exposed_comm_us"], HIDDEN * rec["comm_us"])}
+
+
+def judged(records):
+    return [exposure(r) for r in records if not r.get("event") and r.get("phase") == TOTAL
+            and r.get("exposed_comm_us") is not None]
+
+
+def judge(records):
+    outcomes = verdict.judge(judged(records))
+    run_id = next((r["run_id"] for r in records if r.get("run_id")), None)
+    return verdict.verdicts(outcomes, run_id, check="overlap", better="leaves less exposed communication than")
+
+
+def rows(records):
+    """{size: [row per config]}: medians over repeats of every figure."""
+    by = {}
+    for rec in records:
+        if not rec.get("event") and rec.get("phase") == TOTAL:
+            by.setdefault(rec["size_bytes"], {}).setdefault(record_label(rec), []).append(rec)
+    return {size: [{"label": label, "repeats": len(recs), "wrong": sum(r["wrong"] or 0 for r in recs),
+                    **{k: _median([r.get(k) for r in recs]) for k in FIGURES}}
+                   for label, recs in labels.items()] for size, labels in sorted(by.items())}
+
+
+def print_overlap(records):
+    first = next(r for r in records if not r.get("event"))
+    for size, table in rows(records).items():
+        print_table(table, COLUMNS, title=f"payload {format_size(size)}: {first['backend']}, {first['world_size']} "
+                    f"ranks on {first['nodes']} node(s); exposed = overlapped - compute alone (median of n repeats)")
+    out = console()
+    for check, title in (("overlap", f"verdicts on exposed communication ({stats.METHOD}):"),
+                         ("chunked overlap", "the answer:")):
+        notes = [r["reason"] for r in records if r.get("event") == "verdict" and r.get("check") == check]
+        if notes:
+            out.print(title)
+        for line in notes:
+            out.print(f"  {line}")
+
+
+def plot(records, path):
+    """(a) exposed communication vs payload, one line per pattern config; (b) per pattern config, a timeline of
+    one overlapped iteration at the largest payload: each rank's kernels and communication as bars, as an
+    Nsight trace shows them."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    totals = [r for r in records if not r.get("event") and r.get("phase") == TOTAL
+              and r.get("exposed_comm_us") is not None]
+    series, traced = {}, {}
+    for rec in totals:
+        label = record_label(rec)
+        series.setdefault(label, {}).setdefault(rec["size_bytes"], []).append(rec["exposed_comm_us"])
+        if rec.get("timeline") and rec["size_bytes"] >= traced.get(label, {}).get("size_bytes", 0):
+            traced[label] = rec
+    fig, axes = plt.subplots(1 + len(traced), 1, figsize=(10, 4 + 2.2 * len(traced)), squeeze=False)
+    ax = axes[0][0]
+    for label, by_size in series.items():
+        points = sorted((s, _median(t)) for s, t in by_size.items())
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set(xlabel="payload (bytes)", ylabel="exposed communication (us)",
+           title="(a) communication the step still pays (median of repeats; lower is better)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize="small")
+    for (label, rec), (ax,) in zip(traced.items(), axes[1:]):
+        for rank, events in enumerate(rec["timeline"]):
+            for e in events:   # kernels in one lane; operations in four sub-lanes, so that in-flight ones show apart
+                lane, height = (rank, 0.35) if e["what"] == "kernel" else (rank + 0.4 + e["step"] % 4 * 0.09, 0.08)
+                ax.broken_barh([(e["start_us"] / 1e3, (e["end_us"] - e["start_us"]) / 1e3)], (lane, height),
+                               color="tab:orange" if e["what"] == "kernel" else ("tab:blue", "tab:cyan")[e["step"] % 2])
+        ranks = len(rec["timeline"])
+        ax.set_yticks([r + d for r in range(ranks) for d in (0.17, 0.57)],
+                      [f"rank {r} {w}" for r in range(ranks) for w in ("kernel", "comm")], fontsize="small")
+        ax.set(xlabel="ms from the iteration's start", title=f"(b) {label} at {format_size(rec['size_bytes'])}: "
+               f"one overlapped iteration (comm bars end when waited on)")
+        ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def overlap_answer(records):
+    """chunked --overlap's answer, per compute ratio: from which payload pipelined chunks leave significantly less
+    exposed communication than one all_reduce after the compute (ddp B=1) and than one plain all_gather (a single
+    chunk), and by how much. A verdict record each, its reason the sentence."""
+    run_id = next((r["run_id"] for r in records if r.get("run_id")), None)
+    by_ratio = {}
+    for rec in judged(records):
+        by_ratio.setdefault(rec.get("compute_ratio"), []).append(rec)
+    out = []
+    for ratio, recs in sorted(by_ratio.items(), key=lambda kv: kv[0] or 0):
+        outcomes = sorted(verdict.judge(recs), key=lambda o: o.size)
+        beats_from, versus = None, None
+        for o in reversed(outcomes):
+            ring = next((g for g in o.groups if any(l.startswith("ddp B=1 ") for l in g.labels)), None)
+            plain = next((g for g in o.groups if any(_single_chunk(l, o.size) for l in g.labels)), None)
+            chunked = [g for g in o.groups if g not in (ring, plain) and g.labels[0].startswith("pipelined ")]
+            if not (ring and plain and chunked):
+                break
+            best = min(chunked, key=lambda g: g.time)
+            vs = [stats.ratio_interval(best.times, g.times) for g in (ring, plain)]
+            if any(r is None or r.high >= 1 for r in vs):
+                break
+            beats_from, versus = o.size, (best.name, vs)
+        where = f"at compute ratio {ratio:g}" if ratio else "with the given --gemm"
+        if beats_from is None:
+            text = (f"Answer {where}: pipelined chunks do not leave significantly less exposed communication than "
+                    f"one all_reduce after the compute and one plain all_gather at the largest payload measured "
+                    f"({format_size(outcomes[-1].size) if outcomes else 'none'}): do not chunk for overlap here.")
+            fields = dict(winner=None)
+        else:
+            name, (vs_ring, vs_plain) = versus
+            text = (f"Answer {where}: from {format_size(beats_from)} up, pipelined chunks ({name} at "
+                    f"{format_size(beats_from)}) leave less exposed communication than one all_reduce after the "
+                    f"compute (ratio {vs_ring.text()}) and than one plain all_gather (ratio {vs_plain.text()}).")
+            fields = dict(winner=name, ratio=vs_ring.ratio, ratio_low=vs_ring.low, ratio_high=vs_ring.high,
+                          beats_from_bytes=beats_from)
+        out.append(schema.event("commbench", "verdict", text, run_id=run_id, check="chunked overlap",
+                                method=stats.METHOD, compute_ratio=ratio, **fields))
+    return out
+
+
+def _single_chunk(label, size):
+    """Whether a pipelined config's label names a chunk of at least the payload (one plain all_gather)."""
+    parts = label.split()
+    return parts[0] == "pipelined" and parts[1].endswith("K") and int(parts[1][:-1]) << 10 >= size
+
+
+def model_rows(topo, names, sizes, nodes, local, backend, opts):
+    """`commbench model --overlap`: each pattern config's predicted figures at each size and compute ratio."""
+    rows = []
+    for size in sizes:
+        for name in names:
+            case = CASES[name]
+            for cfg in case.configs(opts, "float32"):
+                cfg = {**cfg, "dtype": "float32", "op": "sum", "root": None}
+                for ratio in ([cfg["compute_ratio"]] if cfg.get("compute_ratio") else opts.compute_ratios):
+                    rows.append({"size": format_size(size), "size_bytes": size,
+                                 "label": record_label({**cfg, "compute_ratio": ratio}),
+                                 **predicted(case, cfg, size, topo, nodes * local, nodes, backend, ratio)})
+    return rows
+
+
+def run_chunked_overlap(kw):
+    """`chunked --overlap`: pipelined chunk configs against one all_reduce (ddp B=1) and one plain all_gather
+    (a chunk as large as the largest payload), every compute ratio, with the answer."""
+    kw["buckets"] = "1"
+    kw["chunk_sizes"] = f"{kw['chunk_sizes']},{kw['max_bytes']}"
+    measure(["ddp", "pipelined"], kw, print_overlap, "overlap patterns", plot,
+            lambda recs: judge(recs) + overlap_answer(recs))
+
+
+@click.command()
+@click.option("--patterns", default=",".join(PATTERN_NAMES), show_default=True,
+              help="Comma list: " + ",".join(PATTERN_NAMES))
+@repeats_option(3)
+@overlap_options()
+@case_options()
+@click.option("--plot", type=click.Path(dir_okay=False), default=None,
+              help="PNG: exposed communication vs payload, one line per pattern config.")
+@measure_options("1M", "64M")
+@launch_options
+def overlap(patterns, repeats, **kw):
+    """Overlap patterns side by side: communication beside compute, as training steps run it.
+
+    Each pattern (ddp: all_reduce buckets behind the kernels; pipelined: chunked all_gather ahead of them;
+    pipelined-rs: reduce_scatter of each kernel's output) is measured four ways in one launch, interleaved:
+    communication alone, compute alone, both in sequence, both overlapped. The table shows the exposed
+    communication (overlapped - compute alone: what the step still pays), the overlap efficiency ((comm +
+    compute - overlapped) / min(comm, compute): 1 when the shorter one is hidden) and how much each slows the
+    other; patterns are ranked by exposed communication only beyond the repeats' spread.
+
+    \b
+    Example:
+      commbench overlap --patterns ddp,pipelined --compute-ratio 0.5,1,2 -b 4M -e 64M --nodes 2
+      commbench overlap --patterns ddp --buckets 1,4,16 --gemm 1024,1024,1024 -b 16M -e 16M
+    """
+    kw["repeats"] = repeats
+    measure(parse_names(patterns, "overlap", "--patterns"), kw, print_overlap, "overlap patterns", plot, judge)

@@ -1,0 +1,109 @@
+"""Overlap patterns (commbench/cases/overlap.py) and their kernel (compute.py): the schedule model against
+hand-computed values, the kernel's check, the refusals, and every pattern's four timings from one real launch."""
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from commbench.cases import compute
+from commbench.cases.overlap import PHASES, simulate
+from tests.conftest import assert_one_line_error, read_records, run_tool
+
+
+def test_the_schedule_model_against_hand_computed_values():
+    # pipelined, one gather in flight, 3 chunks of 2 s on the wire and 3 kernels of 1 s: fill 2, then each
+    # step waits for the next gather (2 s each, the link is the bottleneck), drain 1: 2 + 2 + 2 + 1 = 7
+    assert simulate(True, [2, 2, 2], [1, 1, 1], 1) == 7
+    # compute-bound: gathers of 1 s, kernels of 3 s: fill 1 + 3 kernels = 10
+    assert simulate(True, [1, 1, 1], [3, 3, 3], 1) == 10
+    # ddp, all buckets outstanding: kernels 1 s each, all_reduce 2 s each, serial on the link: the first starts at
+    # 1, the link ends at 1 + 3 x 2 = 7
+    assert simulate(False, [2, 2, 2], [1, 1, 1], 3) == 7
+    # ddp with one outstanding: kernel 2 waits for bucket 0 (done at 3) before bucket 1 launches
+    assert simulate(False, [2, 2, 2], [1, 1, 1], 1) == 7
+    # one step: nothing overlaps, the sum
+    assert simulate(True, [2], [1], 1) == 3 and simulate(False, [2], [1], 1) == 3
+
+
+def _ctx():
+    """A rank's context as the kernel uses it: the CPU and a one-rank gather (the kernel is local)."""
+    return SimpleNamespace(device=torch.device("cpu"), comm=SimpleNamespace(gather_floats=lambda v: [v]))
+
+
+@pytest.mark.parametrize("kind", compute.KERNELS)
+def test_the_kernel_is_checked_exactly_and_a_wrong_element_is_found(kind):
+    kernel = compute.Kernel(_ctx(), kind, 64, 48, 96)
+    kernel.poison()
+    assert kernel.wrong() == 64 * (48 if kind == "gemm" else 96)     # the poisoned output is all wrong
+    kernel.call("x")
+    assert kernel.wrong() == 0 and kernel.check_name() == "exact"
+    kernel.out[3, 5] += 1
+    assert kernel.wrong() == 1
+    assert kernel.per_call("x") > 0 and kernel.per_call("x") is None   # read once, then forgotten
+
+
+def test_calibration_hits_its_target_within_20_percent():
+    """4 calls of the calibrated GEMM take the target time within 20 % (best of 3 timings: the machine's other
+    load only slows a kernel down)."""
+    ctx = _ctx()
+    target = 4 * compute._probe(ctx, "gemm", 128) * 8      # 4 calls of a GEMM twice as large in each dimension
+    d = compute.calibrate(ctx, "gemm", target, 4)
+    took = 4 * compute._probe(ctx, "gemm", d)
+    assert 0.8 <= took / target <= 1.2, (d, took, target)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--compute-ratio", "0"], "--compute-ratio must be > 0"),
+    (["--compute-ratio", "nan"], "--compute-ratio must be a finite number"),
+    (["--compute-ratio", "-1"], "--compute-ratio must be > 0"),
+    (["--gemm", "1024,1024"], "--gemm takes M,N,K"),
+    (["--gemm", "200000,200000,200000"], "needs about"),
+    (["--chunk-size", "1001"], "not a multiple of the 4 B float32 element"),
+    (["--buckets", "0"], "--buckets needs whole numbers of at least 1"),
+    (["--patterns", "ring"], "unknown overlap 'ring'"),
+])
+def test_refusals_before_anything_starts(args, needle):
+    """Refused in one line before any process starts (the memory check runs where a launch would follow)."""
+    dry = [] if needle == "needs about" else ["--dry-run"]
+    assert_one_line_error(run_tool("commbench", "overlap", "-b", "1M", "-e", "1M", *args, *dry, timeout=60), needle)
+
+
+@pytest.mark.slow
+def test_every_pattern_gives_its_four_timings_exact_from_one_launch(tmp_path):
+    out = tmp_path / "r.jsonl"
+    done = run_tool("commbench", "overlap", "-b", "2M", "-e", "2M", "-n", "4", "-w", "1", "--repeats", "2",
+                    "--chunk-size", "512K", "--buckets", "4", "--out", out, "--format", "json", timeout=300)
+    assert done.returncode == 0, done.stderr
+    recs = [r for r in read_records(out) if not r.get("event")]
+    for pattern in ("ddp", "pipelined", "pipelined-rs"):
+        mine = [r for r in recs if r.get("pattern") == pattern]
+        assert sorted(r["phase"] for r in mine) == sorted(PHASES * 2)     # four timings x 2 repeats, one launch
+        assert len({r["run_id"] for r in mine}) == 1
+        assert all(r["wrong"] == 0 and r["compute_wrong"] == 0 and r["compute_check"] == "exact" for r in mine)
+        for total in (r for r in mine if r["phase"] == "total"):
+            assert total["steps"] == 4 and total["compute_threads"] == 1
+            assert math.isclose(total["exposed_comm_us"], total["overlapped_us"] - total["compute_us"])
+            assert math.isclose(total["overlap_efficiency"], (total["comm_us"] + total["compute_us"] -
+                                                              total["overlapped_us"]) / min(total["comm_us"],
+                                                                                            total["compute_us"]))
+            assert total["gemm_m"] == total["gemm_n"] == total["gemm_k"] and total["gemm_m"] % compute.ALIGN == 0
+            assert total["compute_tflops"] > 0 and total["compute_slowdown"] > 0
+    verdicts = [r for r in read_records(out) if r.get("event") == "verdict"]
+    assert verdicts and all(r["check"] == "overlap" for r in verdicts)
+
+
+def test_the_model_of_a_pattern_is_its_schedule_over_the_predicted_communication():
+    from commbench.cases.overlap import OVERLAP_CASES, predicted
+    from commbench.model.alphabeta import predict
+    from commbench.model.topology import resolve
+    topo = resolve("dgx-h100")
+    cfg = {"case": "ddp", "dtype": "float32", "buckets": 4, "compute_ratio": 1.0, "in_place": True}
+    got = predicted(OVERLAP_CASES["ddp"], cfg, 1 << 30, topo, 16, 2, "nccl", 1.0)
+    comm = predict(OVERLAP_CASES["ddp"], cfg, 1 << 30, topo, 16, 2, "nccl")["comm"].time_us
+    # four buckets of comm/4 behind four kernels of comm/4: one kernel of fill, then the link: 5/4 comm, 0.75
+    assert math.isclose(got["comm_us"], comm) and math.isclose(got["overlapped_us"], comm * 5 / 4)
+    assert math.isclose(got["overlap_efficiency"], 0.75)
+    # the communication of 4 buckets is 4 all_reduces of a quarter: the same bytes, 4x the latency steps
+    one = predict(OVERLAP_CASES["ddp"], {**cfg, "buckets": 1}, 1 << 30, topo, 16, 2, "nccl")["comm"].time_us
+    assert comm > one and math.isclose(comm - one, 3 * 2 * 15 * topo.inter_latency_us, rel_tol=1e-6)
