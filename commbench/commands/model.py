@@ -208,8 +208,8 @@ OVERLAP_COLUMNS = [("size", "size", None), ("label", "pattern", None), ("comm_us
 def _print_rows(rows, columns, title, topo, nodes, local, backend, fmt):
     if fmt == "json":
         for row in rows:
-            click.echo(json.dumps({"topology": topo.name, "nodes": nodes, "world_size": nodes * local,
-                                   "backend": backend, **{k: v for k, v in row.items() if k != "size"}}))
+            click.echo(dumps({"topology": topo.name, "nodes": nodes, "world_size": nodes * local,
+                              "backend": backend, **{k: v for k, v in row.items() if k != "size"}}))
         return
     print_table(rows, columns, title=title)
 

@@ -5,6 +5,7 @@ import statistics
 import click
 
 from benchcore import schema, stats
+from benchcore.records import PLOT_SUFFIXES, new_output_option
 from benchcore.report import console, print_table
 from benchcore.units import format_size
 from commbench.cases.case import TOTAL
@@ -193,8 +194,8 @@ def run_chunked_overlap(kw):
 @repeats_option(3)
 @overlap_options()
 @case_options()
-@click.option("--plot", type=click.Path(dir_okay=False), default=None,
-              help="PNG: exposed communication vs payload, one line per pattern config.")
+@click.option("--plot", default=None, callback=new_output_option("--plot", PLOT_SUFFIXES),
+              help="PNG: exposed communication vs payload, and a timeline of one iteration per pattern (a new file).")
 @measure_options("1M", "64M")
 @launch_options
 def overlap(patterns, repeats, **kw):

@@ -84,6 +84,7 @@ PLOTS = {
     "chunked": ["commbench", "chunked", "-b", "1M", "-e", "1M"],
     "sweep": ["commbench", "sweep", "--env", "NCCL_ALGO=Ring,Tree", "--out", "{dir}/sweep.jsonl"],
     "pairs": ["commbench", "pairs", "--nodes", 2, "--size", "1M"],
+    "overlap": ["commbench", "overlap", "-b", "1M", "-e", "1M"],
 }
 
 
