@@ -191,9 +191,10 @@ class Tool:
 
 
 TOOL = {
-    "commbench": Tool(("collective", "strategy", "phase", "size_bytes", "dtype", "op", "root", "in_place",
-                       "chunk_bytes", "inflight", "compress", "env_config", "nodes", "world_size"),
-                      ("strategy", "collective"), "time_us", True, ("time_us_min", "time_us_max"), "us"),
+    "commbench": Tool(("collective", "strategy", "pattern", "phase", "size_bytes", "dtype", "op", "root", "in_place",
+                       "chunk_bytes", "inflight", "compress", "buckets", "compute_ratio", "gemm", "compute_kernel",
+                       "env_config", "nodes", "world_size"),
+                      ("pattern", "strategy", "collective"), "time_us", True, ("time_us_min", "time_us_max"), "us"),
     "iobench": Tool(("profile", "rw", "direction", "bs_bytes", "iodepth", "numjobs", "direct", "mount",
                      "storage_class"),
                     ("profile",), "bw_mbps", False, ("bw_mbps_min", "bw_mbps_max"), "MB/s"),

@@ -171,7 +171,8 @@ def _median_by_identity(recs, name):
     combine, count = COMBINE.get(name, statistics.median), name in values.COUNTS
     out = []
     for rs in by.values():
-        bad = [b for b in ("missing" if name not in r else values.flaw(r[name], count) for r in rs) if b]
+        bad = [b for b in ("missing" if name not in r else values.flaw(r[name], count, name in values.SIGNED)
+                           for r in rs) if b]
         out.append((rs[0], None, bad[0]) if bad else (rs[0], combine(r[name] for r in rs), None))
     return out
 
@@ -181,6 +182,8 @@ def judge(threshold, records, baseline=None):
     if threshold.regression is not None:
         return _regression(threshold, records, baseline)
     t, recs = threshold, [r for r in values.sound(measurements(records), "records") if threshold.applies(r)]
+    if t.field not in schema.DESIGN["commbench"] + schema.DESIGN["iobench"]:   # a figure only some phases carry
+        recs = [r for r in recs if t.field in r]
     if not recs:
         return Outcome(t, False, message="no measurement this threshold applies to")
     rows, lacking, unusable = [], 0, []

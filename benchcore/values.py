@@ -17,21 +17,25 @@ SHAPES = {"size_bytes": (_WHOLE, "a whole number of bytes"), "count": (_WHOLE, "
           "root": (_WHOLE, "a rank"), "in_place": ((bool,), "true or false"), "env": ((dict,), "a mapping"),
           "bs_bytes": (_WHOLE, "a whole number of bytes"), "iodepth": (_WHOLE, "a whole number"),
           "numjobs": (_WHOLE, "a whole number"), "cycle": (_WHOLE, "a whole number"),
-          **{k: ((str,), "text") for k in ("collective", "strategy", "phase", "dtype", "op", "backend",
+          **{k: ((str,), "text") for k in ("collective", "strategy", "pattern", "phase", "dtype", "op", "backend",
                                              "sweep_config", "profile", "rw", "direction", "mount",
                                              "storage_class")}}
 COUNTS = ("wrong",)     # measured fields for which 0 is a good value
+# measured fields that are differences or shares and may be 0 or negative: finite is all they must be
+SIGNED = ("overlap_efficiency", "sequential_efficiency", "exposed_comm_us", "predicted_exposed_comm_us",
+          "predicted_overlap_efficiency")
 
 
-def flaw(value, count=False):
-    """Why value is not a usable measurement (None when it is: finite, > 0, or >= 0 for a count)."""
+def flaw(value, count=False, signed=False):
+    """Why value is not a usable measurement (None when it is: finite, > 0, >= 0 for a count, any sign when
+    signed)."""
     if value is None:
         return "null"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return f"{shown(repr(value), 40)} (not a number)"
     if not math.isfinite(value):
         return "NaN" if value != value else "Infinity" if value > 0 else "-Infinity"
-    if value < 0 or (value == 0 and not count):
+    if not signed and (value < 0 or (value == 0 and not count)):
         return f"{value:g}"
     return None
 

@@ -16,8 +16,8 @@ from benchcore.units import format_size
 from commbench.cases.case import TOTAL
 from commbench.cases.registry import STRATEGY_NAMES, parse_names, record_label
 from commbench.commands import verdict
-from commbench.launch.spec import launch_options, parse_backends
 from commbench.commands.overlap import run_chunked_overlap
+from commbench.launch.spec import launch_options, parse_backends
 from commbench.plan import case_options, measure_options, overlap_options, repeats_option
 from commbench.runner import measure
 

@@ -11,10 +11,10 @@ from benchcore.report import console, print_table
 from benchcore.units import format_size, parse_size, size_range
 from commbench.cases.case import TOTAL, label
 from commbench.cases.registry import CASES, case_of, parse_names, record_label
+from commbench.commands.overlap import model_rows
 from commbench.model.alphabeta import fit_row, predict
 from commbench.model.detect import detect, in_effect
 from commbench.model.topology import resolve
-from commbench.commands.overlap import model_rows
 from commbench.plan import CaseOptionsText, case_options, overlap_options
 
 

@@ -59,8 +59,9 @@ class Var:
 
 NCCL_COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce", "sendrecv", "alltoall")
 # Who reads a variable, by prefix (longest first): NCCL reads NCCL_* when a communicator is created;
-# PyTorch's NCCL process group reads TORCH_NCCL_*; Gloo reads GLOO_*; commbench itself reads its test hooks.
-READERS = (("TORCH_NCCL_", ("nccl",)), ("NCCL_", ("nccl",)), ("GLOO_", ("gloo",)), ("COMMBENCH_", ("nccl", "gloo")))
+# PyTorch's NCCL process group reads TORCH_NCCL_*; CUDA_* matter on GPUs only; Gloo reads GLOO_*; commbench itself reads its test hooks.
+READERS = (("TORCH_NCCL_", ("nccl",)), ("NCCL_", ("nccl",)), ("CUDA_", ("nccl",)), ("GLOO_", ("gloo",)),
+           ("COMMBENCH_", ("nccl", "gloo")))
 
 
 def read_by(name):
@@ -132,6 +133,10 @@ CATALOGUE = {v.name: v for v in [
     Var("TORCH_NCCL_ASYNC_ERROR_HANDLING", "What PyTorch does on a NCCL error/timeout: 0 none, 1 tear down, "
         "2 clean up only, 3 skip clean-up.", ("0", "1", "2", "3")),
     Var("TORCH_NCCL_BLOCKING_WAIT", "1 makes wait() block and honour the process-group timeout.", BOOL),
+    Var("TORCH_NCCL_HIGH_PRIORITY", "1 puts NCCL's streams at high priority, ahead of compute kernels (overlap).",
+        BOOL),
+    Var("CUDA_DEVICE_MAX_CONNECTIONS", "Hardware work queues per GPU; Megatron sets 1 so that communication kernels "
+        "are launched before the GEMMs they overlap.", int_range=(1, 32)),
     Var("GLOO_SOCKET_IFNAME", "Interface Gloo binds, e.g. eth0 (commbench picks the one that routes to the peer)."),
     Var("COMMBENCH_TEST_EXIT_RANK", "Test only: this rank exits with status 17 right after start-up.",
         int_range=(0, 1 << 20)),

@@ -65,6 +65,12 @@ def _names(v):
     return _arg(v) or (isinstance(v, list) and bool(v) and all(_arg(x) for x in v))
 
 
+def _ratios(v):
+    """A compute ratio or a list of them: finite numbers above 0, at most 100."""
+    items = v if isinstance(v, list) and v else [v]
+    return all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x <= 100 for x in items)
+
+
 def _joined(v):
     return ",".join(v) if isinstance(v, list) else str(v)
 
@@ -76,6 +82,8 @@ VALUES = {
     "text": (_arg, "text not starting with '-'", lambda flag, v: [flag, v]),
     "names": (_names, "a name or a list of names (none starting with '-')", lambda flag, v: [flag, _joined(v)]),
     "flag": (lambda v: isinstance(v, bool), "true or false", lambda flag, v: [flag] if v else []),
+    "ratios": (_ratios, "a number above 0 (at most 100) or a list of them",
+               lambda flag, v: [flag, ",".join(f"{x:g}" for x in (v if isinstance(v, list) else [v]))]),
     "paths": (lambda v: isinstance(v, list) and bool(v) and all(_arg(x) for x in v),
               "a list of paths (none starting with '-': write ./-name for such a file)", lambda flag, v: list(v)),
 }
@@ -136,6 +144,16 @@ KINDS = {
                            {"rate": ("--rate", "text"), "lo_rate": ("--lo-rate", "text"), **SIZES,
                             "cycles": ("-N", "whole")},
                            groups=lambda check: _cases("all_reduce", "hierarchical")),
+    "overlap": Kind("commbench", "commbench.commands.cli",
+                    lambda check: ["overlap", "--patterns", _joined(check["pattern"])],
+                    {"pattern": (None, "names"), **SIZES, "nodes": ("--nodes", "whole"),
+                     "nproc_per_node": ("--nproc-per-node", "whole"), "backend": ("--backend", "text"),
+                     "topology": ("--topology", "text"), "repeats": ("--repeats", "whole"),
+                     "compute_ratio": ("--compute-ratio", "ratios"), "gemm": ("--gemm", "text"),
+                     "buckets": ("--buckets", "whole"), "chunk_size": ("--chunk-size", "names"),
+                     "inflight": ("--inflight", "whole")},
+                    required=("pattern",), dry_run=True, nodes_key="nodes", top_topology=True,
+                    groups=lambda check: _cases(check.get("pattern", ""))),
 }
 
 
@@ -316,8 +334,8 @@ def _check(raw, topology, fail_at, lines):
             fail(None, f"check {_q(name)}: kind {raw['kind']} needs {key}")
     if kind.one_of and sum(k in values for k in kind.one_of) != 1:
         fail(None, f"check {_q(name)}: give exactly one of {', '.join(kind.one_of)}")
-    if "repeats" in values and "strategy" not in values:
-        fail("repeats", f"check {_q(name)}: repeats applies to strategies (compare)")
+    if "repeats" in values and "collective" in values:
+        fail("repeats", f"check {_q(name)}: repeats applies to strategies (compare) and overlap patterns")
     if kind.top_topology and topology and "topology" not in values:
         values["topology"] = topology
     timeout = raw.get("timeout", DEFAULT_TIMEOUT_S)

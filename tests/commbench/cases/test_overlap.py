@@ -1,5 +1,6 @@
 """Overlap patterns (commbench/cases/overlap.py) and their kernel (compute.py): the schedule model against
 hand-computed values, the kernel's check, the refusals, and every pattern's four timings from one real launch."""
+import json
 import math
 from types import SimpleNamespace
 
@@ -107,3 +108,31 @@ def test_the_model_of_a_pattern_is_its_schedule_over_the_predicted_communication
     # the communication of 4 buckets is 4 all_reduces of a quarter: the same bytes, 4x the latency steps
     one = predict(OVERLAP_CASES["ddp"], {**cfg, "buckets": 1}, 1 << 30, topo, 16, 2, "nccl")["comm"].time_us
     assert comm > one and math.isclose(comm - one, 3 * 2 * 15 * topo.inter_latency_us, rel_tol=1e-6)
+
+
+@pytest.mark.slow
+def test_the_overlap_check_kind_of_accept_judges_the_figures(tmp_path):
+    """An accept spec with an overlap check: the figures' thresholds are judged on the total records only (the
+    other phases do not carry them); an efficiency that cannot be reached fails naming measured and expected."""
+    spec = tmp_path / "s.yaml"
+    spec.write_text("""checks:
+  - name: overlap
+    kind: overlap
+    pattern: ddp
+    min_bytes: 1M
+    max_bytes: 1M
+    iters: 3
+    warmup: 1
+    buckets: 2
+    compute_ratio: 1
+    thresholds:
+      - wrong == 0
+      - compute_slowdown <= 100
+      - overlap_efficiency >= 5 at 1M
+""")
+    done = run_tool("commbench", "accept", "--spec", spec, "--out", tmp_path / "out", timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    verdict = json.loads((tmp_path / "out" / "verdict.json").read_text())
+    outcomes = {t["threshold"]: t for t in verdict["checks"][0]["thresholds"]}
+    assert [o["passed"] for o in outcomes.values()] == [True, True, False], outcomes
+    assert "measured overlap_efficiency" in outcomes["overlap_efficiency >= 5 at 1M"]["message"]

@@ -103,7 +103,8 @@ COMMANDS = {"commbench": [({"collective": "all_reduce"}, ("commbench", "run"), {
                           ({"strategy": "ring"}, ("commbench", "compare"), set())],
             "iobench": [({"mounts": ["/tmp"]}, ("iobench", "ckpt"), set())],
             "selftest-link": [({}, ("commbench", "selftest", "link"), set())],
-            "selftest-model": [({}, ("commbench", "selftest", "model"), set())]}
+            "selftest-model": [({}, ("commbench", "selftest", "model"), set())],
+            "overlap": [({"pattern": "ddp"}, ("commbench", "overlap"), set())]}
 
 
 def test_every_option_a_check_kind_uses_is_one_its_command_has():
