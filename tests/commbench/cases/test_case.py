@@ -16,11 +16,14 @@ WIDE = CaseOptions(places=("out", "in"), chunk_sizes=(1 << 20, 2 << 20), thresho
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_every_row_keeps_the_case_contract(name):
     case = CASES[name]
-    assert case.kind in ("collective", "strategy", "p2p", "pairs")
+    assert case.kind in ("collective", "strategy", "p2p", "pairs", "overlap")
     # nccl-tests' rules for its size and records (p2p: OSU's modes, records of their own name)
     assert case.collective in COLLECTIVES or case.kind == "p2p" and case.collective == name
     assert case.phases[-1] == TOTAL and len(set(case.phases)) == len(case.phases)
-    assert all(p in COLLECTIVES for p in case.phases[:-1])  # a phase is named for the collective it runs
+    if case.kind == "overlap":   # its four timings: communication alone, compute alone, in sequence, overlapped
+        assert case.phases == ("comm", "compute", "sequential", TOTAL) and case.model is not None
+    else:
+        assert all(p in COLLECTIVES for p in case.phases[:-1])  # a phase is named for the collective it runs
     assert all(var in CATALOGUE for var in case.nccl_env)
     configs = case.configs(WIDE, "float32")
     assert configs and all(cfg["case"] == name for cfg in configs)

@@ -130,10 +130,13 @@ def test_chunked_pays_latency_per_wave_and_plain_is_one_all_gather():
 
 
 def test_every_registry_row_has_a_model():
-    cfg = {**CFG, "chunk_bytes": 2 << 20, "threshold_bytes": 16 << 20, "inflight": 2, "compress": "fp8"}
+    cfg = {**CFG, "chunk_bytes": 2 << 20, "threshold_bytes": 16 << 20, "inflight": 2, "compress": "fp8",
+           "buckets": 4}
     for name, case in CASES.items():
         got = model.predict(case, cfg, 64 << 20, H100, 16, 2, "nccl")
-        assert set(got) == set(case.phases), name
+        # an overlap pattern's model is its communication's; the overlapped time is its schedule replayed over
+        # that and the measured compute (commbench/cases/overlap.py), on the total record
+        assert set(got) == ({"comm"} if case.kind == "overlap" else set(case.phases)), name
         assert all(p.time_us > 0 and p.peak_gbps > 0 for p in got.values()), name
 
 
