@@ -157,13 +157,18 @@ def _drain(proc, seconds=5):
         return "", "(output pipes held open by a process outside the child's group; output lost)"
 
 
-def mem_available():
-    """Bytes of memory the kernel says can be had without swapping (MemAvailable)."""
+def meminfo(key):
+    """Bytes of /proc/meminfo's field key ('MemAvailable', 'MemTotal'); 0 when it is not there."""
     with open("/proc/meminfo") as f:
         for line in f:
-            if line.startswith("MemAvailable:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+def mem_available():
+    """Bytes of memory the kernel says can be had without swapping (MemAvailable)."""
+    return meminfo("MemAvailable")
 
 
 def one_line(text, limit=600):

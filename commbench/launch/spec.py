@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 import click
 
+from benchcore import procs
 from benchcore.errors import UserError
 from benchcore.units import format_size
 from benchcore.values import SECONDS
@@ -142,7 +143,7 @@ def check_scale(spec):
     here = {"local": spec.nodes * (spec.nproc_per_node + 1)}   # an agent per node, a worker per rank
     if not mpirun.across_hosts(spec):
         here["mpirun"] = spec.world_size
-    processes, total = here.get(spec.launcher), mem_total()
+    processes, total = here.get(spec.launcher), procs.meminfo("MemTotal")
     if processes and processes * PROCESS_FLOOR_BYTES > total:
         raise UserError(f"--nodes {spec.nodes} x --nproc-per-node {spec.nproc_per_node} on this machine "
                         f"(--launcher {spec.launcher}) is {processes} torch processes, at least "
@@ -156,15 +157,6 @@ def check_scale(spec):
             raise UserError(f"{spec.world_size} Gloo ranks take about {start / 60:.0f} min to connect (every pair; "
                             f"{seconds // 60} min at {ranks} ranks, pytorch/gloo#408), past --timeout "
                             f"{spec.timeout:g} s: fewer ranks, NCCL on GPUs, or a longer --timeout")
-
-
-def mem_total():
-    """Bytes of memory this machine has (MemTotal)."""
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def gpu_memories():

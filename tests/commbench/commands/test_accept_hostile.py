@@ -13,21 +13,12 @@ import pytest
 from commbench.commands.accept import outputs
 from commbench.commands.accept import run as accept
 from commbench.commands.accept import spec as accept_spec
+from tests.commbench.commands.test_accept import GOOD
 from tests.conftest import ROOT, assert_one_line_error, run_tool
 
 GiB = 1 << 30
 MARKER = "SECRET-MARKER-7f3a"
 TOPOLOGY = (ROOT / "topologies" / "localhost.yaml").read_text()
-GOOD = """\
-checks:
-  - name: one
-    kind: commbench
-    collective: all_reduce
-    min_bytes: 1K
-    max_bytes: 4K
-    thresholds:
-      - wrong == 0
-"""
 
 
 def bomb(levels=9):
