@@ -193,25 +193,6 @@ def test_time_limit_and_scancel_keep_records_exit_143(cluster, limited, capsys):
               + "\n".join((cluster.work / f"commbench-{job}.log").read_text().splitlines()[-4:]))
 
 
-def test_link_cut_mid_run_names_the_node(cluster):
-    """Node 1's link down once the first record is on disk: the run ends (hang, exit 4) naming node 1 by its Slurm
-    name, with the records before it kept."""
-    args = "--collective all_reduce -b 1M -e 64M -f 2 -n 100 -w 1 --hang-timeout 8"
-    job = cluster.sbatch("--exclusive=user", *EDITS, TEMPLATE, env={"COMMBENCH": COMMBENCH, "ARGS": args})
-    out = cluster.work / f"commbench-{job}.jsonl"
-    deadline = time.monotonic() + 60
-    while not (out.exists() and measured(out)) and time.monotonic() < deadline:
-        time.sleep(0.3)
-    subprocess.run(["ip", "-n", cluster.nodes[1], "link", "set", "eth0", "down"], check=True, timeout=10)
-    try:
-        state, code = cluster.wait_job(job, timeout=90)
-    finally:
-        subprocess.run(["ip", "-n", cluster.nodes[1], "link", "set", "eth0", "up"], check=True, timeout=10)
-    log = (cluster.work / f"commbench-{job}.log").read_text()
-    assert (state, code) == ("FAILED", 4) and f"rank 1 on {cluster.nodes[1]} " in log, log
-    assert measured(out) and all(r["wrong"] == 0 for r in measured(out))
-
-
 def test_dead_slurmd_mid_run_names_the_node(cluster):
     """Node 1's slurmd killed once the first record is on disk: Slurm marks the node down (SlurmdTimeout 10 s) and
     ends the job; commbench keeps the records and names the node as Slurm does. Last: the node stays down."""

@@ -44,16 +44,6 @@ def test_the_kernel_is_checked_exactly_and_a_wrong_element_is_found(kind):
     assert kernel.per_call("x") > 0 and kernel.per_call("x") is None   # read once, then forgotten
 
 
-def test_calibration_hits_its_target_within_20_percent():
-    """4 calls of the calibrated GEMM take the target time within 20 % (best of 3 timings: the machine's other
-    load only slows a kernel down)."""
-    ctx = _ctx()
-    target = 4 * compute._probe(ctx, "gemm", 128) * 8      # 4 calls of a GEMM twice as large in each dimension
-    d = compute.calibrate(ctx, "gemm", target, 4)
-    took = 4 * compute._probe(ctx, "gemm", d)
-    assert 0.8 <= took / target <= 1.2, (d, took, target)
-
-
 @pytest.mark.parametrize("args, needle", [
     (["--compute-ratio", "0"], "--compute-ratio must be > 0"),
     (["--compute-ratio", "nan"], "--compute-ratio must be a finite number"),
