@@ -7,6 +7,14 @@ class UserError(Exception):
     """Something the user can fix: bad input, missing tool, unusable mount."""
 
 
+class WriteFailed(UserError):
+    """An output file that could not be written (a full or read-only file system): which file, and why."""
+
+    def __init__(self, message, filename, why):
+        super().__init__(message)
+        self.filename, self.why = filename, why
+
+
 EXIT_USAGE = 2
 
 

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from benchcore import diff, stats, values
-from benchcore.errors import UserError
+from benchcore.errors import UserError, WriteFailed
 from benchcore.inputs import name as shown_path
 from benchcore.report import csv_frame
 from benchcore.results import TOOL, group_of, identity, label, measurements
@@ -92,8 +92,8 @@ def saved(directory, name, write_file):
         write_file(path)
     except OSError as exc:
         path.unlink(missing_ok=True)
-        raise UserError(f"cannot write {shown_path(path)}: {exc.strerror or exc}; the files written before it "
-                        "are kept") from None
+        raise WriteFailed(f"cannot write {shown_path(path)}: {exc.strerror or exc}; the files written before it "
+                          "are kept", path.name, exc.strerror or str(exc)) from None
     return name
 
 

@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from benchcore import reportpage, schema, thresholds
-from benchcore.errors import UserError
+from benchcore.errors import UserError, WriteFailed
 from benchcore.inputs import name
 from benchcore.records import hostname, timestamp
 
@@ -30,6 +30,9 @@ class Written:
             return write(*args)
         except OSError as exc:
             self.failed[Path(exc.filename).name if exc.filename else output] = exc.strerror or str(exc)
+            return None
+        except WriteFailed as exc:   # the report's own writer names the file it could not write
+            self.failed[f"{output}: {exc.filename}"] = exc.why
             return None
 
     def check(self):
