@@ -93,10 +93,11 @@ def has_link(ns, dev):
 LO_BURST = 128 * 1024  # loopback sends 64 KiB segments (MTU 65536): a bucket smaller than two would stall
 
 
-def shape(ns, dev, bits, least_burst=0):
+def shape(ns, dev, bits, burst=None):
+    """tbf at bits/s on dev (none: unshaped) with a bucket of burst bytes (default: burst_bytes)."""
     if bits:
         run(["tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{bits}bit",
-             "burst", str(max(least_burst, burst_bytes(bits))), "latency", "50ms"])
+             "burst", str(burst or burst_bytes(bits)), "latency", "50ms"])
     else:
         run(["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"], check=False)  # none there: fine
 
@@ -113,9 +114,10 @@ def write_hosts(prefix, nodes, subnet):
         hosts.write_text("\n".join(lines) + "\n")
 
 
-def up(nodes, rate=None, prefix=DEFAULT_PREFIX, subnet=DEFAULT_SUBNET, lo_rate=None):
+def up(nodes, rate=None, prefix=DEFAULT_PREFIX, subnet=DEFAULT_SUBNET, lo_rate=None, burst=None):
     """Bring the cluster to the requested state; returns the seconds it took. lo_rate also shapes each
-    node's loopback (its intra-node link: one queue that both directions of every local pair share)."""
+    node's loopback (its intra-node link: one queue that both directions of every local pair share); burst
+    sets the links' tbf bucket in bytes (default: burst_bytes)."""
     t0 = time.monotonic()
     if nodes < 2:
         raise Fail(f"--nodes must be at least 2, got {nodes}")
@@ -154,14 +156,15 @@ def up(nodes, rate=None, prefix=DEFAULT_PREFIX, subnet=DEFAULT_SUBNET, lo_rate=N
                     run(["ip", "link", "add", "name", IFNAME, "netns", ns, "type", "veth",
                          "peer", "name", port, "netns", sw])
                 run(["ip", "-n", sw, "link", "set", port, "master", "br0", "up"])
-                shape(sw, port, bits)  # the switch port's egress is the node's download
+                shape(sw, port, bits, burst)  # the switch port's egress is the node's download
         for i in range(nodes):
             ns = ns_name(prefix, i)
             run(["ip", "-n", ns, "link", "set", "lo", "up"])
-            shape(ns, "lo", parse_rate(lo_rate) if lo_rate else None, LO_BURST)
+            lo_bits = parse_rate(lo_rate) if lo_rate else None
+            shape(ns, "lo", lo_bits, lo_bits and max(LO_BURST, burst_bytes(lo_bits)))
             run(["ip", "-n", ns, "addr", "replace", f"{node_addr(i, subnet)}/{plen}", "dev", IFNAME])
             run(["ip", "-n", ns, "link", "set", IFNAME, "up"])
-            shape(ns, IFNAME, bits)
+            shape(ns, IFNAME, bits, burst)
         write_hosts(prefix, nodes, subnet)
         hold_subnet(subnet, prefix)
         wait_links_up([ns_name(prefix, i) for i in range(nodes)])

@@ -1,13 +1,20 @@
-"""`commbench selftest overlap`: check the overlap patterns and their model where the answer is physical.
+"""`commbench selftest overlap`: check the overlap patterns and their schedule where the answer is physical.
 
-Across two network-namespace nodes joined by a tc-shaped 1 Gbit/s link, with one rank per node, the
-communication is bound by the link and leaves the cores mostly idle (kernel TCP does the copying), so a GEMM
-beside it must be nearly fully hidden: ddp and pipelined with 8 steps and compute about equal to the
-communication (--compute-ratio 1) must measure their overlapped time within 0.85-1.15 of the model (the
-schedule replayed with the link's predicted time per step and the kernel's measured time alone) and an
-overlap efficiency of at least 0.8 (8 steps leave one step of fill or drain: the model's own efficiency is
-0.875); in the same records the negative control, each step's kernel and communication in turn, must show an
-efficiency below 0.2. Each cycle is its own launch; the best overlapped time of the cycles is judged.
+Across two network-namespace nodes joined by a tc-shaped 1 Gbit/s link, with one rank per node, the link is the
+bottleneck. It does not leave the cores idle, though: the communication alone keeps 0.35-0.40 of this machine's
+two cores busy (kernel TCP, Gloo's copies and sums), and a GEMM beside it ran 1.15-1.4x slower (measured with a
+bare torch loop as well). With compute about equal to the communication both are critical and that slowdown is
+the overlapped time, so the check runs with compute about half the communication (--compute-ratio 0.5): the
+link is then the one critical resource, as it is where overlap pays. ddp and pipelined (16 steps, pipelined with
+2 gathers in flight) must measure their overlapped time within 0.85-1.15 of the schedule replayed with each
+step's communication alone and kernel alone (the model's fill + max + drain, fed with this run's own phases;
+the link model's overlapped time is printed beside it, not judged: `selftest model` checks the link model) and
+an overlap efficiency of at least 0.8 (16 steps leave one step of fill or drain: the schedule's own efficiency
+is 0.94); in the same records the negative control, each step's kernel and communication in turn, must show an
+efficiency below 0.2. The link's tbf bucket is 1 ms here, not netns' 2 ms: the bucket refills while the
+control's kernel runs, and each step then starts with a bucket's worth at veth speed (with 2 ms that head start
+put the control at 0.29-0.47 at 16-32M; a 0.5 ms bucket costs so many timer wake-ups that the GEMMs ran 1.5-2x
+slower). Each cycle is its own launch; the best overlapped time of the cycles is judged.
 """
 import sys
 import time
@@ -20,13 +27,17 @@ from benchcore.records import output_file
 from benchcore.report import console, print_table
 from benchcore.units import format_size, parse_size, size_range
 from commbench.cases.case import TOTAL
+from commbench.cases.overlap import AHEAD, simulate
 from commbench.cases.registry import record_label
 from commbench.commands.selftest.nodes import PrivateNodes, check_ports, launch, need_namespaces, save
 from commbench.launch import netns
 
 PATTERNS = ["ddp", "pipelined"]
-STEPS = 8
-MODEL_RANGE = (0.85, 1.15)    # measured / predicted overlapped time
+STEPS = 16
+RATIO = 0.5                   # compute alone / communication alone
+INFLIGHT = 2                  # pipelined's gathers in flight (1 leaves the link idle between chunks)
+BURST = 128 * 1024            # tbf bucket (1 ms at 1 Gbit/s); see the module docstring
+MODEL_RANGE = (0.85, 1.15)    # measured / replayed overlapped time
 MIN_EFFICIENCY = 0.8          # the patterns' overlap efficiency
 CONTROL_MAX = 0.2             # the sequential run's (nothing overlaps)
 
@@ -42,15 +53,23 @@ def _best(records):
     return best
 
 
+def replayed(rec):
+    """The pattern's schedule replayed with its own communication alone and kernel alone, per step."""
+    steps = rec["steps"]
+    return simulate(AHEAD[rec["pattern"]], [rec["comm_us"] / steps] * steps, [rec["compute_us"] / steps] * steps,
+                    rec.get("inflight") or steps)
+
+
 def _row(rec):
-    pred = rec.get("predicted_overlapped_us")
-    ratio = rec["overlapped_us"] / pred if pred else None
+    pred = replayed(rec)
+    ratio = rec["overlapped_us"] / pred
     ok = (ratio is not None and MODEL_RANGE[0] <= ratio <= MODEL_RANGE[1]
           and rec["overlap_efficiency"] >= MIN_EFFICIENCY and rec["sequential_efficiency"] < CONTROL_MAX
           and rec["wrong"] == 0)
     return {"kind": rec["pattern"], "size": format_size(rec["size_bytes"]), "size_bytes": rec["size_bytes"],
             "comm_us": rec["comm_us"], "compute_us": rec["compute_us"], "overlapped_us": rec["overlapped_us"],
-            "predicted_us": pred, "ratio": ratio, "efficiency": rec["overlap_efficiency"],
+            "replayed_us": pred, "ratio": ratio,
+            "link_model_us": rec.get("predicted_overlapped_us"), "efficiency": rec["overlap_efficiency"],
             "model_efficiency": rec.get("predicted_overlap_efficiency"),
             "control_efficiency": rec["sequential_efficiency"], "compute_slowdown": rec.get("compute_slowdown"),
             "verdict": "ok" if ok else "OFF"}
@@ -61,7 +80,7 @@ def _row(rec):
 @click.option("-b", "--min-bytes", default="16M", show_default=True)
 @click.option("-e", "--max-bytes", default="32M", show_default=True)
 @click.option("-f", "--step-factor", type=int, default=2, show_default=True)
-@click.option("-n", "--iters", type=int, default=3, show_default=True)
+@click.option("-n", "--iters", type=int, default=6, show_default=True)
 @click.option("-w", "--warmup", type=int, default=1, show_default=True)
 @click.option("-N", "--cycles", type=int, default=2, show_default=True,
               help="Measure everything this many times, each its own launch, and judge the best.")
@@ -74,8 +93,10 @@ def _row(rec):
 def overlap_check(rate, out, fmt, port, **args):
     """Check overlap (ddp, pipelined) and its model across two tc-shaped network namespaces.
 
-    Needs root. Passes when, at every size, both patterns' overlapped time is within 0.85-1.15 of the model and
-    their overlap efficiency is at least 0.8, while the sequential control stays below 0.2. On unshaped
+    Needs root. Compute is half the communication (beside a 1 Gbit/s link the communication still takes about
+    a fifth of each core, so equal compute would be slowed by it; see the module's docstring). Passes when, at every size, both patterns'
+    overlapped time is within 0.85-1.15 of their schedule replayed with their own phases alone and their overlap
+    efficiency is at least 0.8, while the sequential control stays below 0.2. On unshaped
     loopback (commbench overlap on one machine) Gloo's copies and the GEMMs share the cores: efficiency is
     reported there, not judged.
 
@@ -98,15 +119,16 @@ def overlap_check(rate, out, fmt, port, **args):
     chunk = max(4, min(sizes) // STEPS)
     run_args = {**{k: args[k] for k in ("iters", "warmup", "cycles", "timeout", "rdzv_timeout", "step_factor")},
                 "min_bytes": args["min_bytes"], "max_bytes": args["max_bytes"],
-                "extra": ["--compute-ratio", "1", "--buckets", str(STEPS), "--chunk-size", str(chunk)]}
+                "extra": ["--compute-ratio", str(RATIO), "--buckets", str(STEPS), "--chunk-size", str(chunk),
+                          "--inflight", str(INFLIGHT)]}
     per_round = sum(sizes) * 8 / bits * 6 * len(PATTERNS)   # four timings, sequential and calibration included
     deadline = args["rdzv_timeout"] + 60 + 3 * per_round * (args["iters"] + args["warmup"] + 2) * args["cycles"]
     errors, t0 = [], time.monotonic()
     with PrivateNodes("cbso") as run:
-        took = netns.up(2, rate, run.prefix)
+        took = netns.up(2, rate, run.prefix, burst=BURST)
         if fmt == "table":
             console(stderr=True).print(f"selftest overlap: 2 namespaces, eth0 shaped to {netns.format_rate(bits)} "
-                                       f"(up in {took:.2f} s); ddp and pipelined, {STEPS} steps, compute ratio 1")
+                                       f"(up in {took:.2f} s); ddp and pipelined, {STEPS} steps, compute ratio {RATIO}")
         errors += launch(PATTERNS, port, run_args, run.path, run.prefix, deadline)
     errors += run.errors
     records = run.records
@@ -119,12 +141,13 @@ def overlap_check(rate, out, fmt, port, **args):
     if save(out_path, records, verdict, fmt):
         print_table(rows, [("kind", "pattern", None), ("size", "size", None), ("comm_us", "comm us", ".0f"),
                            ("compute_us", "compute us", ".0f"), ("overlapped_us", "overlapped us", ".0f"),
-                           ("predicted_us", "model us", ".0f"), ("ratio", "measured / model", ".3f"),
-                           ("efficiency", "efficiency", ".3f"), ("model_efficiency", "model eff.", ".3f"),
+                           ("replayed_us", "replayed us", ".0f"), ("ratio", "measured / replayed", ".3f"),
+                           ("link_model_us", "link model us", ".0f"),
+                           ("efficiency", "efficiency", ".3f"), ("model_efficiency", "link model eff.", ".3f"),
                            ("control_efficiency", "control eff.", ".3f"), ("compute_slowdown", "compute x", ".3f"),
                            ("verdict", "verdict", None)],
                     title=f"overlap across a {netns.format_rate(bits)} link (best of {args['cycles']}; pass: "
-                          f"{MODEL_RANGE[0]:.2f}-{MODEL_RANGE[1]:.2f} of the model, efficiency >= {MIN_EFFICIENCY}, "
+                          f"{MODEL_RANGE[0]:.2f}-{MODEL_RANGE[1]:.2f} of the replayed schedule, efficiency >= {MIN_EFFICIENCY}, "
                           f"control < {CONTROL_MAX})")
         click.echo(f"selftest overlap: {'PASS' if passed else 'FAIL'} in {verdict['seconds']:.0f} s")
     for err in errors:
