@@ -63,11 +63,13 @@ def timed(fn, iters):
     return (time.perf_counter() - t0) / iters
 
 
+# the layouts of the bare loops above: ddp's buckets all outstanding (as commbench's ddp), one gather in flight
+LAYOUT = {"ddp": lambda size: {"buckets": 4}, "pipelined": lambda size: {"chunk_bytes": size // 4, "inflight": 1}}
 rounds, iters = int(sys.argv[1]), int(sys.argv[2])
 for size in map(int, sys.argv[3:]):
     for name, bare in (("ddp", bare_ddp), ("pipelined", bare_pipelined)):
         cfg = {"case": name, "dtype": "float32", "in_place": True, "compute_kernel": "gemm", "compute_threads": 1,
-               "gemm": None, "compute_ratio": 1.0, "buckets": 4, "chunk_bytes": size // 4, "inflight": 1}
+               "gemm": None, "compute_ratio": 1.0, **LAYOUT[name](size)}
         case = CASES[name]
         shared = case.setup(ctx, [cfg]) if case.setup else None
         t = case.build(ctx, cfg, size // 4, torch.float32, shared)
