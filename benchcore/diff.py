@@ -105,6 +105,12 @@ def compare(base_records, new_records, threshold):
     return lines, only_base, only_new
 
 
+def _named(rec):
+    """A one-sided row's label with the defining fields a label leaves out (backend, launcher, topology)."""
+    more = [f"{k} {rec[k]}" for k in ("backend", "launcher", "topology") if rec.get(k)]
+    return label(rec) + (f" ({', '.join(more)})" if more else "")
+
+
 def _loose_pairs(sides):
     """Identities that differ only where one side does not know a field (None: an imported fio file has no
     storage class, an old log no world size) join when exactly one candidate fits either way. Keys are indexed
@@ -180,9 +186,9 @@ def text(lines, only_base, only_new, threshold):
         out.append(f"summary {group}: geometric mean {change} over {len(mine)} rows "
                    f"({slower} slower, {faster} faster beyond {threshold:.0%} and the spread; basis: {bases})")
     for rec in only_base:
-        out.append(f"missing in new: {label(rec)}")
+        out.append(f"missing in new: {_named(rec)}")
     for rec in only_new:
-        out.append(f"only in new: {label(rec)}")
+        out.append(f"only in new: {_named(rec)}")
     failing = failures(broken, only_base)
     if failing:
         out.append(f"failing rows: {sum(failing.values())} of {len(broken) + len(only_base)} baseline rows ("

@@ -182,7 +182,7 @@ def env_config(rec):
 
 @dataclass(frozen=True)
 class Tool:
-    identity: tuple       # record fields (env_config computed)
+    identity: tuple       # the fields that define a measurement (env_config computed): joins never pool across them
     group: tuple          # fields naming the summary group
     metric: str
     lower_is_better: bool
@@ -193,7 +193,7 @@ class Tool:
 TOOL = {
     "commbench": Tool(("collective", "strategy", "pattern", "phase", "size_bytes", "dtype", "op", "root", "in_place",
                        "chunk_bytes", "inflight", "compress", "buckets", "compute_ratio", "gemm", "compute_kernel",
-                       "env_config", "nodes", "world_size"),
+                       "env_config", "nodes", "world_size", "backend", "launcher", "topology"),
                       ("pattern", "strategy", "collective"), "time_us", True, ("time_us_min", "time_us_max"), "us"),
     "iobench": Tool(("profile", "rw", "direction", "bs_bytes", "iodepth", "numjobs", "direct", "mount",
                      "storage_class"),

@@ -15,6 +15,7 @@ On GPUs (CUDA events) only the iteration times are kept: a host clock does not s
 starts, so nothing is said about lateness there. A slow link slows every rank of a ring alike;
 `commbench pairs` tells links apart.
 """
+import os
 import statistics
 
 from benchcore.report import console, print_table
@@ -23,6 +24,7 @@ from commbench.cases.registry import record_label
 Z_LIMIT = 3.5
 MIN_SHARE = 0.05
 MAD_TO_SIGMA = 1.4826
+CPU_BACKENDS = ("gloo", "mpi")   # ranks that run on cores (NCCL's run on GPUs)
 MAX_ITERS = 4096   # per-iteration marks kept per rank (the last ones): bounded memory at any -n
 
 
@@ -73,8 +75,17 @@ def outliers(late, t_iter):
             if v - mid > MIN_SHARE * t_iter and (mad == 0 or (v - mid) / mad > Z_LIMIT)]
 
 
-def notes(records):
-    """One line per rank that is a consistent outlier in some measurement; nothing when ranks are alike."""
+def notes(records, cores=None):
+    """One line per rank that is an outlier in some measurement ("consistent" only when in most of them); nothing
+    when ranks are alike. CPU ranks beyond the cores of a host (cores: this machine's, by default) wait for the
+    scheduler, not for a slow peer: then one line says so and names nobody."""
+    cores = cores or len(os.sched_getaffinity(0))
+    crowded = [r for r in records if r.get("backend") in CPU_BACKENDS and r.get("world_size") and r.get("hosts")
+               and r["world_size"] / len(r["hosts"]) > cores]
+    if any(r.get("outlier_ranks") for r in crowded):
+        r = crowded[0]
+        return [f"note: oversubscribed ({r['world_size'] // len(r['hosts'])} ranks per host on {cores} cores): "
+                f"ranks wait for the scheduler, so no rank is named a straggler"]
     seen = {}
     for rec in records:
         for rank in rec.get("outlier_ranks") or []:
@@ -83,10 +94,13 @@ def notes(records):
     for rank, recs in sorted(seen.items()):
         worst = max(recs, key=lambda r: r.get("slowest_excess") or 0)
         host = worst["slowest_host"] if worst.get("slowest_rank") == rank else "?"
-        lines.append(f"note: rank {rank} on {host} is a consistent straggler in {len(recs)} of "
-                     f"{len(records)} measurements (robust z > {Z_LIMIT} over ranks): the others wait for it; "
-                     f"worst: the median rank would take 1/{worst.get('slowest_excess') or float('nan'):.2f} "
-                     f"of the time ({worst['collective']} at {worst['size_bytes']} B)")
+        how = "a consistent straggler" if len(recs) > len(records) / 2 else "a straggler"
+        line = (f"note: rank {rank} on {host} is {how} in {len(recs)} of {len(records)} measurements "
+                f"(robust z > {Z_LIMIT} over ranks): the others wait for it")
+        if worst.get("slowest_rank") == rank and worst.get("slowest_excess"):
+            line += (f"; worst: the median rank would take 1/{worst['slowest_excess']:.2f} of the time "
+                     f"({worst['collective']} at {worst['size_bytes']} B)")
+        lines.append(line)
     return lines
 
 

@@ -126,3 +126,19 @@ def test_a_field_one_side_does_not_know_still_joins_when_unambiguous():
     two = [known, comm("c", 1024, 100.0, sweep_config="NCCL_ALGO=Tree")]
     lines, only_base, only_new = diff.compare(two, [dict(unknown, sweep_config=None)], 0.05)
     assert len(lines) == 1          # the default config joins exactly; the Tree config stays one-sided
+
+
+@pytest.mark.parametrize("field,a,b", [("backend", "gloo", "mpi"), ("launcher", "torchrun", "emulated"),
+                                       ("topology", "localhost", "dgx-h100"), ("world_size", 2, 4),
+                                       ("nodes", 1, 2)])
+def test_a_join_never_pools_records_that_differ_in_a_defining_field(field, a, b):
+    """Gloo against Gloo + MPI at one identity used to pool: 3 vs 6 values, a 1.46x 'gain' that was MPI's."""
+    base = [dict(comm(f"base-{i}", 1024, 100.0 + i), **{field: a}) for i in range(3)]
+    new = ([dict(comm(f"new-{i}", 1024, 101.0 + i), **{field: a}) for i in range(3)]
+           + [dict(comm(f"other-{i}", 1024, 40.0 + i), **{field: b}) for i in range(3)])
+    lines, only_base, only_new = diff.compare(base, new, 0.05)
+    assert [(len(ln.base), len(ln.new)) for ln in lines] == [(3, 3)] and not lines[0].significant
+    assert only_base == [] and [r[field] for r in only_new] == [b]      # one row per identity
+    if field in ("backend", "launcher", "topology"):
+        assert f"only in new: all_reduce 1K float32 sum out-of-place 2 ranks ({field} {b})" in \
+            diff.text(lines, only_base, only_new, 0.05)

@@ -30,6 +30,26 @@ def test_a_rank_that_left_the_barrier_late_is_not_a_straggler():
     assert fields["outlier_ranks"] == [] and fields["slowest_excess"] < 1.01
 
 
+def measured(rank, excess=1.5, **extra):
+    return {"collective": "all_reduce", "size_bytes": 1024, "backend": "gloo", "world_size": 3, "hosts": ["h"],
+            "outlier_ranks": [rank] if rank is not None else [], "slowest_rank": rank, "slowest_host": "h",
+            "slowest_excess": excess, **extra}
+
+
+def test_notes_say_consistent_only_for_most_measurements_never_nan_and_name_nobody_when_oversubscribed():
+    most = [measured(2), measured(2), measured(None)]
+    assert rankstats.notes(most, cores=8) == [
+        "note: rank 2 on h is a consistent straggler in 2 of 3 measurements (robust z > 3.5 over ranks): the others "
+        "wait for it; worst: the median rank would take 1/1.50 of the time (all_reduce at 1024 B)"]
+    (line,) = rankstats.notes([measured(2, excess=None)] + [measured(None)] * 89, cores=8)
+    assert "is a straggler in 1 of 90 measurements" in line and "consistent" not in line
+    assert "nan" not in line and "worst" not in line          # no excess measured: no figure made up
+    assert rankstats.notes(most, cores=2) == [
+        "note: oversubscribed (3 ranks per host on 2 cores): ranks wait for the scheduler, so no rank is named a "
+        "straggler"]
+    assert rankstats.notes([dict(r, backend="nccl") for r in most], cores=2)[0].startswith("note: rank 2 on h")
+
+
 @pytest.mark.slow
 def test_a_rank_slowed_by_a_hook_is_named_and_nothing_is_named_without_it(tmp_path):
     """COMMBENCH_TEST_SLOW_RANK makes rank 2 of 3 sleep 8 ms before each timed iteration."""
@@ -43,7 +63,8 @@ def test_a_rank_slowed_by_a_hook_is_named_and_nothing_is_named_without_it(tmp_pa
     lateness_us = rec["time_us_p50"] * (1 - 1 / rec["slowest_excess"])   # L from excess = T / (T - L)
     assert 6000 < lateness_us < 12000, lateness_us   # the 8 ms sleep, give or take the scheduler
     assert rec["time_us_p50"] <= rec["time_us_p99"] and rec["time_cv"] >= 0
-    assert "note: rank 2 on" in proc.stdout and "per-iteration statistics" in proc.stdout
+    assert "per-iteration statistics" in proc.stdout
+    assert ("note: rank 2 on" in proc.stdout) != ("note: oversubscribed" in proc.stdout)  # 3 ranks on 2 cores here
     proc = run_tool("commbench", *args, "--out", plain)
     assert proc.returncode == 0, proc.stderr
     (rec,) = read_records(plain)
