@@ -105,9 +105,24 @@ def compare(base_records, new_records, threshold):
     return lines, only_base, only_new
 
 
+SET_APART = ("backend", "launcher", "topology")   # defining fields a label leaves out
+
+
+def _apart(only_base, only_new):
+    """'backend (gloo vs mpi)' for each field that sets one side's one-sided rows apart from the other's."""
+    def seen(recs, k):
+        return sorted({str(r[k]) for r in recs if r.get(k) is not None})
+    out = []
+    for k in SET_APART:
+        a, b = seen(only_base, k), seen(only_new, k)
+        if a and b and a != b:
+            out.append(f"{k} ({', '.join(a)} vs {', '.join(b)})")
+    return "; ".join(out)
+
+
 def _named(rec):
     """A one-sided row's label with the defining fields a label leaves out (backend, launcher, topology)."""
-    more = [f"{k} {rec[k]}" for k in ("backend", "launcher", "topology") if rec.get(k)]
+    more = [f"{k} {rec[k]}" for k in SET_APART if rec.get(k)]
     return label(rec) + (f" ({', '.join(more)})" if more else "")
 
 
@@ -185,6 +200,10 @@ def text(lines, only_base, only_new, threshold):
         bases = ", ".join(f"{n} {b}" for b, n in _count(ln.basis for ln in mine))
         out.append(f"summary {group}: geometric mean {change} over {len(mine)} rows "
                    f"({slower} slower, {faster} faster beyond {threshold:.0%} and the spread; basis: {bases})")
+    apart = _apart(only_base, only_new)
+    if apart:
+        out.append(f"the sides differ in {apart}: such rows never join (a diff pools nothing); to compare "
+                   f"backends side by side use `commbench compare --backends`")
     for rec in only_base:
         out.append(f"missing in new: {_named(rec)}")
     for rec in only_new:

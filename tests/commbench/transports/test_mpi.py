@@ -68,8 +68,9 @@ def test_strategies_on_mpi_split_communicators_and_inflight(tmp_path):
 
 
 @pytest.mark.slow
-def test_compare_backends_side_by_side_and_diff_joins_them(tmp_path):
-    """compare --backends gloo,mpi: both in one table with verdicts; the gloo and mpi records join in diff."""
+def test_compare_backends_side_by_side_and_diff_never_pools_them(tmp_path):
+    """compare --backends gloo,mpi: both in one table with verdicts; diff and report --baseline join gloo with gloo
+    only (they pooled both backends: 3 vs 6 values)."""
     out = tmp_path / "c.jsonl"
     proc = run_tool("commbench", "compare", "--backends", "gloo,mpi", "--strategies", "ring,plain", "-b", "1M",
                     "-e", "4M", "-f", 4, "-n", 3, "-w", 1, "--repeats", 2, "--out", out)
@@ -91,14 +92,19 @@ def test_compare_backends_side_by_side_and_diff_joins_them(tmp_path):
         sides[backend].write_text("".join(json.dumps(r) + "\n" for r in measured if r["backend"] == backend))
     lines, only_gloo, only_mpi = compare_records([r for r in measured if r["backend"] == "gloo"],
                                                  [r for r in measured if r["backend"] == "mpi"], 0.05)
-    assert len(lines) == 4 and not only_gloo and not only_mpi  # ring and plain at 1M and 4M, repeats pooled
+    assert lines == [] and len(only_gloo) == len(only_mpi) == 4   # a join never pools transports
     diff = run_tool("commbench", "diff", sides["gloo"], sides["mpi"])
     assert diff.returncode == 0 and "Traceback" not in diff.stderr, diff.stderr
-    report = run_tool("commbench", "report", sides["mpi"], "--baseline", sides["gloo"], "--out", tmp_path / "report")
+    assert "the sides differ in backend (gloo vs mpi); launcher (local vs mpirun): such rows never join" in diff.stdout
+    both = tmp_path / "both.jsonl"
+    both.write_text("".join(json.dumps(r) + "\n" for r in measured))
+    diff = run_tool("commbench", "diff", sides["gloo"], both)   # gloo against gloo + mpi: gloo's rows only
+    assert diff.returncode == 0 and "in 4 joined rows" in diff.stdout
+    assert "only in new: ring total 1M float32 sum in-place 2 ranks (backend mpi" in diff.stdout
+    report = run_tool("commbench", "report", both, "--baseline", sides["gloo"], "--out", tmp_path / "report")
     assert report.returncode == 0, report.stderr
     joined = [ln for ln in (tmp_path / "report" / "report.md").read_text().splitlines() if ln.startswith("| 1M |")]
-    assert joined and all(ln.rstrip(" |").split("|")[-1].strip() not in ("", "n/a") for ln in joined), joined
-
+    assert joined, report.stdout
 
 @pytest.mark.slow
 def test_p2p_latency_and_bandwidth_on_both_transports(tmp_path):
