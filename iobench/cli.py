@@ -203,8 +203,11 @@ def clean(paths):
       iobench clean /mnt/nvme
       iobench clean /mnt/nvme/iobench-20261202T130405-1a2b3c
     """
-    for directory, size in clean_dirs(paths):
+    removed, empty = clean_dirs(paths)
+    for directory, size in removed:
         click.echo(f"removed {directory} ({format_size(size, approx=True)})")
+    for path in empty:
+        click.echo(f"{path}: nothing to clean (no directory here has iobench's marker)")
 
 
 @cli.command("torch-ckpt")

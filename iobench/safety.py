@@ -190,14 +190,16 @@ def stale_dirs(path):
 
 def clean(paths):
     """`iobench clean`: remove the directories iobench made at paths; refuse (nothing removed) when a
-    path holds none or its run is alive. Returns [(directory, bytes)] removed."""
-    found = []
+    path is not a directory or a run there is alive. Returns ([(directory, bytes)] removed, [paths that held
+    none])."""
+    found, empty = [], []
     for path in paths:
         real = os.path.realpath(path)
+        if not os.path.isdir(real):
+            raise UserError(f"{path}: not a directory; nothing removed")
         dirs = run_dirs(real)
         if not dirs:
-            raise UserError(f"{path}: no directory made by iobench here (none has its {MARKER} marker); "
-                            f"nothing removed")
+            empty.append(path)
         for d in dirs:
             marker = read_marker(d)
             if owner_alive(marker):
@@ -210,7 +212,7 @@ def clean(paths):
             size = du(d)
             shutil.rmtree(d)  # never follows symlinks (shutil.rmtree.avoids_symlink_attacks)
             removed.append((d, size))
-    return removed
+    return removed, empty
 
 
 class MountLock:

@@ -275,7 +275,11 @@ def test_sigkill_of_iobench_kills_fio_then_clean_removes_what_it_left(tool, tmp_
     done = tool("iobench", "clean", data)
     assert done.returncode == 0 and done.stdout.strip() == f"removed {data / stale} (8M)", done.stderr
     assert leftovers(data) == [] and snapshot(tmp_path) == before  # iobench-not-mine (no marker) stays
-    assert_one_line_error(tool("iobench", "clean", data / "iobench-not-mine"), "no directory made by iobench")
+    clean = tool("iobench", "clean", data / "iobench-not-mine")   # a clean path: said, exit 0, nothing touched
+    assert clean.returncode == 0 and clean.stdout.strip() == \
+        f"{data / 'iobench-not-mine'}: nothing to clean (no directory here has iobench's marker)", clean.stderr
+    assert snapshot(tmp_path) == before
+    assert_one_line_error(tool("iobench", "clean", data / "missing"), "not a directory; nothing removed")
 
 
 @pytest.mark.slow
