@@ -55,7 +55,8 @@ def candidates(records):
 
 
 def payload_rows(records, outcomes, baseline):
-    """{size: [row per config and phase]}: medians over repeats, the spread, speed-up vs baseline."""
+    """{size: [row per config and phase]}: medians over repeats, the spread (None from one repeat: n/a, not 0),
+    speed-up vs baseline."""
     by = {}
     label_of = candidates(records)[0]
     for rec in records:
@@ -67,7 +68,7 @@ def payload_rows(records, outcomes, baseline):
         rows = []
         for label, recs in labels.items():
             times = [r["time_us"] for r in recs]
-            rows.append({"label": label, "time_us": _median(times), "spread": (max(times) - min(times)) / _median(times) * 100,
+            rows.append({"label": label, "time_us": _median(times), "spread": (max(times) - min(times)) / _median(times) * 100 if len(times) > 1 else None,
                          "repeats": len(recs), "busbw_gbps": _median([r["busbw_gbps"] for r in recs]),
                          "link_utilization": _median([r.get("link_utilization") for r in recs]),
                          "predicted_time_us": recs[0].get("predicted_time_us"),  # the model's: same every repeat

@@ -54,7 +54,8 @@ def launch_options(fn):
         click.option("--nodes", type=int, default=None,
                      help="Nodes (torchrun agents) [default: the Slurm allocation's, else 1]."),
         click.option("--nproc-per-node", type=int, default=None,
-                     help="Ranks per node [default: GPUs on this node, else 1]."),
+                     help="Ranks per node [default: GPUs on this node; without GPUs 2 on one node, 1 per node "
+                          "on several]."),
         click.option("--launcher", type=click.Choice(LAUNCHERS), default="auto", show_default=True,
                      help="auto: slurm inside an allocation, torchrun with --rdzv-endpoint, mpirun with --backend "
                           "mpi, else local emulation."),

@@ -143,6 +143,8 @@ CATALOGUE = {v.name: v for v in [
     Var("COMMBENCH_TEST_CORRUPT", "Test only: corrupt one element of this case's result on rank 0."),
     Var("COMMBENCH_TEST_SKIP", "Test only: the check run of these cases (comma list) does nothing (the check must catch it)."),
     Var("COMMBENCH_TEST_SLOW", "Test only: CASE:SECONDS[,...], a sleep inside every run of those cases."),
+    Var("COMMBENCH_TEST_SLOW_RANK", "Test only: RANK:SECONDS, that rank sleeps before each timed iteration."),
+    Var("COMMBENCH_TEST_STALL", "Test only: RANK:OP, that rank stops (alive) before timed operation OP."),
 ]}
 
 

@@ -191,3 +191,12 @@ def test_slurm_node_agent_becomes_torchrun_and_measures(tmp_path):
     (rec,) = read_records(tmp_path / CHANNEL)
     assert rec["launcher"] == "slurm" and rec["world_size"] == 2 and rec["wrong"] == 0
     assert rec["env"]["GLOO_SOCKET_IFNAME"] == "lo"
+
+
+def test_the_ranks_default_is_what_the_help_says():
+    """Without GPUs: 2 ranks on one node, 1 per node on several (the help said 'else 1')."""
+    helped = " ".join(run_tool("commbench", "run", "--help").stdout.split())
+    assert "without GPUs 2 on one node, 1 per node on several" in helped
+    for nodes, ranks in ((1, 2), (2, 1)):
+        proc = run_tool("commbench", "run", "-b", "1K", "-e", "1K", "--nodes", nodes, "--dry-run")
+        assert proc.returncode == 0 and f"--nproc-per-node {ranks} " in proc.stdout, proc.stdout + proc.stderr

@@ -1,9 +1,11 @@
 """commbench sweep: one real launch per config, failures recorded, resume after a kill."""
 import json
 import os
+import re
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -142,3 +144,11 @@ def test_env_lists_the_catalogue():
                  "NCCL_IB_SL"):
         assert name in proc.stdout
     assert "read by" in proc.stdout
+
+
+def test_env_lists_every_test_hook_the_code_reads():
+    """Each COMMBENCH_TEST_* name in commbench's sources is in `commbench env` (two were missing)."""
+    root = Path(__file__).resolve().parents[3] / "commbench"
+    hooks = {m for p in root.rglob("*.py") for m in re.findall(r"COMMBENCH_TEST_[A-Z_]+", p.read_text())}
+    listed = run_tool("commbench", "env").stdout
+    assert len(hooks) >= 6 and {h for h in hooks if h not in listed} == set()

@@ -7,6 +7,7 @@ import pytest
 from benchcore import stats
 from commbench.cases.case import work_key
 from commbench.cases.registry import CASES
+from commbench.commands.compare import payload_rows
 from tests.conftest import read_records, run_tool
 
 TINY = ["--nproc-per-node", 2, "-n", 5, "-w", 1]
@@ -107,3 +108,13 @@ def test_a_threshold_list_is_swept_and_a_chunk_above_the_smallest_is_refused():
     assert plan.count('"case":"chunked"') == 8 and '"case":"plain"' in plan and '"repeats":3' in plan
     proc = run_tool("commbench", "chunked", "--threshold", "8M,16M", "--chunk-size", "12M", "--dry-run")
     assert proc.returncode != 0 and "larger than --threshold 8M" in proc.stderr
+
+
+def test_the_spread_of_one_repeat_is_not_known_not_zero():
+    """compare --repeats 1 printed spread 0.0: one value has no spread (n/a in the table)."""
+    rec = {"case": "ring", "strategy": "ring", "phase": "total", "size_bytes": 1024, "busbw_gbps": 1.0, "wrong": 0,
+           "backend": "gloo", "run_id": "r"}
+    one = payload_rows([dict(rec, time_us=100.0, repeat=0)], [], "ring")
+    two = payload_rows([dict(rec, time_us=100.0, repeat=0), dict(rec, time_us=110.0, repeat=1)], [], "ring")
+    assert one[1024][0]["spread"] is None and one[1024][0]["repeats"] == 1
+    assert two[1024][0]["spread"] == pytest.approx(10 / 105 * 100)
