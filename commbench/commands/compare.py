@@ -68,7 +68,8 @@ def payload_rows(records, outcomes, baseline):
         rows = []
         for label, recs in labels.items():
             times = [r["time_us"] for r in recs]
-            rows.append({"label": label, "time_us": _median(times), "spread": (max(times) - min(times)) / _median(times) * 100 if len(times) > 1 else None,
+            spread = (max(times) - min(times)) / _median(times) * 100 if len(times) > 1 else None
+            rows.append({"label": label, "time_us": _median(times), "spread": spread,
                          "repeats": len(recs), "busbw_gbps": _median([r["busbw_gbps"] for r in recs]),
                          "link_utilization": _median([r.get("link_utilization") for r in recs]),
                          "predicted_time_us": recs[0].get("predicted_time_us"),  # the model's: same every repeat

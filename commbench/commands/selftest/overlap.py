@@ -63,7 +63,7 @@ def replayed(rec):
 def _row(rec):
     pred = replayed(rec)
     ratio = rec["overlapped_us"] / pred
-    ok = (ratio is not None and MODEL_RANGE[0] <= ratio <= MODEL_RANGE[1]
+    ok = (MODEL_RANGE[0] <= ratio <= MODEL_RANGE[1]
           and rec["overlap_efficiency"] >= MIN_EFFICIENCY and rec["sequential_efficiency"] < CONTROL_MAX
           and rec["wrong"] == 0)
     return {"kind": rec["pattern"], "size": format_size(rec["size_bytes"]), "size_bytes": rec["size_bytes"],
@@ -91,14 +91,14 @@ def _row(rec):
 @click.option("--out", default=None, metavar="FILE", help="Append the measurements and a verdict record.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def overlap_check(rate, out, fmt, port, **args):
-    """Check overlap (ddp, pipelined) and its model across two tc-shaped network namespaces.
+    """Check overlap (ddp, pipelined) and its schedule across two tc-shaped network namespaces.
 
     Needs root. Compute is half the communication (beside a 1 Gbit/s link the communication still takes about
-    a fifth of each core, so equal compute would be slowed by it; see the module's docstring). Passes when, at every size, both patterns'
-    overlapped time is within 0.85-1.15 of their schedule replayed with their own phases alone and their overlap
-    efficiency is at least 0.8, while the sequential control stays below 0.2. On unshaped
-    loopback (commbench overlap on one machine) Gloo's copies and the GEMMs share the cores: efficiency is
-    reported there, not judged.
+    a fifth of each core, so equal compute would be slowed by it; see the module's docstring). Passes when, at
+    every size, both patterns' overlapped time is within 0.85-1.15 of their schedule replayed with their own
+    phases alone and their overlap efficiency is at least 0.8, while the sequential control stays below 0.2. On
+    unshaped loopback (commbench overlap on one machine) Gloo's copies and the GEMMs share the cores:
+    efficiency is reported there, not judged.
 
     \b
     Example:
@@ -147,7 +147,8 @@ def overlap_check(rate, out, fmt, port, **args):
                            ("control_efficiency", "control eff.", ".3f"), ("compute_slowdown", "compute x", ".3f"),
                            ("verdict", "verdict", None)],
                     title=f"overlap across a {netns.format_rate(bits)} link (best of {args['cycles']}; pass: "
-                          f"{MODEL_RANGE[0]:.2f}-{MODEL_RANGE[1]:.2f} of the replayed schedule, efficiency >= {MIN_EFFICIENCY}, "
+                          f"{MODEL_RANGE[0]:.2f}-{MODEL_RANGE[1]:.2f} of the replayed schedule, "
+                          f"efficiency >= {MIN_EFFICIENCY}, "
                           f"control < {CONTROL_MAX})")
         click.echo(f"selftest overlap: {'PASS' if passed else 'FAIL'} in {verdict['seconds']:.0f} s")
     for err in errors:
