@@ -7,11 +7,14 @@ import sys
 
 import click
 
-from benchcore import diff, reportpage
 from benchcore.errors import UserError
 from benchcore.inputs import name, shown
+from benchcore.lazy import lazy
 from benchcore.records import RecordWriter, dumps, output_file
-from benchcore.results import TOOLS, expand, load_many, measurements, records_of
+
+diff = lazy("benchcore.diff", globals(), "diff")
+reportpage = lazy("benchcore.reportpage", globals(), "reportpage")
+results = lazy("benchcore.results", globals(), "results")
 
 EXAMPLES = {
     "commbench": ("all_reduce_perf.log rccl-2023.txt", "last-year.log results.jsonl", "results.jsonl old.log"),
@@ -25,16 +28,16 @@ def _refuse(refused):
 
 
 def _load_side(paths, what):
-    records, refused = load_many(paths)
+    loaded, refused = results.load_many(paths)
     if refused:
         raise UserError("; ".join(refused))
-    if not measurements(records):
+    if not results.measurements(loaded):
         raise UserError(f"{what} {', '.join(name(p) for p in paths)} holds no measurements")
-    return records
+    return loaded
 
 
 def import_command(tool):
-    files, old, results = EXAMPLES[tool]
+    files, old, saved = EXAMPLES[tool]
 
     @click.command("import", help=f"""Convert nccl-tests/rccl-tests logs and fio --output-format=json files (any
         version) into records: one per table row and placement, one per fio job and direction. Each record
@@ -52,7 +55,7 @@ def import_command(tool):
         writer = RecordWriter(path, every=False) if path else None   # one fsync at the end, not one per record
         refused = []
         try:
-            for source in expand(paths):
+            for source in results.expand(paths):
                 try:
                     fmt, found, events = _convert(source, writer, out is None)
                 except UserError as exc:
@@ -72,24 +75,23 @@ def import_command(tool):
 def _convert(path, writer, to_stdout):
     """Write one file's records to writer (or stdout, or nowhere) as they are read; (format, measurements,
     'event: reason, ...')."""
-    fmt, records = records_of(path)
+    fmt, found_records = results.records_of(path)
     if fmt == "records":
         raise UserError(f"{name(path)}: already records of the suite (JSONL): nothing to import")
-    found, events = 0, []
-    for rec in records:
-        if writer:
-            writer.write(rec)
-        elif to_stdout:
-            sys.stdout.write(dumps(rec) + "\n")
+    found, events, tools = 0, [], results.TOOLS
+    write = writer.write if writer else (lambda rec: sys.stdout.write(dumps(rec) + "\n")) if to_stdout else None
+    for rec in found_records:
+        if write:
+            write(rec)
         if rec.get("event"):
             events.append(shown(f"{rec['event']}: {rec['reason']}", 300))
-        elif rec.get("tool") in TOOLS:
+        elif rec.get("tool") in tools:
             found += 1
     return fmt, found, ", ".join(events)
 
 
 def diff_command(tool):
-    files, old, results = EXAMPLES[tool]
+    files, old, saved = EXAMPLES[tool]
 
     @click.command("diff", help=f"""Compare NEW with BASELINE: records, nccl-tests logs or fio JSON, in any mix (a
         directory stands for its files). Rows are joined on what was measured; only changes beyond
@@ -117,7 +119,7 @@ def diff_command(tool):
 
 
 def report_command(tool):
-    files, old, results = EXAMPLES[tool]
+    files, old, saved = EXAMPLES[tool]
 
     @click.command("report", help=f"""Markdown, a self-contained HTML page (images inside), PNG plots and the data
         for any RESULTS (records, nccl-tests logs, fio JSON; either tool): busbw vs size per collective or
@@ -126,7 +128,7 @@ def report_command(tool):
 
         \b
         Example:
-          {tool} report {results} --out report/ --baseline {old.split()[0]}""")
+          {tool} report {saved} --out report/ --baseline {old.split()[0]}""")
     @click.argument("paths", nargs=-1, required=True)
     @click.option("--out", required=True, help="New or empty directory for report.md, report.html, PNGs, data.")
     @click.option("--baseline", "baselines", multiple=True, help="Results to overlay (repeatable).")

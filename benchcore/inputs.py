@@ -86,6 +86,32 @@ def lines(f, limit=MAX_LINE_BYTES):
         yield number, line, ended
 
 
+def text_blocks(f, limit=MAX_LINE_BYTES):
+    """The text of a binary file object in blocks that each end at a line's end (the last may not), read in
+    bounded memory: a line of which more than limit bytes are held without its newline is cut there (a line passes
+    whole up to 1.25 x limit: reads are limit/4), it ends there and its rest is dropped. Bytes that are not UTF-8
+    read as U+FFFD."""
+    rest, dropping = b"", False
+    while True:
+        data = f.read(limit // 4)
+        if not data:
+            break
+        if dropping:                              # inside the rest of an over-long line
+            end = data.find(b"\n")
+            if end < 0:
+                continue
+            data, dropping = data[end + 1:], False
+        data = rest + data
+        end = data.rfind(b"\n") + 1
+        block, rest = data[:end], data[end:]
+        if len(rest) > limit:
+            block, rest, dropping = block + rest[:limit] + b"\n", b"", True
+        if block:
+            yield block.decode("utf-8", errors="replace")
+    if rest:
+        yield rest.decode("utf-8", errors="replace")
+
+
 def read_text(path, what="input", limit=MAX_TEXT_BYTES):
     """The whole of a regular UTF-8 text file of at most limit bytes."""
     data = read_bytes(path, what, limit)

@@ -1,7 +1,7 @@
 """The tables of nccl-tests and rccl-tests logs: a header line read into a Layout (columns found by name, so
 every generation's columns are read from its own header), a row read into its values by whitespace."""
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # header words -> column; a placement's columns start at its time column
 COLUMNS = {"size": "size", "bytes": "size", "count": "count", "n": "count", "type": "type", "redop": "op",
@@ -9,6 +9,7 @@ COLUMNS = {"size": "size", "bytes": "size", "count": "count", "n": "count", "typ
            "#wrong": "wrong", "wrong": "wrong", "error": "error", "res": "error"}
 
 NUMBER = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
+TYPE = re.compile(r"[A-Za-z]\w*$")
 
 
 def words(line):
@@ -22,10 +23,10 @@ class Layout:
     places: list          # [(in_place, [column, ...]), ...]
     time_us: float = 1.0  # us per time unit
     cpu: bool = False     # cputime (-C): host time, not CUDA events
+    width: int = field(init=False)   # tokens of a whole row
 
-    @property
-    def width(self):
-        return len(self.prefix) + sum(len(cols) for _, cols in self.places)
+    def __post_init__(self):
+        self.width = len(self.prefix) + sum(len(cols) for _, cols in self.places)
 
 
 def header(line, labels):
@@ -62,28 +63,28 @@ def value(tok):
 
 def read_row(layout, line, toks):
     """{in_place: {column: value}} and the leading values of one table row, or None when it is not whole."""
-    lead = len(layout.prefix)
-    places = layout.places
-    if len(toks) < layout.width and len(places) == 2 and len(toks) == lead + len(places[1][1]):
+    lead, places, width = len(layout.prefix), layout.places, layout.width
+    if len(toks) < width:
+        if len(places) != 2 or len(toks) != lead + len(places[1][1]):
+            return None
         # nccl-tests prints blanks for a placement it skipped (only in-place measured): the gap says which
         gap = re.search(r"^(\s*\S+){%d}(\s+)" % lead, line)
-        if gap and len(gap.group(2)) >= 20:
-            places = places[1:]
-        else:
+        if not gap or len(gap.group(2)) < 20:
             return None
-    if len(toks) < lead + sum(len(c) for _, c in places):
-        return None
-    prefix = dict(zip(layout.prefix, toks[:lead]))
+        places, width = places[1:], len(toks)
+    cells = toks[lead:width]
+    prefix = dict(zip(layout.prefix, toks))
     try:
+        numbers = list(map(float, cells)) if all(map(NUMBER.match, cells)) else [value(t) for t in cells]
         size, count = int(prefix["size"]), int(prefix["count"])
         root = int(prefix["root"]) if "root" in prefix else None
-        out, i = {}, lead
-        for in_place, cols in places:
-            out[in_place] = {c: value(t) for c, t in zip(cols, toks[i:i + len(cols)])}
-            i += len(cols)
     except (ValueError, KeyError):
         return None
-    if not re.match(r"^[A-Za-z][\w]*$", prefix.get("type", "x")):
+    kind = prefix.get("type")
+    if kind is not None and not TYPE.match(kind):
         return None
-    return {"size": size, "count": count, "type": prefix.get("type"), "op": prefix.get("op"), "root": root,
-            "places": out}
+    out, i = {}, 0
+    for in_place, cols in places:
+        out[in_place] = dict(zip(cols, numbers[i:]))
+        i += len(cols)
+    return {"size": size, "count": count, "type": kind, "op": prefix.get("op"), "root": root, "places": out}

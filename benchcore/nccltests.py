@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from benchcore import schema
 from benchcore.errors import UserError
 from benchcore.nccltable import NUMBER, Layout, header, placement_labels, read_row
+from benchcore.records import Template
 
 FORMAT = "nccl-tests"
 # nccl-tests' type names -> the suite's (torch) names, and bytes per element
@@ -33,16 +34,17 @@ DTYPES = {"float": ("float32", 4), "half": ("float16", 2), "bfloat16": ("bfloat1
           "f8e5m2": ("float8_e5m2", 1), "fp8_e5m2": ("float8_e5m2", 1)}
 # binary name stem (X of X_perf) -> collective; others keep their stem
 PROGRAMS = {"alltoall": "all_to_all", "alltoallv": "all_to_allv"}
-TAG = re.compile(r"^(?:\[\d+,\d+\]<(?:stdout|stderr)>:|\s*\d+: )")   # mpirun --tag-output, srun --label
+OWN = ("size_bytes", "count", "dtype", "op", "in_place", "time_us", "algbw_gbps", "busbw_gbps", "wrong")  # per row
+# mpirun --tag-output and srun --label prefixes, after the newline before them (a block's lines are untagged at once)
+TAG = re.compile(r"\n(?:\[\d+,\d+\]<(?:stdout|stderr)>:|[^\S\n]*\d+: )")
 # host:pid:tid [dev] NCCL INFO (the host starts with a letter: inside a row it follows a digit)
 NCCL_LOG = re.compile(r"[A-Za-z][\w.-]*:\d+:\d+ \[\d+\] (?:[\w.]+:\d+ )?(?:NCCL|RCCL) (?:INFO|WARN|TRACE|ABORT)")
-DEVICE = re.compile(r"Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S+)\s+device\s+(\d+)")
+DEVICE = re.compile(r"#*\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S+)\s+device\s+(\d+)")
 COMMBENCH = re.compile(r"commbench: (\w+), (\d+) ranks on (\d+) node\(s\) \(([^)]*)\)")
 NTHREAD = re.compile(r"nThread (\d+) nGpus (\d+) minBytes (\d+) maxBytes (\d+).*?warmup iters: (\d+) iters: (\d+)"
                      r"(?: agg iters: (\d+))?(?: validation: (\d+))?(?: graph: (\d+))?")
 PROGRAM = re.compile(r"(?:^|[\s/=-])([A-Za-z0-9]+(?:_[A-Za-z0-9]+)*)_perf(?:_mpi)?\b")
 STARTING = re.compile(r"Collective test starting: (\S+)")
-CONCLUDED = re.compile(r"Collective test concluded")
 OOB = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?")
 AVG = re.compile(r"Avg bus bandwidth\s*:\s*(\S+)\s*(GB/s)?")
 CYCLE = re.compile(r"# Testing (\d+) cycle")
@@ -55,11 +57,6 @@ CRASH = re.compile(r"NCCL WARN|RCCL WARN|Test (?:NCCL |CUDA |HIP )?failure|failu
                    r"srun: error|slurmstepd|CANCELLED|TIME LIMIT|Killed|[Ee]rror", re.I)
 
 
-def clean(raw):
-    """A log line without the mpirun tag, Markdown indentation and '#': the words nccl-tests printed."""
-    return TAG.sub("", raw).strip()
-
-
 @dataclass
 class Context:
     """What the log says around the tables: binary, devices, versions, settings."""
@@ -70,6 +67,13 @@ class Context:
     settings: dict = field(default_factory=dict)
     blocking: bool = None
     commbench: tuple = None                       # backend, world size, nodes, hosts (commbench's own text)
+
+
+@dataclass
+class Source:
+    file: str
+    run_id: str
+    shared: tuple = None                          # (the fields of the last table's records, their Template)
 
 
 @dataclass
@@ -99,46 +103,50 @@ class Table:
         self.count, self.last, self.after, self.cut = self.count + 1, n, [], None
 
 
-def text_lines(text):
-    """(number, line, ended) of a text, as benchcore.inputs.lines gives them of a file."""
-    raw = text.split("\n")
-    if raw and raw[-1] == "":
-        raw.pop()
-    return [(n, line, n < len(raw) or text.endswith("\n")) for n, line in enumerate(raw, 1)]
-
-
-def logical_lines(numbered):
-    """(line number, words line, unterminated) of (number, line, ended) with NCCL log lines split out of rows
-    they interrupted and the row joined with its continuation; unterminated: the last line of a file that ends
-    without a newline."""
-    pending = None
-    for n, line, ended in numbered:
-        line = clean(line.rstrip("\r\n"))
-        if line.startswith("```"):
-            continue
-        m = NCCL_LOG.search(line) if "CCL " in line else None
-        if m and m.start() > 0 and not line.startswith("#"):
-            head = line[:m.start()].strip()
-            if head and head.split()[0].isdigit():
-                pending = (n, head)            # a row that an NCCL log line interrupted
-                yield n, line[m.start():], False
+def logical_lines(blocks):
+    """(line number, words line, unterminated, logged) of a log given as text blocks that each end at a line's end
+    (the last may not): each line without its mpirun/srun tag and surrounding blanks, blank lines and Markdown
+    fences left out, NCCL log lines split out of rows they interrupted and the row joined with its continuation.
+    unterminated: the last line of a log that ends without a newline; logged: the line is NCCL's own log line."""
+    n, pending = 0, None
+    for block in blocks:
+        lines = TAG.sub("\n", "\n" + block).split("\n")[1:]
+        open_end = lines[-1] != ""                         # only the log's last block can end without a newline
+        if not open_end:
+            lines.pop()
+        end = n + len(lines)
+        for line in lines:
+            n += 1
+            line = line.strip()
+            if pending is None and "CCL " not in line:     # the common case: a line as printed
+                if line and not line.startswith("```"):
+                    yield n, line, open_end and n == end, False
                 continue
-        if pending and line and not line.startswith("#") and all(NUMBER.match(t) or t.upper() == "N/A"
-                                                                 for t in line.split()):
-            line, n = pending[1] + "  " + line, pending[0]
-            pending = None
-        elif pending and line and not m:
-            yield pending[0], pending[1], True   # the row never continued: cut
-            pending = None
-        yield n, line, not ended
+            if not line or line.startswith("```"):
+                continue
+            m = NCCL_LOG.search(line) if "CCL " in line else None
+            if m and m.start() > 0 and not line.startswith("#"):
+                head = line[:m.start()].strip()
+                if head and head.split()[0].isdigit():
+                    pending = (n, head)                    # a row that an NCCL log line interrupted
+                    yield n, line[m.start():], False, True
+                    continue
+            at = n
+            if pending and not line.startswith("#") and all(NUMBER.match(t) or t.upper() == "N/A"
+                                                            for t in line.split()):
+                at, line, pending = pending[0], pending[1] + "  " + line, None
+            elif pending and not m:
+                yield pending[0], pending[1], True, False  # the row never continued: cut
+                pending = None
+            yield at, line, open_end and n == end, m is not None and at == n
     if pending:
-        yield pending[0], pending[1], True
+        yield pending[0], pending[1], True, False
 
 
 def parse(text, source_file, run_id):
     """(records, events) of every table in an nccl-tests/rccl-tests log text; UserError if there is none."""
     records, events = [], []
-    for item in stream(text_lines(text), source_file, run_id):
+    for item in stream([text], source_file, run_id):
         (events if isinstance(item, tuple) else records).append(item)
     return records, events
 
@@ -148,17 +156,16 @@ MAX_AFTER = 1000    # lines after a table's last row searched for why it ended e
 EXCERPT = 300       # characters of such a line kept (the reason quotes it)
 
 
-def stream(numbered, source_file, run_id):
-    """The records of every table in an nccl-tests/rccl-tests log, given as (number, line, ended), as each table
-    ends (a table of more than MAX_ROWS rows in parts), and its events (kind, reason, line, collective, hosts)
+def stream(blocks, source_file, run_id):
+    """The records of every table in an nccl-tests/rccl-tests log, given as text blocks (logical_lines), as each
+    table ends (a table of more than MAX_ROWS rows in parts), and its events (kind, reason, line, collective, hosts)
     after it: tables cut short and footers that say FAILED. Memory stays bounded whatever the length of the
     log. UserError if there is no table."""
     ctx, tables, labels, current, hint = Context(), 0, None, None, None
+    source = Source(source_file, run_id)
     names = PROGRAM.findall(" " + source_file.rsplit("/", 1)[-1])
     marked, crash = False, (None, None)           # the log says it is nccl-tests; its first line saying why not
-    for n, line, unterminated in logical_lines(numbered):
-        if not line:
-            continue
+    for n, line, unterminated, logged in logical_lines(blocks):
         if current is not None and not current.ended and line[0].isdigit():
             toks = line.split()                   # a row: the common case, read first
             if toks[0].isdigit() and (len(toks) == 1 or toks[1].isdigit()):
@@ -168,15 +175,26 @@ def stream(numbered, source_file, run_id):
                 else:
                     current.add(n, values)
                     if len(current.rows) >= MAX_ROWS:
-                        yield from _records(current, source_file, run_id)
+                        yield from _records(current, source)
                 continue
         if not tables and crash[1] is None and CRASH.search(line):
             crash = (n, line[:EXCERPT])
-        start, settings = STARTING.search(line), NTHREAD.search(line)
+        if logged:                                # NCCL's own log line: versions, settings, or why a table ended
+            if "ersion" in line or "set by environment" in line:
+                marked = _context(ctx, line) or marked
+            if current is not None and not current.ended:
+                current.note(line)
+            continue
+        m = DEVICE.match(line) if "Rank" in line else None
+        if m:
+            ctx.ranks[int(m.group(1))] = m.group(2)
+            continue
+        start = STARTING.search(line) if "test starting" in line else None
+        settings = NTHREAD.search(line) if "nThread" in line else None
         if start or settings:
             marked = True
             if current is not None and (current.count or current.ended):
-                yield from _done(current, source_file, run_id)
+                yield from _done(current, source)
                 current, ctx = None, Context(versions=dict(ctx.versions), env=dict(ctx.env))
             if start:
                 ctx.program = (PROGRAM.findall(" " + start.group(1)) or [start.group(1)])[0]
@@ -187,35 +205,24 @@ def stream(numbered, source_file, run_id):
         if "Blocking Enabled" in line:
             ctx.blocking = True
             continue
-        m = line.lstrip("#").lstrip().startswith("Rank") and DEVICE.search(line)
-        if m:
-            ctx.ranks[int(m.group(1))] = m.group(2)
-            continue
-        m = COMMBENCH.search(line)
+        m = COMMBENCH.search(line) if "commbench: " in line else None
         if m:
             ctx.commbench = (m.group(1), int(m.group(2)), int(m.group(3)), [h.strip() for h in m.group(4).split(",")])
             continue
-        for key, pattern in VERSIONS if "ersion" in line else ():
-            v = pattern.search(line)
-            if v:
-                ctx.versions[key], marked = v.group(1), True
-        e = ENV.search(line) if "set by environment" in line else None
-        if e:
-            ctx.env[e.group(1)] = e.group(2)
-        if "CCL " in line and NCCL_LOG.search(line):
-            if current is not None and not current.ended:
-                current.note(line)
+        if "ersion" in line or "set by environment" in line:
+            marked = _context(ctx, line) or marked
+        named = PROGRAM.findall(" " + line) if "_perf" in line else None
+        if named and not (current and current.count and not current.ended):
+            hint = named[0]                       # a command line naming the binary
+        found = placement_labels(line) if "place" in line else None
+        if found and not header(line, None):
+            labels = found
             continue
-        if "_perf" in line and PROGRAM.search(" " + line) and not (current and current.count and not current.ended):
-            hint = PROGRAM.findall(" " + line)[0]    # a command line naming the binary
-        if "place" in line and placement_labels(line) and not header(line, None):
-            labels = placement_labels(line)
-            continue
-        layout = header(line, labels)
+        layout = header(line, labels) if "time" in line.lower() else None
         if layout:
             if current is None or current.count or current.ended:
                 if current is not None:
-                    yield from _done(current, source_file, run_id)
+                    yield from _done(current, source)
                 current = Table(layout, n, ctx, ctx.program or hint or (names[0] if names else None))
                 tables += 1
                 hint = None
@@ -225,22 +232,22 @@ def stream(numbered, source_file, run_id):
             continue
         if current is None:
             continue
-        m = CYCLE.search(line)
+        m = CYCLE.search(line) if "Testing" in line else None
         if m:
             current.cycle = int(m.group(1)) - 1
             continue
-        m = OOB.search(line)
+        m = OOB.search(line) if "Out of bounds" in line else None
         if m:
             current.failed = int(m.group(1)) if m.group(2) == "FAILED" else 0
             current.ended, current.footer_line = True, n
             continue
-        if AVG.search(line) or CONCLUDED.search(line):
+        if ("Avg bus" in line and AVG.search(line)) or "Collective test concluded" in line:
             current.ended, current.footer_line = True, current.footer_line or n
             continue
         if not current.ended and line not in ("...", "\u2026"):
             current.note(line)
     if current is not None:
-        yield from _done(current, source_file, run_id)
+        yield from _done(current, source)
     if not tables:
         if marked:
             yield ("truncated", "the log ends before nccl-tests printed a table" +
@@ -251,9 +258,22 @@ def stream(numbered, source_file, run_id):
                         "nor fio JSON nor records")
 
 
-def _done(table, source_file, run_id):
+def _context(ctx, line):
+    """Put the versions and the NCCL environment the line names into ctx; whether it named a version."""
+    found = False
+    for key, pattern in VERSIONS:
+        v = pattern.search(line)
+        if v:
+            ctx.versions[key], found = v.group(1), True
+    e = ENV.search(line) if "set by environment" in line else None
+    if e:
+        ctx.env[e.group(1)] = e.group(2)
+    return found
+
+
+def _done(table, source):
     """The rest of an ended table's records, then its events."""
-    yield from _records(table, source_file, run_id)
+    yield from _records(table, source)
     yield from _events(table)
 
 
@@ -269,7 +289,7 @@ def _hosts(ctx):
     return list(dict.fromkeys(ctx.ranks.values())) or None
 
 
-def _records(table, source_file, run_id):
+def _records(table, source):
     """The records of the rows the table holds (which it then lets go)."""
     ctx, layout = table.context, table.layout
     collective = _collective(table.program or ctx.program)
@@ -284,32 +304,37 @@ def _records(table, source_file, run_id):
         backend, world = ctx.commbench[:2]
     nodes = ctx.commbench[2] if ctx.commbench else (len(hosts) if hosts else None)
     settings = ctx.settings
-    common = dict(run_id=run_id, collective=collective, world_size=world, nodes=nodes, backend=backend,
+    common = dict(run_id=source.run_id, collective=collective, world_size=world, nodes=nodes, backend=backend,
                   blocking=ctx.blocking if ctx.blocking else (False if settings else None), env=dict(ctx.env),
-                  hosts=hosts, versions=dict(ctx.versions) or None, source_file=source_file, source_format=FORMAT)
+                  hosts=hosts, versions=dict(ctx.versions) or None, source_file=source.file, source_format=FORMAT)
     if settings:
         common.update(iters=settings["iters"], warmup=settings["warmup"], agg_iters=settings["agg_iters"])
     if layout.cpu or settings.get("graph"):   # otherwise nccl-tests times on the host around a sync
         common["time_source"] = "cpu" if layout.cpu else "cuda_graph"
-    base = schema.measurement("commbench", **common)   # checked once; each record is a copy with its row's values
+    if source.shared is None or source.shared[0] != common:   # tables of one run share all this: made once
+        base = schema.measurement("commbench", **common)       # each record is a copy with its row's values
+        source.shared = (common, Template(base, OWN))
+    template, scale = source.shared[1], layout.time_us
     seen, out = table.seen, []
     for n, row, cycle in table.rows:
-        dtype, word = DTYPES.get(row["type"], (row["type"], None))
-        key = (row["type"], row["op"], row["root"], row["size"])
+        size, kind, op, root = row["size"], row["type"], row["op"], row["root"]
+        dtype, word = DTYPES.get(kind, (kind, None))
+        key = (kind, op, root, size)
         repeat = seen.get(key, -1) + 1 if not cycle else cycle
         seen[key] = repeat
+        count = size // word if word else row["count"]
+        op = None if op == "none" else op
         for in_place, vals in row["places"].items():
-            if all(vals.get(c) is None for c in ("time", "algbw", "busbw")):
+            time, algbw, busbw, wrong = vals.get("time"), vals.get("algbw"), vals.get("busbw"), vals.get("wrong")
+            if time is None and algbw is None and busbw is None:
                 continue                                     # N/A: this placement was not measured
-            wrong = vals.get("wrong")
-            rec = dict(base)
-            rec.update(size_bytes=row["size"], count=row["size"] // word if word else row["count"], dtype=dtype,
-                       op=None if row["op"] in (None, "none") else row["op"], in_place=in_place,
-                       time_us=vals["time"] * layout.time_us if vals.get("time") is not None else None,
-                       algbw_gbps=vals.get("algbw"), busbw_gbps=vals.get("busbw"),
-                       wrong=int(wrong) if wrong is not None else None, source_line=n)
-            if row["root"] is not None and row["root"] >= 0:
-                rec["root"] = row["root"]
+            rec = template.record()
+            rec["size_bytes"], rec["count"], rec["dtype"], rec["op"], rec["in_place"] = size, count, dtype, op, in_place
+            rec["time_us"] = time * scale if time is not None else None
+            rec["algbw_gbps"], rec["busbw_gbps"] = algbw, busbw
+            rec["wrong"], rec["source_line"] = int(wrong) if wrong is not None else None, n
+            if root is not None and root >= 0:
+                rec["root"] = root
             if "error" in vals:
                 rec["check_error"] = vals["error"]
             if repeat:

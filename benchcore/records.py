@@ -4,14 +4,17 @@ Both tools write through RecordWriter and read through read_records, so a file
 can mix commbench and iobench records; readers skip what they do not know.
 """
 import datetime
+import itertools
 import json
 import math
+import operator
 import os
 import socket
 import stat
 import subprocess
 import sys
 import uuid
+from json.encoder import encode_basestring_ascii as _json_str
 from pathlib import Path
 
 from benchcore.errors import UserError
@@ -126,8 +129,82 @@ def _finite(value):
     return value, []
 
 
+class Template:
+    """The fields a run of records share (the rows of one imported table) encoded once: dumps of a record made by
+    record() then encodes its own fields alone (a 35-field record in a third of the time). A record whose shared
+    fields no longer hold the template's objects, or that lost a field, is encoded in full (as is every record of
+    a base that is not finite JSON)."""
+
+    def __init__(self, base, own):
+        self.base, self.keys = base, [k for k in base if k not in own]
+        self.values = [base[k] for k in self.keys]
+        self.plan, text = [], "{"              # (the text before an own field's value, its key)
+        try:
+            for i, k in enumerate(base):
+                text += (", " if i else "") + _json_str(k) + ": "
+                if k in own:
+                    self.plan.append((text, k))
+                    text = ""
+                else:
+                    text += _ENCODER.encode(base[k])
+        except ValueError:
+            self.plan = None
+        self.tail = text
+
+    def record(self):
+        rec = _Row(self.base)
+        rec.template = self
+        return rec
+
+    def encode(self, rec):
+        """rec as JSON, or None where its shared fields are not the template's or a value is not finite."""
+        size = len(self.base)
+        shared = map(operator.is_, map(rec.get, self.keys, _GONE), self.values)
+        if self.plan is None or len(rec) < size or not all(shared):
+            return None
+        parts = []
+        add = parts.append
+        try:
+            for text, k in self.plan:
+                add(text + _text(rec[k]))
+            add(self.tail)
+            for k in itertools.islice(rec, size, None):
+                add(", " + _json_str(k) + ": " + _text(rec[k]))
+        except (KeyError, ValueError):
+            return None
+        return "".join(parts) + "}"
+
+
+class _Row(dict):
+    __slots__ = ("template",)
+
+
+_GONE = itertools.repeat(object())     # what rec.get gives for a field deleted from a record
+
+
+def _text(value):
+    """A value as json writes it; ValueError for a float that is not finite."""
+    if value is None:
+        return "null"
+    kind = type(value)
+    if kind is float:
+        if value - value:                 # NaN or infinite
+            raise ValueError(value)
+        return float.__repr__(value)
+    if kind is int:
+        return int.__repr__(value)
+    if kind is str:
+        return _json_str(value)
+    if kind is bool:
+        return "true" if value else "false"
+    return _ENCODER.encode(value)
+
+
 def dumps(record):
     """One record as a JSON line: never NaN or Infinity (null instead, the fields named in `nonfinite`)."""
+    text = record.template.encode(record) if type(record) is _Row else None
+    if text is not None:
+        return text
     try:
         return _ENCODER.encode(record)
     except ValueError:          # a float that is not finite somewhere

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from benchcore import fiojson, nccltests, schema
 from benchcore.errors import UserError
-from benchcore.inputs import lines, name, read_bytes, regular_file, shown
+from benchcore.inputs import name, read_bytes, regular_file, shown, text_blocks
 from benchcore.records import read_records
 from benchcore.units import format_size
 
@@ -83,8 +83,7 @@ def _fio(path, run_id):
 def _nccl(path, run_id):
     """The records and events of an nccl-tests log, streamed line by line."""
     with open(path, "rb") as f:
-        numbered = ((n, line.decode("utf-8", errors="replace"), ended) for n, line, ended in lines(f))
-        for item in nccltests.stream(numbered, path, run_id):
+        for item in nccltests.stream(text_blocks(f), path, run_id):
             if isinstance(item, tuple):
                 kind, reason, line, collective, hosts = item
                 item = schema.event("commbench", kind, reason, run_id=run_id, collective=collective, hosts=hosts,

@@ -105,10 +105,15 @@ def _unknown(tool, fields, allowed):
         raise ValueError(f"{tool} record field(s) not in benchcore.schema: {', '.join(extra)}")
 
 
+_FIELDS = {}     # tool -> its measurement fields, made at its first record (when this module has added them all)
+
+
 def measurement(tool, **fields):
     """A measurement record of tool: DESIGN fields first (None where absent), then extensions."""
     design = DESIGN[tool]
-    _unknown(tool, fields, set(design) | set(EXTENSIONS[tool]))
+    if tool not in _FIELDS:
+        _FIELDS[tool] = set(design) | set(EXTENSIONS[tool])
+    _unknown(tool, fields, _FIELDS[tool])
     rec = {key: fields.get(key) for key in design}
     rec["tool"] = tool
     rec.update((k, v) for k, v in fields.items() if k not in rec)

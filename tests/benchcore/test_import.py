@@ -293,3 +293,50 @@ def test_srun_label_prefixes(tmp_path):
     (tmp_path / "srun.log").write_text(text)
     assert rows(results.load(str(tmp_path / "srun.log")).records) == \
         [(1048576, False, 20.51, 51.12, 25.56), (1048576, True, 20.02, 52.38, 26.19)]
+
+
+def _json(rec):
+    return json.dumps(dict(rec), default=str, allow_nan=False)
+
+
+CHANGES = [("a shared field set", lambda r: r.__setitem__("backend", "gloo")),
+           ("a shared dict replaced", lambda r: r.__setitem__("env", {"NCCL_ALGO": "Ring"})),
+           ("an own field set", lambda r: r.__setitem__("time_us", 1.5)),
+           ("a field added", lambda r: r.__setitem__("note", "x")),
+           ("a shared field deleted, another added", lambda r: (r.pop("topology"), r.__setitem__("y", 1))),
+           ("an own field deleted", lambda r: r.pop("busbw_gbps")),
+           ("a value made NaN", lambda r: r.__setitem__("algbw_gbps", float("nan")))]
+
+
+@pytest.mark.parametrize("what,change", CHANGES, ids=[c[0] for c in CHANGES])
+def test_imported_records_are_written_as_json_writes_them_also_after_a_change(what, change):
+    """Imported rows are encoded from their table's shared fields (benchcore.records.Template): the text must be
+    json's own for every record of every fixture log, and stay so whatever a reader changes in a record."""
+    from benchcore.records import Template, dumps
+    logs = sorted(FOREIGN.glob("*.log")) + sorted(FOREIGN.glob("*.md"))
+    imported = [r for log in logs for r in load(log.name) if not r.get("event")]
+    assert len(imported) > 40 and all(isinstance(r.template, Template) for r in imported)
+    for rec in imported:
+        assert dumps(rec) == _json(rec)
+    for rec in imported[:20]:
+        change(rec)
+        if what == "a value made NaN":
+            assert json.loads(dumps(rec))["algbw_gbps"] is None and "algbw_gbps" in json.loads(dumps(rec))["nonfinite"]
+        else:
+            assert json.loads(dumps(rec)) == json.loads(_json(rec))
+
+
+def test_one_command_does_not_import_the_others():
+    """The commbench CLI imports a command's module when it runs: `import` (a few hundred MB of log to read) starts
+    in a tenth of a second instead of paying for launchers, strategies and acceptance; --help still lists them all."""
+    from commbench.commands.cli import COMMANDS, cli
+    code = ("import sys; from commbench.commands.cli import cli; sys.argv = ['commbench', 'import', '--help'];\n"
+            "try: cli.main(standalone_mode=False)\nexcept SystemExit: pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith('commbench.') and m != 'commbench.commands.cli'))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "['commbench.commands']", done.stdout
+    ctx = cli.make_context("commbench", ["--help"], resilient_parsing=True)
+    for command in COMMANDS:
+        assert cli.get_command(ctx, command).name == command
+    assert set(COMMANDS) | {"import", "diff", "report"} == set(cli.list_commands(ctx))
