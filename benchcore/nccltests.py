@@ -17,6 +17,7 @@ prefixes, NCCL INFO/WARN and other lines interleaved (also inside a row, as stdo
 Markdown indentation, header lines without '#', elided rows ('...'), zero-byte rows, footers with or without unit.
 A table that ends before its footer keeps its complete rows and adds an `event: "truncated"` record.
 """
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -61,7 +62,7 @@ CRASH = re.compile(r"NCCL WARN|RCCL WARN|Test (?:NCCL |CUDA |HIP )?failure|failu
 class Context:
     """What the log says around the tables: binary, devices, versions, settings."""
     program: str = None
-    ranks: dict = field(default_factory=dict)   # rank -> host
+    devices: list = field(default_factory=list)  # its '#  Rank N ... on HOST device D' lines, read when needed
     versions: dict = field(default_factory=dict)
     env: dict = field(default_factory=dict)
     settings: dict = field(default_factory=dict)
@@ -152,6 +153,7 @@ def parse(text, source_file, run_id):
 
 
 MAX_ROWS = 4096     # rows of one table held before they become records (a real table has a few dozen)
+MAX_DEVICES = 65536  # device lines of one table kept (a rank each)
 MAX_AFTER = 1000    # lines after a table's last row searched for why it ended early
 EXCERPT = 300       # characters of such a line kept (the reason quotes it)
 
@@ -185,9 +187,9 @@ def stream(blocks, source_file, run_id):
             if current is not None and not current.ended:
                 current.note(line)
             continue
-        m = DEVICE.match(line) if "Rank" in line else None
-        if m:
-            ctx.ranks[int(m.group(1))] = m.group(2)
+        if "Rank" in line and line.lstrip("# ").startswith("Rank"):
+            if len(ctx.devices) < MAX_DEVICES:
+                ctx.devices.append(line)
             continue
         start = STARTING.search(line) if "test starting" in line else None
         settings = NTHREAD.search(line) if "nThread" in line else None
@@ -271,6 +273,12 @@ def _context(ctx, line):
     return found
 
 
+@functools.lru_cache(maxsize=2)
+def ranks(devices):
+    """rank -> host of a table's device lines (tables of one log mostly list the same devices: read once)."""
+    return {int(m.group(1)): m.group(2) for m in map(DEVICE.match, devices) if m}
+
+
 def _done(table, source):
     """The rest of an ended table's records, then its events."""
     yield from _records(table, source)
@@ -286,7 +294,7 @@ def _collective(program):
 def _hosts(ctx):
     if ctx.commbench:
         return ctx.commbench[3]
-    return list(dict.fromkeys(ctx.ranks.values())) or None
+    return list(dict.fromkeys(ranks(tuple(ctx.devices)).values())) or None
 
 
 def _records(table, source):
@@ -296,8 +304,8 @@ def _records(table, source):
     if collective is None:
         raise UserError("no collective named: no '# Collective test starting' line, no *_perf binary in the log or "
                         "the file name")
-    ranks = ctx.ranks
-    world = max(ranks) + 1 if ranks else None
+    devices = ranks(tuple(ctx.devices))
+    world = max(devices) + 1 if devices else None
     hosts = _hosts(ctx)
     backend = "nccl"
     if ctx.commbench:

@@ -166,10 +166,20 @@ class Template:
         add = parts.append
         try:
             for text, k in self.plan:
-                add(text + _text(rec[k]))
+                value = rec[k]
+                kind = type(value)            # the common kinds inline (this runs per record), the rest by _text
+                if kind is float and not value - value:
+                    add(text + float.__repr__(value))
+                elif kind is int:
+                    add(text + int.__repr__(value))
+                elif kind is str:
+                    add(text + _json_str(value))
+                else:
+                    add(text + _text(value))
             add(self.tail)
             for k in itertools.islice(rec, size, None):
-                add(", " + _json_str(k) + ": " + _text(rec[k]))
+                value = rec[k]
+                add(", " + _json_str(k) + ": " + (int.__repr__(value) if type(value) is int else _text(value)))
         except (KeyError, ValueError):
             return None
         return "".join(parts) + "}"
