@@ -192,7 +192,7 @@ class Tool:
 TOOL = {
     "commbench": Tool(("collective", "strategy", "pattern", "phase", "size_bytes", "dtype", "op", "root", "in_place",
                        "chunk_bytes", "inflight", "compress", "buckets", "compute_ratio", "gemm", "compute_kernel",
-                       "env_config", "nodes", "world_size", "backend", "launcher", "topology"),
+                       "env_config", "nodes", "world_size", "backend", "launcher", "topology", "host", "peer_host"),
                       ("pattern", "strategy", "collective"), "time_us", True, ("time_us_min", "time_us_max"), "us"),
     "iobench": Tool(("profile", "rw", "direction", "bs_bytes", "iodepth", "numjobs", "direct", "mount",
                      "storage_class"),
@@ -223,6 +223,7 @@ def label(rec):
                  {True: "in-place", False: "out-of-place"}.get(rec.get("in_place")),
                  f"chunk {format_size(rec['chunk_bytes'])}" if rec.get("chunk_bytes") else None,
                  env_config(rec) or None,
+                 f"{rec['host']}-{rec['peer_host']}" if rec.get("peer_host") else None,
                  f"{rec['world_size']} ranks" if rec.get("world_size") else None,
                  f"{rec['nodes']} nodes" if rec.get("nodes") and rec["nodes"] > 1 else None]
     else:

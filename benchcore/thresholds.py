@@ -7,6 +7,7 @@ Forms (one registry each for fields' aliases, units and references):
       time_us <= 1.5 x model at 8M            relative to the model's prediction (predicted_time_us)
       time_us <= 50 at 8B                     absolute, in the field's unit unless one is given
       wrong == 0
+      busbw >= 0.7 x median                   relative to the median of the same group and size (pairs' links)
       shard-write MB/s >= 2000                GROUP: a collective, strategy (commbench) or profile (iobench)
       small-random-write P99 <= 2 ms
   no regression > 5 % vs baseline             benchcore.diff against --baseline (its significance rules)
@@ -62,8 +63,10 @@ REFERENCES = {
                   "link_peak_gbps"),
     "model": (lambda tool, name: tool == "commbench" and (name.endswith("_gbps") or name.startswith("time_us")),
               _model_value, "predicted_time_us"),
+    # of every measured thing of the same group and size: a link against its peers (set by judge, not per record)
+    "median": (lambda tool, name: True, None, None),
 }
-REFERENCE_SPELLINGS = {"link peak": "link peak", "link_peak": "link peak", "link_peak_gbps": "link peak",
+REFERENCE_SPELLINGS = {"median": "median", "link peak": "link peak", "link_peak": "link peak", "link_peak_gbps": "link peak",
                        "peak": "link peak", "model": "model", "prediction": "model", "predicted": "model",
                        "predicted_time_us": "model"}
 
@@ -85,11 +88,12 @@ class Threshold:
     at_bytes: Optional[int] = None
     regression: Optional[float] = None   # 0.05 = 5 %
 
-    def expected(self, rec):
-        """The value this record must reach, in the field's unit (None: the record lacks the reference)."""
+    def expected(self, rec, medians=None):
+        """The value this record must reach, in the field's unit (None: the record lacks the reference);
+        medians: (group, size) -> the median of the measured things, for x median."""
         if self.reference is None:
             return self.value
-        ref = REFERENCES[self.reference][1](rec, self.field)
+        ref = medians.get(_peers(rec)) if self.reference == "median" else REFERENCES[self.reference][1](rec, self.field)
         return None if ref is None else self.value * ref
 
     def applies(self, rec):
@@ -110,8 +114,8 @@ def parse(text, tool):
         return Threshold(text, regression=finite(m.group("pct"), f"threshold {text!r}: the percentage", 0, 999) / 100)
     m = _FORM.match(text)
     if not m:
-        raise UserError(f"threshold {text!r} is not FIELD OP VALUE [UNIT] [x link peak|model] [at [OP] SIZE] "
-                        "nor 'no regression > N % vs baseline'")
+        raise UserError(f"threshold {text!r} is not FIELD OP VALUE [UNIT] [x link peak|model|median] "
+                        "[at [OP] SIZE] nor 'no regression > N % vs baseline'")
     name = ALIASES[tool].get(m.group("field").lower(), m.group("field"))
     known = set(schema.DESIGN[tool]) | set(schema.EXTENSIONS[tool])
     if name not in known:
@@ -129,7 +133,8 @@ def parse(text, tool):
     if m.group("ref"):
         reference = REFERENCE_SPELLINGS.get(m.group("ref").strip().lower())
         if reference is None:
-            raise UserError(f"threshold {text!r}: unknown reference {m.group('ref')!r} (x link peak, x model)")
+            raise UserError(f"threshold {text!r}: unknown reference {m.group('ref')!r} "
+                            "(x link peak, x model, x median)")
         if m.group("unit"):
             raise UserError(f"threshold {text!r}: a factor of {reference} takes no unit")
         if not REFERENCES[reference][0](tool, name):
@@ -177,6 +182,11 @@ def _median_by_identity(recs, name):
     return out
 
 
+def _peers(rec):
+    """What x median compares a thing with: the things of its group and size."""
+    return group_of(rec), rec.get("phase"), rec.get("size_bytes")
+
+
 def judge(threshold, records, baseline=None):
     """Outcome of threshold on a check's records; baseline: the --baseline records (None: not given)."""
     if threshold.regression is not None:
@@ -187,8 +197,14 @@ def judge(threshold, records, baseline=None):
     if not recs:
         return Outcome(t, False, message="no measurement this threshold applies to")
     rows, lacking, unusable = [], 0, []
-    for rec, measured, why in _median_by_identity(recs, t.field):
-        expected = t.expected(rec)
+    things = _median_by_identity(recs, t.field)
+    peers = {}
+    for rec, measured, why in things:
+        if not why:
+            peers.setdefault(_peers(rec), []).append(measured)
+    medians = {k: statistics.median(v) for k, v in peers.items()}
+    for rec, measured, why in things:
+        expected = t.expected(rec, medians)
         if why:
             unusable.append((rec, why))
         elif expected is None:
@@ -203,7 +219,7 @@ def judge(threshold, records, baseline=None):
                                f"({label(rec)}): not a usable measurement; {len(unusable)} of "
                                f"{len(rows) + len(unusable) + lacking} have none")
     if not rows:
-        need = REFERENCES[t.reference][2] if t.reference and lacking else t.field
+        need = (REFERENCES[t.reference][2] or t.field) if t.reference and lacking else t.field
         return Outcome(t, False, message=f"no measurement carries {need}")
     bad = [row for row in rows if not OPS[t.op](row[1], row[2])]
     pick = bad or rows

@@ -1,15 +1,15 @@
-"""commbench pairs across four network-namespace nodes: the node whose link runs at a third of the others' is
-named, exactly; with every link alike, nothing is named."""
+"""commbench pairs across four network-namespace nodes, as an accept check (its verdict and its links against their
+median judged): the node whose link runs at a third of the others' is named, exactly, and the check fails; with
+every link alike, nothing is named and it passes."""
+import json
 import os
 import statistics
-import time
 
 import pytest
 
-from benchcore import procs
 from commbench.launch import netns
-from tests.conftest import BIN, read_records
-from tests.netns.conftest import NETNS_CLUSTER, needs_netns, wait_all
+from tests.conftest import ROOT, read_records, run_tool
+from tests.netns.conftest import needs_netns
 
 pytestmark = [pytest.mark.slow, pytest.mark.root, needs_netns]
 NODES, RATE = 4, 400_000_000   # bit/s on every node's link; the slow one gets a third
@@ -32,32 +32,56 @@ def shape_node(prefix, node, bits):
     netns.shape(netns.switch_name(prefix), f"port{node}", bits)
 
 
-def run_pairs(prefix, logdir, port, out):
-    started = []
-    for node in reversed(range(NODES)):   # node 0 (the store) last, so the others already wait for it
-        argv = [str(NETNS_CLUSTER), "exec", "--prefix", prefix, str(node), "--", str(BIN / "commbench"), "pairs",
-                "--nodes", str(NODES), "--rdzv-endpoint", f"{netns.node_addr(0)}:{port}", "--node-rank", str(node),
-                "--size", "4M", "-n", "3", "-w", "1", "--timeout", "60", "--rdzv-timeout", "60",
-                *(["--out", str(out)] if node == 0 else [])]
-        err = logdir / f"{port}-{node}.err"
-        with open(err, "w") as fe:
-            proc = procs.spawn(argv, stdout=open(logdir / f"{port}-{node}.out", "w"), stderr=fe)
-        proc.err = err
-        started.append(proc)
-    results = wait_all(started, time.monotonic(), 240)
-    assert all(code == 0 for code, _, _ in results), [e for _, e, _ in results]
-    (found,) = [r for r in read_records(out) if r.get("event") == "verdict"]
-    return read_records(out), found
+SPEC = """\
+cluster:
+  exec: scripts/netns-cluster exec {{node}} --
+  rdzv_endpoint: {endpoint}
+checks:
+  - name: links
+    kind: pairs
+    nodes: 4
+    size: 4M
+    iters: 3
+    warmup: 1
+    timeout: 240
+    thresholds:
+      - wrong == 0
+      - sendrecv busbw >= 0.5 x median
+"""
+
+
+def run_pairs(prefix, logdir, port, name):
+    """commbench accept with a pairs check across the four nodes (one commbench pairs per node through the
+    spec's cluster exec): (exit code, verdict.json, the records, pairs' own verdict record)."""
+    spec = logdir / f"{name}.yaml"
+    spec.write_text(SPEC.format(endpoint=f"{netns.node_addr(0)}:{port}"))
+    proc = run_tool("commbench", "accept", "--spec", spec, "--out", logdir / name, timeout=400, cwd=ROOT,
+                    env={"NETNS_CLUSTER_PREFIX": prefix})
+    print(proc.stderr + proc.stdout)
+    recs = read_records(logdir / name / "results.jsonl")
+    (found,) = [r for r in recs if r.get("event") == "verdict" and r.get("check") == "pairs"]
+    return proc.returncode, json.loads((logdir / name / "verdict.json").read_text()), recs, found
+
+
+def outcomes(verdict):
+    return {t["threshold"]: t for t in verdict["checks"][0]["thresholds"]}
 
 
 def test_the_slow_node_is_named_and_only_it(quad):
     prefix, logdir = quad
     shape_node(prefix, 3, RATE // 3)
     try:
-        recs, found = run_pairs(prefix, logdir, 29560, logdir / "slow.jsonl")
+        code, verdict, recs, found = run_pairs(prefix, logdir, 29560, "slow")
     finally:
         shape_node(prefix, 3, RATE)
     assert found["bad_nodes"] == [netns.ns_name(prefix, 3)] and found["bad_links"] == [], found["reason"]
+    # accept judges pairs' verdict and the links against their median: both fail, naming node 3
+    assert code == 1 and verdict["checks"][0]["reason"] is None
+    judged = outcomes(verdict)
+    own = judged["pairs verdict: no bad node, no bad link"]
+    assert not own["passed"] and f"bad node(s): {netns.ns_name(prefix, 3)}" in own["message"], own
+    link = judged["sendrecv busbw >= 0.5 x median"]
+    assert not link["passed"] and netns.ns_name(prefix, 3) in link["message"], link
     pairs = [r for r in recs if r.get("peer_host")]
     # 6 rounds (two round-robins of 3) x 2 pairs x 2 operations, each with its hosts and round
     assert len(pairs) == 24 and {r["round"] for r in pairs} == set(range(6))
@@ -74,5 +98,6 @@ def test_the_slow_node_is_named_and_only_it(quad):
 
 def test_with_every_link_alike_nothing_is_named(quad):
     prefix, logdir = quad
-    _, found = run_pairs(prefix, logdir, 29561, logdir / "even.jsonl")
+    code, verdict, _, found = run_pairs(prefix, logdir, 29561, "even")
     assert found["bad_nodes"] == [] and found["bad_links"] == [] and found["passed"] is True, found["reason"]
+    assert code == 0 and all(t["passed"] and not t["skipped"] for t in outcomes(verdict).values()), verdict

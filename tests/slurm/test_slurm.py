@@ -149,6 +149,50 @@ def test_iobench_and_accept_templates_exit_codes(cluster, tmp_path, capsys):
             print(f"\n[{name} job log, exit {ends[name]}]\n" + "\n".join(log.splitlines()[-12:]))
 
 
+STALLED = """\
+checks:
+  - name: stalled-rank
+    kind: commbench
+    collective: all_reduce
+    nodes: 2
+    nproc_per_node: 1
+    min_bytes: 1M
+    max_bytes: 1M
+    iters: 20
+    warmup: 1
+    hang_timeout: 5
+    env: {COMMBENCH_TEST_STALL: "1:3"}
+    thresholds:
+      - wrong == 0
+"""
+
+
+def test_accept_on_fail_drain_drains_the_node_the_check_names_and_no_other(cluster, tmp_path, capsys):
+    """accept.sbatch with ON_FAIL=drain: rank 1 stops before its third operation (a test hook), rank 0's watchdog
+    names it; the job exits 1, Slurm shows node 1 drained with the check as the reason, node 0 untouched. (A pairs
+    check names its bad nodes the same way: tests/netns/test_pairs.py judges that verdict through accept.)"""
+    (cluster.work / "stalled.yaml").write_text(STALLED)
+    try:
+        job = cluster.sbatch("--exclusive=user", *EDITS, str(ROOT / "scripts/slurm/accept.sbatch"),
+                             cluster.work / "stalled.yaml", env={"COMMBENCH": COMMBENCH, "ON_FAIL": "drain"})
+        state, code = cluster.wait_job(job, timeout=180)
+        log = (cluster.work / f"accept-{job}.log").read_text()
+        reasons = cluster.run("sinfo", "-R", "-h", "-o", "%N|%E").stdout
+        assert code == 1, log
+        verdict = json.loads((cluster.work / f"accept-{job}" / "verdict.json").read_text())
+        assert [(d["node"], d["drained"]) for d in verdict["drained"]] == [(cluster.nodes[1], True)], verdict
+        drained = dict(line.split("|", 1) for line in reasons.splitlines())
+        assert list(drained) == [cluster.nodes[1]], reasons
+        assert drained[cluster.nodes[1]].startswith("commbench accept: stalled-rank: "), reasons
+        assert f"accept: drained {cluster.nodes[1]}: " in log, log
+    finally:
+        resume = cluster.run("scontrol", "update", f"NodeName={cluster.nodes[1]}", "State=RESUME")
+    assert resume.returncode == 0, resume.stderr
+    with capsys.disabled():
+        print(f"\n[accept --on-fail drain job, exit {code}]\n" + "\n".join(log.splitlines()[-6:]) +
+              f"\n[sinfo -R]\n{reasons}")
+
+
 @pytest.fixture(scope="module", autouse=True)
 def limited(cluster):
     """The time-limit job, submitted before the first test: its minute runs beside the other tests' jobs. A thread

@@ -73,7 +73,8 @@ def junit(results, spec, seconds, path):
             failure = ET.SubElement(run_case, "failure", message=r.reason, type="run")
             failure.text = "\n".join(r.commands)
         cases.append(run_case)
-        for (t, line), o in zip(r.check.thresholds, r.outcomes or [None] * len(r.check.thresholds)):
+        judged = r.check.thresholds + ([(thresholds.Threshold(r.check.row.verdict), None)] if r.check.row.verdict else [])
+        for (t, line), o in zip(judged, r.outcomes or [None] * len(judged)):
             case = ET.Element("testcase", name=t.text, classname=r.check.name, time="0",
                               file=spec.path, line=str(line or r.check.line))
             if o is None:
@@ -105,24 +106,32 @@ def junit(results, spec, seconds, path):
     ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
 
 
-def write_outputs(written, spec, results, records, baseline_path, baseline, run_id, seconds, code, notes=()):
+def _lines(check):
+    """The spec line of each outcome of a check: its thresholds', then the check's own for its verdict."""
+    return [line for _, line in check.thresholds] + [check.line]
+
+
+def write_outputs(written, spec, results, records, baseline_path, baseline, run_id, seconds, code, notes=(),
+                  drained=()):
     """verdict.json first (the smallest, what CI reads), junit.xml, then the report; notes: lines the report
-    and verdict.json carry (env variables a spec allowed outside the catalogue)."""
+    and verdict.json carry (env variables a spec allowed outside the catalogue); drained: what --on-fail drain
+    did, node by node."""
     directory = written.directory
     verdict = {"spec": spec.path, "run_id": run_id, "passed": code == EXIT_PASS, "exit_code": code,
                "interrupted": code not in (EXIT_PASS, EXIT_FAIL), "seconds": round(seconds, 1), "baseline": baseline_path,
-               "notes": list(notes),
+               "notes": list(notes), "drained": list(drained),
                "checks": [{"name": r.check.name, "kind": r.check.kind, "line": r.check.line, "ran": r.ran,
                            "passed": r.passed, "reason": r.reason or None, "seconds": round(r.seconds, 1),
                            "records": len(r.records), "commands": r.commands, "env": r.check.env,
                            "allow_unknown_env": r.check.allow_unknown_env,
                            "thresholds": [{**o.as_dict(), "line": line}
-                                          for o, (_, line) in zip(r.outcomes, r.check.thresholds)]}
+                                          for o, line in zip(r.outcomes, _lines(r.check))]}
                           for r in results]}
     written("verdict.json", (directory / "verdict.json").write_text, json.dumps(verdict, indent=2) + "\n")
     written("junit.xml", junit, results, spec, seconds, directory / "junit.xml")
     outcomes = [o for r in results for o in r.outcomes]
-    lead = list(notes) + [f"{r.check.name} / {o.threshold.text}: "
+    lead = list(notes) + [f"{'drained' if d['drained'] else 'not drained'} {d['node']}: {d['error'] or d['reason']}"
+                          for d in drained] + [f"{r.check.name} / {o.threshold.text}: "
                           f"{'SKIPPED' if o.skipped else 'PASS' if o.passed else 'FAIL'}: {o.message}"
                           for r in results for o in r.outcomes]
     written("the report (report.md, report.html, plots)", reportpage.write_into, directory, ["results.jsonl"], records,

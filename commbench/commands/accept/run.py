@@ -31,6 +31,7 @@ from benchcore.results import load_many
 from commbench.commands.accept.init import init_text
 from commbench.commands.accept.outputs import EXIT_FAIL, EXIT_PASS, Written, summary, verdict_event, write_outputs
 from commbench.commands.accept.spec import Check, load_spec
+from commbench.launch import slurm
 from commbench.transports.envvars import CATALOGUE
 from iobench.cli import cli as iobench_cli
 
@@ -163,7 +164,71 @@ def judge(result, baseline):
     if baseline:
         baseline = [r for r in baseline if r.get("accept_check") == result.check.name] or baseline
     result.outcomes = [thresholds.judge(t, result.records, baseline) for t, _ in result.check.thresholds]
+    if result.check.row.verdict:
+        result.outcomes.append(own_verdict(result))
     return result
+
+
+def own_verdict(result):
+    """The Outcome of the verdict record a self-judging command (pairs) wrote: passed or not, its reason."""
+    threshold = thresholds.Threshold(result.check.row.verdict)
+    found = [r for r in result.records if r.get("event") == "verdict"]
+    if result.reason or not found:
+        return thresholds.Outcome(threshold, False, message=f"not judged: {result.reason or 'no verdict record'}")
+    said, why = found[-1].get("passed"), shown(str(found[-1].get("reason")), 300)
+    if said is None:      # nothing to judge (pairs of emulated nodes share one machine's loopback)
+        return thresholds.Outcome(threshold, True, skipped=True, message=why)
+    return thresholds.Outcome(threshold, said is True, judged=1, message=why)
+
+
+def named_nodes(result):
+    """{node: why} of the nodes a check's records name as the cause of its failure: pairs' bad nodes, and the hosts
+    of the ranks that hung a run (never entered the operation the others wait in, or stopped beating). Never
+    anyone else."""
+    named = {}
+    for rec in result.records:
+        if rec.get("event") == "verdict":
+            for node in rec.get("bad_nodes") or []:
+                named.setdefault(node, f"pairs: {rec.get('reason')}")
+        elif rec.get("event") == "hang":
+            for r in rec.get("ranks") or []:
+                if isinstance(r, dict) and r.get("state") in HANG_CULPRITS:
+                    named.setdefault(r.get("host"), f"rank {r.get('rank')} {HANG_CULPRITS[r['state']]} (hang)")
+    return {node: why for node, why in named.items() if isinstance(node, str) and node}
+
+
+HANG_CULPRITS = {"outside": "never entered the operation the others waited in", "silent": "stopped beating"}
+
+
+def drain_allowed():
+    """--on-fail drain runs only inside a Slurm allocation with scontrol: its nodes; UserError elsewhere."""
+    if not os.environ.get("SLURM_JOB_ID") or not os.environ.get("SLURM_JOB_NODELIST"):
+        raise UserError("--on-fail drain works inside a Slurm allocation (no SLURM_JOB_ID / SLURM_JOB_NODELIST "
+                        "here): run accept in sbatch or salloc")
+    if shutil.which("scontrol") is None:
+        raise UserError("--on-fail drain needs scontrol (not found)")
+    return slurm.hostnames(os.environ["SLURM_JOB_NODELIST"])
+
+
+def drain(results, allocation):
+    """scontrol update State=DRAIN for each node of the allocation a failed check names, with the check and what
+    it measured as the reason; [{node, check, reason, drained, error}]."""
+    out = []
+    for result in results:
+        if result.passed:
+            continue
+        for node, why in named_nodes(result).items():
+            reason = shown(f"commbench accept: {result.check.name}: {why}", 200).replace('"', "'")
+            entry = {"node": node, "check": result.check.name, "reason": reason, "drained": False, "error": None}
+            if node not in allocation:
+                entry["error"] = "not a node of this allocation: left alone"
+            else:
+                done = subprocess.run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"],
+                                      capture_output=True, text=True, timeout=60)
+                entry["drained"] = done.returncode == 0
+                entry["error"] = None if done.returncode == 0 else procs.one_line(done.stderr or done.stdout)
+            out.append(entry)
+    return out
 
 
 def writable(directory):
@@ -184,8 +249,9 @@ def unknown_env(spec):
             if c.allow_unknown_env and any(k not in CATALOGUE for k in c.env)]
 
 
-def run(spec, out, baseline_path, programs):
-    """Run every check; write the outputs; returns the exit code."""
+def run(spec, out, baseline_path, programs, allocation=None):
+    """Run every check; write the outputs; returns the exit code. allocation: the Slurm nodes --on-fail drain may
+    drain (None: drain nobody)."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     baseline = None
@@ -228,11 +294,15 @@ def run(spec, out, baseline_path, programs):
     results += [Result(c, [], ran=False, reason="not run: interrupted before it") for c in spec.checks[len(results):]]
     if code == EXIT_PASS and not all(r.passed for r in results):
         code = EXIT_FAIL
+    drained = drain(results, allocation) if allocation is not None and code == EXIT_FAIL else []
+    for entry in drained:
+        con.print(f"accept: {'drained' if entry['drained'] else 'did not drain'} {entry['node']}: "
+                  f"{entry['error'] or entry['reason']}", markup=False)
     with procs.signals_blocked():
         if writer:
             written("results.jsonl", writer.close)
         write_outputs(written, spec, results, records, baseline_path, baseline or [], run_id,
-                      time.monotonic() - t0, code, unknown_env(spec))
+                      time.monotonic() - t0, code, unknown_env(spec), drained)
     passed = sum(r.passed for r in results)
     click.echo(f"accept: {({EXIT_PASS: 'PASS', EXIT_FAIL: 'FAIL'}).get(code, 'INTERRUPTED')}: "
                f"{passed} of {len(results)} checks passed; {name(directory)}/verdict.json, junit.xml, report.html")
@@ -251,7 +321,10 @@ def run(spec, out, baseline_path, programs):
 @click.option("--init", "init", is_flag=True, help="Print a starting spec for --topology and --nodes to stdout.")
 @click.option("--topology", default=None, metavar="NAME|FILE", help="With --init: the topology the spec is for.")
 @click.option("--nodes", type=click.IntRange(1), default=1, show_default=True, help="With --init: node count.")
-def accept(spec_path, out, baseline, dry_run, init, topology, nodes):
+@click.option("--on-fail", type=click.Choice(["report", "drain"]), default="report", show_default=True,
+              help="drain: inside a Slurm allocation, `scontrol update State=DRAIN` each node a failed check names "
+                   "(pairs' bad nodes, a hung run's culprit ranks), the check and measurement as the reason.")
+def accept(spec_path, out, baseline, dry_run, init, topology, nodes, on_fail):
     """Cluster acceptance: run a spec's checks, judge their thresholds, write a verdict for CI and people.
 
     Writes DIR/results.jsonl (every record, each with accept_check), junit.xml (a testcase per check and
@@ -271,6 +344,7 @@ def accept(spec_path, out, baseline, dry_run, init, topology, nodes):
     if not spec_path:
         raise UserError("give --spec FILE (or --init --topology NAME to write one)")
     spec = load_spec(spec_path)
+    allocation = drain_allowed() if on_fail == "drain" else None
     programs = {"commbench.commands.cli": click.get_current_context().find_root().command, "iobench.cli": iobench_cli}
     if dry_run:
         validate(spec, programs)
@@ -279,4 +353,4 @@ def accept(spec_path, out, baseline, dry_run, init, topology, nodes):
                 env = " ".join(f"{k}={shlex.quote(v)}" for k, v in check.env.items())
                 click.echo(f"# {check.name}\n{env + ' ' if env else ''}{shlex.join(argv)}")
         return
-    sys.exit(run(spec, out, baseline, programs))
+    sys.exit(run(spec, out, baseline, programs, allocation))

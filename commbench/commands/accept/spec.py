@@ -84,6 +84,8 @@ VALUES = {
     "flag": (lambda v: isinstance(v, bool), "true or false", lambda flag, v: [flag] if v else []),
     "ratios": (_ratios, "a number above 0 (at most 100) or a list of them",
                lambda flag, v: [flag, ",".join(f"{x:g}" for x in (v if isinstance(v, list) else [v]))]),
+    "fraction": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1,
+                 "a number above 0, at most 1", lambda flag, v: [flag, f"{v:g}"]),
     "paths": (lambda v: isinstance(v, list) and bool(v) and all(_arg(x) for x in v),
               "a list of paths (none starting with '-': write ./-name for such a file)", lambda flag, v: list(v)),
 }
@@ -104,6 +106,8 @@ class Kind:
     nodes_key: Optional[str] = None        # the key saying how many nodes (cluster exec)
     top_topology: bool = False             # takes the spec's top-level topology
     groups: Callable = lambda check: set()  # check -> what a threshold's GROUP may name (cases and phases, profiles)
+    verdict: Optional[str] = None          # the command judges itself: its verdict record fails the check unless
+                                           # it passed (pairs: no bad node, no bad link), named so in the outputs
 
 
 def _cases(*names):
@@ -127,7 +131,8 @@ KINDS = {
                       {"collective": (None, "names"), "strategy": (None, "names"), **SIZES,
                        "nodes": ("--nodes", "whole"), "nproc_per_node": ("--nproc-per-node", "whole"),
                        "backend": ("--backend", "text"), "topology": ("--topology", "text"),
-                       "repeats": ("--repeats", "whole"), "chunk_size": ("--chunk-size", "names")},
+                       "repeats": ("--repeats", "whole"), "chunk_size": ("--chunk-size", "names"),
+                       "hang_timeout": ("--hang-timeout", "whole")},
                       one_of=("collective", "strategy"), dry_run=True, nodes_key="nodes", top_topology=True,
                       groups=lambda check: _cases(check.get("collective", ""), check.get("strategy", ""))),
     "iobench": Kind("iobench", "iobench.cli", lambda check: ["ckpt", *check["mounts"]],
@@ -144,6 +149,13 @@ KINDS = {
                            {"rate": ("--rate", "text"), "lo_rate": ("--lo-rate", "text"), **SIZES,
                             "cycles": ("-N", "whole")},
                            groups=lambda check: _cases("all_reduce", "hierarchical")),
+    "pairs": Kind("commbench", "commbench.commands.cli", lambda check: ["pairs"],
+                  {"nodes": ("--nodes", "whole"), "size": ("--size", "size"), "rounds": ("--rounds", "whole"),
+                   "min_fraction": ("--min-fraction", "fraction"), "iters": ("-n", "whole"),
+                   "warmup": ("-w", "whole"), "backend": ("--backend", "text"),
+                   "hang_timeout": ("--hang-timeout", "whole")},
+                  required=("nodes",), dry_run=True, nodes_key="nodes", groups=lambda check: {"sendrecv", "all_reduce"},
+                  verdict="pairs verdict: no bad node, no bad link"),
     "overlap": Kind("commbench", "commbench.commands.cli",
                     lambda check: ["overlap", "--patterns", _joined(check["pattern"])],
                     {"pattern": (None, "names"), **SIZES, "nodes": ("--nodes", "whole"),

@@ -104,7 +104,8 @@ COMMANDS = {"commbench": [({"collective": "all_reduce"}, ("commbench", "run"), {
             "iobench": [({"mounts": ["/tmp"]}, ("iobench", "ckpt"), set())],
             "selftest-link": [({}, ("commbench", "selftest", "link"), set())],
             "selftest-model": [({}, ("commbench", "selftest", "model"), set())],
-            "overlap": [({"pattern": "ddp"}, ("commbench", "overlap"), set())]}
+            "overlap": [({"pattern": "ddp"}, ("commbench", "overlap"), set())],
+            "pairs": [({"nodes": 2}, ("commbench", "pairs"), set())]}
 
 
 def test_every_option_a_check_kind_uses_is_one_its_command_has():
