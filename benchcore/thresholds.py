@@ -66,7 +66,8 @@ REFERENCES = {
     # of every measured thing of the same group and size: a link against its peers (set by judge, not per record)
     "median": (lambda tool, name: True, None, None),
 }
-REFERENCE_SPELLINGS = {"median": "median", "link peak": "link peak", "link_peak": "link peak", "link_peak_gbps": "link peak",
+REFERENCE_SPELLINGS = {"median": "median", "link peak": "link peak", "link_peak": "link peak",
+                       "link_peak_gbps": "link peak",
                        "peak": "link peak", "model": "model", "prediction": "model", "predicted": "model",
                        "predicted_time_us": "model"}
 

@@ -193,6 +193,31 @@ def test_accept_on_fail_drain_drains_the_node_the_check_names_and_no_other(clust
               f"\n[sinfo -R]\n{reasons}")
 
 
+def test_healthcheck_drains_its_own_node_when_its_check_fails(cluster, tmp_path, capsys):
+    """scripts/slurm/healthcheck run on node 1 as slurmd runs a HealthCheckProgram (SLURMD_NODENAME set): with the
+    shipped spec it passes and drains nobody; with a bound no node meets it drains node 1 alone, the check's
+    measurement as the reason."""
+    failing = tmp_path / "health-fail.yaml"
+    shipped = (ROOT / "acceptance/healthcheck.yaml").read_text()
+    failing.write_text(shipped.replace("0.5 x link peak", "1000 x link peak"))
+    env = {"COMMBENCH": COMMBENCH, "SLURMD_NODENAME": cluster.nodes[1], "PYTHON": str(BIN / "python")}
+    try:
+        ok = cluster.run(str(ROOT / "scripts/slurm/healthcheck"), node=1, env=env, timeout=120)
+        assert ok.returncode == 0 and cluster.run("sinfo", "-R", "-h").stdout == "", ok.stdout + ok.stderr
+        bad = cluster.run(str(ROOT / "scripts/slurm/healthcheck"), node=1, env={**env, "SPEC": str(failing)},
+                          timeout=120)
+        reasons = cluster.run("sinfo", "-R", "-h", "-o", "%N|%E").stdout
+    finally:
+        cluster.run("scontrol", "update", f"NodeName={cluster.nodes[1]}", "State=RESUME")
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert reasons.startswith(f"{cluster.nodes[1]}|commbench healthcheck: node-all_reduce: measured busbw_gbps "), \
+        reasons
+    assert len(reasons.splitlines()) == 1, reasons
+    with capsys.disabled():
+        print(f"\n[healthcheck on {cluster.nodes[1]}, a bound no node meets]\n{bad.stdout.strip()}\n"
+              f"[sinfo -R]\n{reasons}")
+
+
 @pytest.fixture(scope="module", autouse=True)
 def limited(cluster):
     """The time-limit job, submitted before the first test: its minute runs beside the other tests' jobs. A thread

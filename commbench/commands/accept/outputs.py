@@ -73,7 +73,8 @@ def junit(results, spec, seconds, path):
             failure = ET.SubElement(run_case, "failure", message=r.reason, type="run")
             failure.text = "\n".join(r.commands)
         cases.append(run_case)
-        judged = r.check.thresholds + ([(thresholds.Threshold(r.check.row.verdict), None)] if r.check.row.verdict else [])
+        own = [(thresholds.Threshold(r.check.row.verdict), None)] if r.check.row.verdict else []
+        judged = r.check.thresholds + own
         for (t, line), o in zip(judged, r.outcomes or [None] * len(judged)):
             case = ET.Element("testcase", name=t.text, classname=r.check.name, time="0",
                               file=spec.path, line=str(line or r.check.line))
