@@ -72,6 +72,7 @@ class Context:
 
 @dataclass
 class Source:
+    """The log being read, and what its tables' records share (kept while the next table's context is the same)."""
     file: str
     run_id: str
     shared: tuple = None                          # (the fields of the last table's records, their Template)

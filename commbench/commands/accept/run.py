@@ -223,10 +223,13 @@ def drain(results, allocation):
             if node not in allocation:
                 entry["error"] = "not a node of this allocation: left alone"
             else:
-                done = subprocess.run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"],
-                                      capture_output=True, text=True, timeout=60)
-                entry["drained"] = done.returncode == 0
-                entry["error"] = None if done.returncode == 0 else procs.one_line(done.stderr or done.stdout)
+                try:
+                    done = subprocess.run(["scontrol", "update", f"NodeName={node}", "State=DRAIN",
+                                           f"Reason={reason}"], capture_output=True, text=True, timeout=60)
+                    entry["drained"] = done.returncode == 0
+                    entry["error"] = None if done.returncode == 0 else procs.one_line(done.stderr or done.stdout)
+                except (OSError, subprocess.TimeoutExpired) as exc:    # scontrol gone, or slurmctld not answering
+                    entry["error"] = f"scontrol: {getattr(exc, 'strerror', None) or exc}"
             out.append(entry)
     return out
 
