@@ -14,11 +14,14 @@ SCRIPTS = ROOT / "scripts"
 TEMPLATES = {"slurm/commbench.sbatch": "commbench", "slurm/iobench.sbatch": "iobench",
              "slurm/accept.sbatch": "commbench", "k8s/commbench-pytorchjob.yaml": "commbench",
              "k8s/iobench-job.yaml": "iobench"}
+SCRIPTS_RUN = {"slurm/healthcheck"}   # run as they are (tests/slurm/test_slurm.py), not templates to submit
 
 
 def test_every_template_is_listed():
     found = {str(p.relative_to(SCRIPTS)) for d in ("slurm", "k8s") for p in (SCRIPTS / d).iterdir()}
-    assert found == set(TEMPLATES)
+    assert found == set(TEMPLATES) | SCRIPTS_RUN
+    for name in SCRIPTS_RUN:
+        assert subprocess.run(["bash", "-n", str(SCRIPTS / name)], capture_output=True, timeout=30).returncode == 0
 
 
 def command_text(name):
