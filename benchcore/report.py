@@ -25,12 +25,15 @@ def _cell(value, fmt):
 
 
 def print_table(rows, columns, title=None, out=None):
-    """rows: list of dicts; columns: list of (key, header, format-spec or None)."""
+    """rows: list of dicts; columns: list of (key, header, format-spec or None). A column keyed `label` holds the
+    rows' names: never wrapped or cut (the other columns narrow first)."""
     table = Table(title=title, show_lines=False)
-    for key, header, fmt in columns:
-        table.add_column(header, justify="left" if fmt is None else "right")
-    for row in rows:
-        table.add_row(*[_cell(row.get(key), fmt) for key, _, fmt in columns])
+    cells = [[_cell(row.get(key), fmt) for key, _, fmt in columns] for row in rows]
+    for i, (key, header, fmt) in enumerate(columns):
+        whole = dict(no_wrap=True, min_width=max([len(c[i]) for c in cells] + [1])) if key == "label" else {}
+        table.add_column(header, justify="left" if fmt is None else "right", **whole)
+    for row in cells:
+        table.add_row(*row)
     (out or console()).print(table)
 
 

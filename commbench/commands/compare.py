@@ -32,12 +32,13 @@ def _median(values):
 
 
 def _speedup(outcome, label, baseline):
-    """'1.32 [1.20, 1.45]' (baseline time / this time), '=' for the same work, '' where nothing to say."""
+    """'1.32 [1.20, 1.45]' (baseline time / the group's pooled time) on a group's first row only, '= NAME (same
+    work)' on its other rows and on the baseline's group, '' where nothing to say."""
     if outcome is None or label == baseline or not any(baseline in g.labels for g in outcome.groups):
         return ""
     mine, base = outcome.group_of(label), outcome.group_of(baseline)
-    if mine is base:
-        return "= (same work)"
+    if mine is base or label != mine.labels[0]:
+        return f"= {baseline if mine is base else mine.labels[0]} (same work)"
     r = stats.ratio_interval(base.times, mine.times)
     if r is None:
         return f"{base.time / mine.time:.2f} (no interval)"
