@@ -49,6 +49,8 @@ EXTENSIONS = {
         "host": "pairs: one end of the pair", "peer_host": "pairs: the other end",
         "link_tier": "the tier that bounds the measurement in the model (intra-node or inter-node); "
                      "link_peak_gbps is the busbw that saturates it",
+        "predicted_algo": "NCCL's algorithm/protocol pick by its own tuning model (Tree/LL, Ring/Simple, ...) behind "
+                          "predicted_time_us; null where NCCL's tuner does not decide (Gloo, MPI, point-to-point)",
     },
     "iobench": {
         "job": "fio job name", "direction": "read / write / trim", "ioengine": "fio ioengine",

@@ -126,7 +126,7 @@ def _chunked_model(cfg, size, shape, backend):
     waves = ceil_div(len(chunks), min(cfg["inflight"], len(chunks)))
     moved = sum(length for _, length in chunks) * elt
     terms = model.ring_terms((n - 1) / n * moved, (n - 1) * waves, shape) if n > 1 else []
-    return {TOTAL: Phase(factor("all_gather", n), terms)}
+    return {TOTAL: Phase(factor("all_gather", n), terms, nccl="all_gather", calls=waves)}
 
 
 

@@ -73,7 +73,8 @@ def _compressed_model(cfg, size, shape, backend):
     terms = model.all_gather(wire, shape, backend)
     if cfg["compress"] == "fp8":
         terms += model.all_gather(4 * n, shape, backend)
-    return {TOTAL: Phase(factor("all_gather", n), terms)}
+    calls = 2 if cfg["compress"] == "fp8" else 1
+    return {TOTAL: Phase(factor("all_gather", n), terms, nccl="all_gather", calls=calls)}
 
 
 

@@ -55,9 +55,10 @@ def _hierarchical_model(cfg, size, shape, backend):
     local, nodes = shape.local, shape.nodes
     f = _hierarchical_factors(shape.n, local, nodes)
     intra, inter = model.Shape(local, local, 1), model.Shape(nodes, 1, nodes, groups=local)
-    return {"reduce_scatter": Phase(f["reduce_scatter"], model.reduce_scatter(size, intra, backend), intra),
-            "all_reduce": Phase(f["all_reduce"], model.all_reduce(size / local, inter, backend), inter),
-            "all_gather": Phase(f["all_gather"], model.all_gather(size, intra, backend), intra),
+    return {"reduce_scatter": Phase(f["reduce_scatter"], model.reduce_scatter(size, intra, backend), intra,
+                                    "reduce_scatter"),
+            "all_reduce": Phase(f["all_reduce"], model.all_reduce(size / local, inter, backend), inter, "all_reduce"),
+            "all_gather": Phase(f["all_gather"], model.all_gather(size, intra, backend), intra, "all_gather"),
             TOTAL: Phase(f[TOTAL])}
 
 

@@ -358,7 +358,8 @@ def _model(collective):
         steps = steps_of(cfg, size, shape.n)
         one = getattr(model, collective)(size / steps, shape, backend)
         return {"comm": Phase(factor(collective, shape.n),
-                              [replace(t, steps=t.steps * steps, rank_bytes=t.rank_bytes * steps) for t in one])}
+                              [replace(t, steps=t.steps * steps, rank_bytes=t.rank_bytes * steps) for t in one],
+                              nccl=collective, calls=steps)}
     return terms
 
 

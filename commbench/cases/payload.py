@@ -85,4 +85,4 @@ def one(name, collective):
     """The model of a strategy that is one collective of the payload N (ring: all_reduce; plain: all_gather):
     model(cfg, N, shape, backend) -> {phase: Phase}, as every strategy's model."""
     return lambda cfg, size, shape, backend: {
-        TOTAL: Phase(factor(name, shape.n), collective(size, shape, backend))}
+        TOTAL: Phase(factor(name, shape.n), collective(size, shape, backend), nccl=name)}

@@ -77,8 +77,9 @@ def _rs_ag(ctx, cfg, count, dtype, shared):
 def _rs_ag_model(cfg, size, shape, backend):
     """reduce_scatter then all_gather of N: the halves of a ring all_reduce, each (n-1) alpha + (n-1)/n N beta."""
     n = shape.n
-    return {"reduce_scatter": Phase(factor("reduce_scatter", n), model.reduce_scatter(size, shape, backend)),
-            "all_gather": Phase(factor("all_gather", n), model.all_gather(size, shape, backend)),
+    return {"reduce_scatter": Phase(factor("reduce_scatter", n), model.reduce_scatter(size, shape, backend),
+                                    nccl="reduce_scatter"),
+            "all_gather": Phase(factor("all_gather", n), model.all_gather(size, shape, backend), nccl="all_gather"),
             TOTAL: Phase(factor("all_reduce", n))}
 
 

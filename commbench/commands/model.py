@@ -1,6 +1,8 @@
 """`commbench model`: the alpha-beta model's predictions for a topology without running anything, and
 alpha and beta per tier fitted to measured records (commbench/model/alphabeta.py has the formulas)."""
 
+import math
+
 import click
 
 from benchcore import inputs, values
@@ -9,7 +11,8 @@ from benchcore.inputs import shown
 from benchcore.records import dumps, read_records
 from benchcore.report import console, print_table
 from benchcore.units import format_size, parse_size, size_range
-from commbench.cases.case import TOTAL, label
+from commbench.cases.case import TOTAL, label, work_key
+from commbench.cases.collectives import DTYPES
 from commbench.cases.registry import CASES, case_of, parse_names, record_label
 from commbench.commands.overlap import model_rows
 from commbench.model.alphabeta import fit_row, predict
@@ -36,7 +39,9 @@ def predictions(topo, names, sizes, nodes, local, backend, opts):
     for size in sizes:
         for name, cfg in configs(names, opts).items():
             pred = predict(CASES[cfg["case"]], cfg, size, topo, nodes * local, nodes, backend)[TOTAL]
-            rows.append({"case": name, "strategy": cfg["case"], "size_bytes": size, "size": format_size(size),
+            plain = _runs_plain(cfg, size, nodes * local)
+            rows.append({"case": name + (" (= plain)" if plain else ""), "strategy": cfg["case"], "size_bytes": size,
+                         "size": format_size(size), "runs_plain": plain, "nccl_algo": pred.algo,
                          "predicted_time_us": pred.time_us, "algbw_gbps": size / pred.time_us / 1e3,
                          "busbw_gbps": pred.busbw_gbps, "link_tier": pred.tier, "link_peak_gbps": pred.peak_gbps,
                          "link_utilization": pred.busbw_gbps / pred.peak_gbps, "chunk_bytes": cfg.get("chunk_bytes"),
@@ -44,16 +49,27 @@ def predictions(topo, names, sizes, nodes, local, backend, opts):
     return rows
 
 
+def _runs_plain(cfg, size, n):
+    """Whether a chunked config runs exactly what plain runs at size (one all_gather, at or below its threshold):
+    the same work (commbench/cases/case.py: work_key), which compare's verdicts never rank."""
+    if cfg["case"] != "chunked":
+        return False
+    plain, elt = {**cfg, "case": "plain", "chunk_bytes": 1, "threshold_bytes": math.inf}, DTYPES[cfg["dtype"]].bytes
+    return work_key(CASES["chunked"], cfg, size, n, elt) == work_key(CASES["plain"], plain, size, n, elt)
+
+
 def summary(rows):
-    """Per size: the fastest case, the chunked configuration the model picks, and whether it beats ring."""
+    """Per size: the fastest case, the chunked configuration the model picks, and whether it beats ring. A chunked
+    config that runs plain all_gather there is never credited as chunked: it is reported as plain."""
     out = []
     for size in dict.fromkeys(r["size_bytes"] for r in rows):
         mine = [r for r in rows if r["size_bytes"] == size]
-        chunked = [r for r in mine if r["strategy"] == "chunked"]
+        chunked = [r for r in mine if r["strategy"] == "chunked" and not r["runs_plain"]]
         pick = min(chunked, key=lambda r: r["predicted_time_us"]) if chunked else None
         ring = next((r for r in mine if r["strategy"] == "ring"), None)
+        as_plain = any(r["runs_plain"] for r in mine)
         out.append({"size": format_size(size), "fastest": min(mine, key=lambda r: r["predicted_time_us"])["case"],
-                    "chunked_pick": pick["case"] if pick else "",
+                    "chunked_pick": pick["case"] if pick else "= plain (at or below its threshold)" if as_plain else "",
                     "chunked_vs_ring": (ring["predicted_time_us"] / pick["predicted_time_us"]
                                         if pick and ring else None)})
     return out
@@ -188,7 +204,7 @@ def model(topology, nodes, nproc_per_node, collectives, strategies, patterns, mi
     print_table(rows, [("size", "size", None), ("case", "case", None), ("predicted_time_us", "time us", ".1f"),
                        ("algbw_gbps", "algbw GB/s", ".2f"), ("busbw_gbps", "busbw GB/s", ".2f"),
                        ("link_tier", "bound by", None), ("link_peak_gbps", "peak GB/s", ".2f"),
-                       ("link_utilization", "of peak", ".2f")],
+                       ("link_utilization", "of peak", ".2f"), ("nccl_algo", "NCCL picks", None)],
                 title=f"model: {topo.name}, {nodes} node(s) x {local} ranks, {backend}")
     if strategies:
         print_table(summary(rows), [("size", "size", None), ("fastest", "fastest", None),
@@ -198,6 +214,9 @@ def model(topology, nodes, nproc_per_node, collectives, strategies, patterns, mi
         if any(r["strategy"] == "chunked" for r in rows) and any(r["strategy"] == "ring" for r in rows):
             console().print(f"chunked (its best configuration) beats ring at: {', '.join(beats)}" if beats else
                             "chunked never beats ring here")
+        plain = [format_size(s) for s in dict.fromkeys(r["size_bytes"] for r in rows if r["runs_plain"])]
+        if plain:
+            console().print(f"chunked runs plain all_gather (at or below its threshold) at: {', '.join(plain)}")
 
 
 OVERLAP_COLUMNS = [("size", "size", None), ("label", "pattern", None), ("comm_us", "comm us", ".1f"),

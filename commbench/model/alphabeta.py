@@ -32,8 +32,11 @@ Each registry row (commbench/cases/collectives.py, commbench/cases/strategies.py
 model(cfg, size, shape, backend) -> {phase: Phase}; this module turns phases into times.
 """
 import math
+import os
 from dataclasses import dataclass
 from typing import List, Optional
+
+from commbench.model import nccl
 
 INTRA, INTER = "intra-node", "inter-node"
 
@@ -63,6 +66,8 @@ class Phase:
     factor: float                       # busbw / algbw of the phase's record
     terms: Optional[List[Term]] = None
     shape: Optional[Shape] = None       # a phase on subgroups (hierarchical); None: the whole run
+    nccl: Optional[str] = None          # the collective its calls are: under NCCL its tuner picks algorithm and
+    calls: int = 1                      # protocol per call (commbench/model/nccl.py); calls: how many, in sequence
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,7 @@ class Prediction:
     tier: str                  # the tier that bounds it (the one that takes longest)
     peak_gbps: float           # busbw when every phase runs at its bounding tier's bandwidth, latency left out
     busbw_gbps: float          # the busbw the model predicts: factor x size / time
+    algo: Optional[str] = None  # NCCL's pick by its own model ("Tree/LL"), None where the call is not NCCL's
 
 
 def ring_terms(bus_bytes, steps, shape, one_flow=False):
@@ -167,28 +173,39 @@ def phase_time(tiers, phase, shape):
     return sum(per_tier[tier]), max(bw for _, bw in per_tier.values()), tier
 
 
-def predict(case, cfg, size, topo, world_size, nodes, backend):
+def predict(case, cfg, size, topo, world_size, nodes, backend, env=None):
     """{phase: Prediction} of case config cfg at size bytes, from the row's own model terms.
 
     A phase's peak is factor x size over its bandwidth-only time, i.e. the busbw at which its bounding
     tier is saturated (for a ring collective: the bandwidth of the slowest tier's unit, as NCCL's
     busbw derivation has it). TOTAL of a multi-phase case is the sum of its phases; its tier is the
-    one that spends most of that time.
+    one that spends most of that time. Under NCCL a phase's time is its calls' by NCCL's own model (the fastest
+    algorithm and protocol, commbench/model/nccl.py) over the same bandwidth; env: the NCCL_* variables in effect
+    (the case's own, such as ring's NCCL_ALGO=Ring, apply on top).
     """
     local = max(1, world_size // max(1, nodes))
     whole = Shape(world_size, local, nodes)
     tiers = Tiers(topo, local)
     phases = case.model(cfg, size, whole, backend)
-    out, total, total_bw, spent = {}, 0.0, 0.0, {}
+    env = {**(env or {}), **case.nccl_env}
+    out, total, total_bw, spent, algos = {}, 0.0, 0.0, {}, []
     for name, phase in phases.items():
         if phase.terms is not None:
             t, bw, tier = phase_time(tiers, phase, phase.shape or whole)
-            out[name] = Prediction(t * 1e6, tier, _busbw(phase.factor, size, bw), _busbw(phase.factor, size, t))
+            algo = None
+            call = phase.nccl or (case.collective if case.kind == "collective" else None)  # a collective: one call
+            if phase.terms and nccl.covers(topo, backend, call):
+                pick = nccl.choose(call, phase.shape or whole, topo, bw, _busbw(phase.factor, size, bw), phase.calls,
+                                   env)
+                t, algo = pick.seconds, pick.name
+                algos.append(algo)
+            out[name] = Prediction(t * 1e6, tier, _busbw(phase.factor, size, bw), _busbw(phase.factor, size, t), algo)
             total, total_bw, spent[tier] = total + t, total_bw + bw, spent.get(tier, 0.0) + t
     for name, phase in phases.items():
         if phase.terms is None:
             out[name] = Prediction(total * 1e6, max(spent, key=spent.get) if spent else INTRA,
-                                   _busbw(phase.factor, size, total_bw), _busbw(phase.factor, size, total))
+                                   _busbw(phase.factor, size, total_bw), _busbw(phase.factor, size, total),
+                                   " + ".join(algos) or None)
     return out
 
 
@@ -196,16 +213,18 @@ def _busbw(factor, size, seconds):
     return factor * size / seconds / 1e9 if seconds else math.inf
 
 
-def record_fields(topo, case, cfg, phase, size, world_size, nodes, backend, busbw):
-    """The model's record fields: topology, link_peak_gbps, predicted_time_us, link_utilization, link_tier."""
+def record_fields(topo, case, cfg, phase, size, world_size, nodes, backend, busbw, env=None):
+    """The model's record fields: topology, link_peak_gbps, predicted_time_us, link_utilization, link_tier,
+    predicted_algo (NCCL's pick under env, the NCCL_* variables in effect: by default this process's, the worker's)."""
     if topo is None or case.model is None:
         return {"topology": topo.name if topo else None}
-    pred = predict(case, cfg, size, topo, world_size, nodes, backend).get(phase)
+    pred = predict(case, cfg, size, topo, world_size, nodes, backend, os.environ if env is None else env).get(phase)
     if pred is None:
         return {"topology": topo.name}
     peak = pred.peak_gbps if math.isfinite(pred.peak_gbps) else None
     return {"topology": topo.name, "link_peak_gbps": peak, "predicted_time_us": pred.time_us,
-            "link_utilization": busbw / peak if peak and busbw is not None else None, "link_tier": pred.tier}
+            "link_utilization": busbw / peak if peak and busbw is not None else None, "link_tier": pred.tier,
+            "predicted_algo": pred.algo}
 
 
 def fit_row(case, cfg, size, topo, world_size, nodes, backend, phase):

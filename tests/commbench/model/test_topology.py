@@ -18,7 +18,7 @@ from commbench.cases.case import TOTAL
 from commbench.cases.registry import CASES
 from commbench.commands.model import fit
 from commbench.model import alphabeta as model
-from commbench.model import detect, topology
+from commbench.model import detect, nccl, topology
 from tests.conftest import assert_one_line_error, run_tool
 
 FILES = sorted(topology.DIR.glob("*.yaml"))
@@ -64,8 +64,16 @@ def test_broken_file_on_the_command_line_is_one_line(tmp_path):
     assert_one_line_error(run_tool("commbench", "model", "--fit", tmp_path / "missing.jsonl"), "no such file")
 
 
-def predicted(name, size, topo, n, nodes, backend="nccl", cfg=None):
-    return model.predict(CASES[name], {**CFG, **(cfg or {})}, size, topo, n, nodes, backend)
+def predicted(name, size, topo, n, nodes, backend="nccl", cfg=None, env=None):
+    return model.predict(CASES[name], {**CFG, **(cfg or {})}, size, topo, n, nodes, backend, env)
+
+
+RING_SIMPLE = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple"}   # NCCL held to one pair: its bandwidth is the links'
+
+
+def ring_us(collective, n, nodes):
+    """NCCL's own latency of one Ring/Simple call (commbench/model/nccl.py; tests/commbench/model/test_nccl.py)."""
+    return nccl.latency_us(collective, "Ring", "Simple", n, nodes, "nvlink")
 
 
 H100 = topology.resolve("dgx-h100")
@@ -76,17 +84,18 @@ B_NODE, B_GPU = 8 * 50e9, 450e9   # B/s: 8 rail NICs of 400 Gb/s per node, NVLin
 @pytest.mark.parametrize("size", [1 << 20, 64 << 20, 1 << 30, 8 << 30])
 @pytest.mark.parametrize("nodes", [1, 2, 4, 16])
 def test_ring_all_reduce_and_all_gather_by_hand(size, nodes):
+    """The tier model's bandwidth arithmetic, under NCCL held to Ring/Simple (whose latency is NCCL's own)."""
     n = 8 * nodes
     if nodes == 1:   # NVSwitch only: 2(n-1) alpha + 2(n-1)/n S / B_gpu
-        ar = 2 * (n - 1) * A_NVL + 2 * (n - 1) / n * size / B_GPU * 1e6
-        ag = (n - 1) * A_NVL + (n - 1) / n * size / B_GPU * 1e6
+        ar = ring_us("all_reduce", n, nodes) + 2 * (n - 1) / n * size / B_GPU * 1e6
+        ag = ring_us("all_gather", n, nodes) + (n - 1) / n * size / B_GPU * 1e6
         tier, peak = "intra-node", 450
     else:            # the node's 8 NICs carry the ring's bus bytes; NVLink carries (n-M)/n of them, faster
-        ar = 2 * (n - 1) * A_NET + 2 * (n - 1) / n * size / B_NODE * 1e6
-        ag = (n - 1) * A_NET + (n - 1) / n * size / B_NODE * 1e6
+        ar = ring_us("all_reduce", n, nodes) + 2 * (n - 1) / n * size / B_NODE * 1e6
+        ag = ring_us("all_gather", n, nodes) + (n - 1) / n * size / B_NODE * 1e6
         tier, peak = "inter-node", 400
     for name, want in (("all_reduce", ar), ("ring", ar), ("all_gather", ag), ("plain", ag)):
-        got = predicted(name, size, H100, n, nodes)[TOTAL]
+        got = predicted(name, size, H100, n, nodes, env=RING_SIMPLE)[TOTAL]
         assert got.time_us == pytest.approx(want, rel=1e-9), name
         assert got.tier == tier and got.peak_gbps == pytest.approx(peak)
 
@@ -95,9 +104,9 @@ def test_ring_all_reduce_and_all_gather_by_hand(size, nodes):
 @pytest.mark.parametrize("nodes", [2, 4, 8])
 def test_hierarchical_by_hand(size, nodes):
     local = 8
-    rs = (local - 1) * A_NVL + (local - 1) / local * size / B_GPU * 1e6          # inside the node, NVLink
-    ar = 2 * (nodes - 1) * A_NET + 2 * (nodes - 1) / nodes * size / B_NODE * 1e6  # 8 shards of S/8 over 8 NICs
-    got = predicted("hierarchical", size, H100, local * nodes, nodes)
+    rs = ring_us("reduce_scatter", local, 1) + (local - 1) / local * size / B_GPU * 1e6    # inside the node, NVLink
+    ar = ring_us("all_reduce", nodes, nodes) + 2 * (nodes - 1) / nodes * size / B_NODE * 1e6  # 8 shards over 8 NICs
+    got = predicted("hierarchical", size, H100, local * nodes, nodes, env=RING_SIMPLE)
     assert got["reduce_scatter"].time_us == pytest.approx(rs) and got["all_gather"].time_us == pytest.approx(rs)
     assert got["all_reduce"].time_us == pytest.approx(ar)
     assert got[TOTAL].time_us == pytest.approx(2 * rs + ar)
@@ -123,10 +132,10 @@ def test_chunked_pays_latency_per_wave_and_plain_is_one_all_gather():
     n, size, chunk = 32, 1 << 30, 2 << 20
     cfg = {"chunk_bytes": chunk, "threshold_bytes": 16 << 20, "inflight": 4}
     chunks = size // chunk
-    want = math.ceil(chunks / 4) * (n - 1) * A_NET + (n - 1) / n * size / B_NODE * 1e6
-    assert predicted("chunked", size, H100, n, 4, cfg=cfg)[TOTAL].time_us == pytest.approx(want)
-    below = predicted("chunked", 8 << 20, H100, n, 4, cfg=cfg)[TOTAL].time_us
-    assert below == pytest.approx(predicted("plain", 8 << 20, H100, n, 4)[TOTAL].time_us)
+    want = math.ceil(chunks / 4) * ring_us("all_gather", n, 4) + (n - 1) / n * size / B_NODE * 1e6
+    assert predicted("chunked", size, H100, n, 4, cfg=cfg, env=RING_SIMPLE)[TOTAL].time_us == pytest.approx(want)
+    below = predicted("chunked", 8 << 20, H100, n, 4, cfg=cfg)[TOTAL]
+    assert below == predicted("plain", 8 << 20, H100, n, 4)[TOTAL]
 
 
 def test_every_registry_row_has_a_model():
@@ -141,10 +150,10 @@ def test_every_registry_row_has_a_model():
 
 
 def test_fit_recovers_alpha_and_beta_of_records_the_model_made():
-    """The fit's arithmetic: records whose times the model itself computed (labelled as such, not measurements)
+    """The fit's arithmetic: records whose times are alpha-beta by hand (labelled as such, not measurements)
     give back the topology's alpha and node bandwidth, with zero error per size."""
     recs = [{"collective": "all_reduce", "size_bytes": s, "world_size": 16, "nodes": 2, "backend": "nccl",
-             "dtype": "float32", "time_us": predicted("all_reduce", s, H100, 16, 2)[TOTAL].time_us}
+             "dtype": "float32", "time_us": 30 * A_NET + 30 / 16 * s / B_NODE * 1e6}
             for s in (1 << 20, 16 << 20, 256 << 20, 1 << 30)]
     tiers, rows = fit(recs, H100)
     assert tiers[0]["tier"] == "inter-node"
@@ -289,7 +298,28 @@ def test_model_command_json_and_strategy_summary():
                     "-f", "8")
     assert proc.returncode == 0, proc.stderr
     assert "chunked: model's pick" in proc.stdout
-    assert "chunked (its best configuration) beats ring at: 16M" in proc.stdout
+    assert "chunked runs plain all_gather (at or below its threshold) at: 16M" in proc.stdout
+
+
+def test_model_strategies_never_credit_chunked_for_what_plain_runs():
+    """Issue 25 item 5: at or below its threshold chunked is one plain all_gather (the same work, which compare's
+    verdicts never rank): the model reports it as plain, and never says chunked beats ring there."""
+    args = ("model", "--topology", "dgx-h100", "--nodes", "2", "--strategies", "ring,chunked", "-b", "1M", "-e", "256M",
+            "-f", "4")
+    rows = [json.loads(ln) for ln in run_tool("commbench", *args, "--format", "json").stdout.splitlines()]
+    below = {r["size_bytes"] for r in rows if r["strategy"] == "chunked" and r["size_bytes"] <= 16 << 20}
+    assert below == {1 << 20, 4 << 20, 16 << 20}
+    for r in rows:
+        if r["strategy"] == "chunked":
+            assert r["runs_plain"] == (r["size_bytes"] in below) and r["case"].endswith("(= plain)") == r["runs_plain"]
+            if r["runs_plain"]:   # the same time as plain all_gather's
+                plain = predicted("plain", r["size_bytes"], H100, 16, 2)[TOTAL]
+                assert r["predicted_time_us"] == pytest.approx(plain.time_us)
+    proc = run_tool("commbench", *args)
+    assert proc.returncode == 0, proc.stderr
+    beats = re.search(r"beats ring at: (.*)", proc.stdout)
+    assert not beats or not {"1M", "4M", "16M"} & {s.strip() for s in beats.group(1).split(",")}
+    assert "chunked runs plain all_gather (at or below its threshold) at: 1M, 4M, 16M" in proc.stdout
 
 
 @pytest.mark.slow

@@ -1,0 +1,56 @@
+"""`commbench accept --init` (issue 25, item 4): each threshold is a stated margin under the model, written with its
+margin and reason; the bandwidth check starts where the model reaches 0.9 of the link peak."""
+import pytest
+
+from benchcore.units import parse_size, size_range
+from commbench.cases.case import TOTAL
+from commbench.cases.registry import CASES
+from commbench.commands.accept import spec as accept_spec
+from commbench.model import topology
+from commbench.model.alphabeta import predict
+from tests.conftest import run_tool
+
+H100 = topology.resolve("dgx-h100")
+CFG = {"case": "all_reduce", "dtype": "float32", "op": "sum", "root": 0, "in_place": True}
+
+
+def model(size):
+    return predict(CASES["all_reduce"], CFG, size, H100, 16, 2, "nccl", {})[TOTAL]
+
+
+def record(pred, size):
+    """A record that measured exactly what the model predicts."""
+    return {"size_bytes": size, "time_us": pred.time_us, "busbw_gbps": pred.busbw_gbps,
+            "predicted_time_us": pred.time_us}
+
+
+def test_init_thresholds_are_stated_margins_under_the_model(tmp_path):
+    proc = run_tool("commbench", "accept", "--init", "--topology", "dgx-h100", "--nodes", "2")
+    assert proc.returncode == 0, proc.stderr
+    path = tmp_path / "spec.yaml"
+    path.write_text(proc.stdout)
+    checks = {c.name: c for c in accept_spec.load_spec(path).checks}
+
+    bw = checks["all_reduce-bandwidth"]
+    (busbw,) = [t for t, _ in bw.thresholds if t.field == "busbw_gbps"]
+    assert (busbw.reference, busbw.op, busbw.at_op) == ("model", ">=", ">=") and busbw.value < 1
+    start, end = parse_size(bw.values["min_bytes"]), parse_size(bw.values["max_bytes"])
+    assert busbw.at_bytes == start
+    util = [model(s).busbw_gbps / model(s).peak_gbps for s in (start // 2, start)]
+    assert util[0] < 0.9 <= util[1]          # where the model first reaches 0.9 of the link peak
+    for size in size_range(start, end, 2):   # at every size it runs: the margin x the model's busbw there
+        pred = model(size)
+        assert busbw.applies(record(pred, size))
+        assert busbw.expected(record(pred, size)) == pytest.approx(busbw.value * pred.busbw_gbps)
+    assert f"Margin: {busbw.value} x the model's busbw" in proc.stdout
+    assert f"({100 - busbw.value * 100:.0f} % under" in proc.stdout and f"NCCL {model(start).algo}" in proc.stdout
+
+    lat = checks["all_reduce-latency"]
+    (time,) = [t for t, _ in lat.thresholds if t.field == "time_us"]
+    assert (time.reference, time.op, time.at_op) == ("model", "<=", "<=") and time.value > 1
+    assert time.at_bytes == parse_size(lat.values["max_bytes"])
+    small = model(8)
+    assert 10 <= small.time_us < 100         # tens of us (the ring-only model said 288 us)
+    assert time.expected(record(small, 8)) == pytest.approx(time.value * small.time_us)
+    assert f"8-byte time is {small.time_us:.1f} us, NCCL {small.algo}" in proc.stdout
+    assert f"Margin: {time.value:g} x the model's time" in proc.stdout
