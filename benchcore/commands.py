@@ -15,6 +15,7 @@ from benchcore.records import RecordWriter, dumps, output_file
 diff = lazy("benchcore.diff", globals(), "diff")
 reportpage = lazy("benchcore.reportpage", globals(), "reportpage")
 results = lazy("benchcore.results", globals(), "results")
+ncclnames = lazy("benchcore.ncclnames", globals(), "ncclnames")
 
 EXAMPLES = {
     "commbench": ("all_reduce_perf.log rccl-2023.txt", "last-year.log results.jsonl", "results.jsonl old.log"),
@@ -39,10 +40,13 @@ def _load_side(paths, what):
 def import_command(tool):
     files, old, saved = EXAMPLES[tool]
 
-    @click.command("import", help=f"""Convert nccl-tests/rccl-tests logs and fio --output-format=json files (any
-        version) into records: one per table row and placement, one per fio job and direction. Each record
-        says where it came from (source_file, source_format, source_line). A file that is none of these is
-        refused with one line naming it; the others are still converted and the exit is 2.
+    @click.command("import", help=f"""Convert nccl-tests/rccl-tests logs, their JSON (nccl-tests -J, rccl-tests
+        -Z json) and fio --output-format=json files (any version) into records: one per table row and
+        placement, one per fio job and direction. Each record says where it came from (source_file,
+        source_format, source_line). The collective comes from the log (banner, *_perf command), else
+        --collective, else the file name (all_reduce, allreduce, AllReduce ...); a file that names none, or
+        is none of these formats, is refused with one line naming it; the others are still converted and the
+        exit is 2.
 
         \b
         Example:
@@ -50,14 +54,17 @@ def import_command(tool):
     @click.argument("paths", nargs=-1, required=True)
     @click.option("--out", default=None,
                   help="Append the records to this JSONL file (default: JSON lines on stdout; /dev/null: nowhere).")
-    def command(paths, out):
+    @click.option("--collective", default=None, metavar="NAME",
+                  help="The collective of nccl-tests/rccl-tests results whose file does not say it (nor its name).")
+    def command(paths, out, collective):
+        collective = ncclnames.option(collective) if collective is not None else None
         path = output_file(out) if out is not None else None
         writer = RecordWriter(path, every=False) if path else None   # one fsync at the end, not one per record
         refused = []
         try:
             for source in results.expand(paths):
                 try:
-                    fmt, found, events = _convert(source, writer, out is None)
+                    fmt, found, events = _convert(source, writer, out is None, collective)
                 except UserError as exc:
                     refused.append(str(exc))
                     continue
@@ -72,10 +79,10 @@ def import_command(tool):
     return command
 
 
-def _convert(path, writer, to_stdout):
+def _convert(path, writer, to_stdout, collective):
     """Write one file's records to writer (or stdout, or nowhere) as they are read; (format, measurements,
     'event: reason, ...')."""
-    fmt, found_records = results.records_of(path)
+    fmt, found_records = results.records_of(path, collective)
     if fmt == "records":
         raise UserError(f"{name(path)}: already records of the suite (JSONL): nothing to import")
     found, events, tools = 0, [], results.TOOLS

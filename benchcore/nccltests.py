@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 from benchcore import schema
 from benchcore.errors import UserError
+from benchcore import ncclnames as names
+from benchcore.ncclnames import PROGRAM
 from benchcore.nccltable import NUMBER, Layout, header, placement_labels, read_row
 from benchcore.records import Template
 
@@ -33,8 +35,6 @@ DTYPES = {"float": ("float32", 4), "half": ("float16", 2), "bfloat16": ("bfloat1
           "uint32": ("uint32", 4), "int64": ("int64", 8), "uint64": ("uint64", 8),
           "f8e4m3": ("float8_e4m3fn", 1), "fp8_e4m3": ("float8_e4m3fn", 1),
           "f8e5m2": ("float8_e5m2", 1), "fp8_e5m2": ("float8_e5m2", 1)}
-# binary name stem (X of X_perf) -> collective; others keep their stem
-PROGRAMS = {"alltoall": "all_to_all", "alltoallv": "all_to_allv"}
 OWN = ("size_bytes", "count", "dtype", "op", "in_place", "time_us", "algbw_gbps", "busbw_gbps", "wrong")  # per row
 # mpirun --tag-output and srun --label prefixes, after the newline before them (a block's lines are untagged at once)
 TAG = re.compile(r"\n(?:\[\d+,\d+\]<(?:stdout|stderr)>:|[^\S\n]*\d+: )")
@@ -44,8 +44,7 @@ DEVICE = re.compile(r"#*\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on
 COMMBENCH = re.compile(r"commbench: (\w+), (\d+) ranks on (\d+) node\(s\) \(([^)]*)\)")
 NTHREAD = re.compile(r"nThread (\d+) nGpus (\d+) minBytes (\d+) maxBytes (\d+).*?warmup iters: (\d+) iters: (\d+)"
                      r"(?: agg iters: (\d+))?(?: validation: (\d+))?(?: graph: (\d+))?")
-PROGRAM = re.compile(r"(?:^|[\s/=-])([A-Za-z0-9]+(?:_[A-Za-z0-9]+)*)_perf(?:_mpi)?\b")
-STARTING = re.compile(r"Collective test starting: (\S+)")
+STARTING = re.compile(r"Collective test (?:starting|concluded): (\S+)")
 OOB = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?")
 AVG = re.compile(r"Avg bus bandwidth\s*:\s*(\S+)\s*(GB/s)?")
 CYCLE = re.compile(r"# Testing (\d+) cycle")
@@ -75,6 +74,8 @@ class Source:
     """The log being read, and what its tables' records share (kept while the next table's context is the same)."""
     file: str
     run_id: str
+    collective: str = None                        # --collective: what the log and its file name do not say
+    named: list = field(default_factory=list)     # the collectives the file name names
     shared: tuple = None                          # (the fields of the last table's records, their Template)
 
 
@@ -83,7 +84,7 @@ class Table:
     layout: Layout
     line: int
     context: Context
-    program: str                                  # from the banner, a command line or the file name
+    collective: str                               # from the banner, a command line, --collective or the file name
     rows: list = field(default_factory=list)      # (line number, row, cycle) not yet turned into records
     count: int = 0                                # complete rows seen
     last: int = None                              # line of the last complete row
@@ -159,14 +160,14 @@ MAX_AFTER = 1000    # lines after a table's last row searched for why it ended e
 EXCERPT = 300       # characters of such a line kept (the reason quotes it)
 
 
-def stream(blocks, source_file, run_id):
+def stream(blocks, source_file, run_id, collective=None):
     """The records of every table in an nccl-tests/rccl-tests log, given as text blocks (logical_lines), as each
     table ends (a table of more than MAX_ROWS rows in parts), and its events (kind, reason, line, collective, hosts)
     after it: tables cut short and footers that say FAILED. Memory stays bounded whatever the length of the
-    log. UserError if there is no table."""
+    log. UserError if there is no table, or a table whose collective neither the log, collective (--collective)
+    nor the file name names."""
     ctx, tables, labels, current, hint = Context(), 0, None, None, None
-    source = Source(source_file, run_id)
-    names = PROGRAM.findall(" " + source_file.rsplit("/", 1)[-1])
+    source = Source(source_file, run_id, collective, names.in_file_name(source_file))
     marked, crash = False, (None, None)           # the log says it is nccl-tests; its first line saying why not
     for n, line, unterminated, logged in logical_lines(blocks):
         if current is not None and not current.ended and line[0].isdigit():
@@ -193,6 +194,9 @@ def stream(blocks, source_file, run_id):
                 ctx.devices.append(line)
             continue
         start = STARTING.search(line) if "test starting" in line else None
+        end = STARTING.search(line) if "test concluded" in line and current and not current.context.program else None
+        if end:                                   # a log without its head: the footer's banner names the table
+            current.collective = names.named(end.group(1)) or current.collective
         settings = NTHREAD.search(line) if "nThread" in line else None
         if start or settings:
             marked = True
@@ -200,7 +204,7 @@ def stream(blocks, source_file, run_id):
                 yield from _done(current, source)
                 current, ctx = None, Context(versions=dict(ctx.versions), env=dict(ctx.env))
             if start:
-                ctx.program = (PROGRAM.findall(" " + start.group(1)) or [start.group(1)])[0]
+                ctx.program = start.group(1)
             if settings:
                 ctx.settings = {"iters": int(settings.group(6)), "warmup": int(settings.group(5)),
                                 "agg_iters": int(settings.group(7) or 1), "graph": int(settings.group(9) or 0)}
@@ -214,7 +218,7 @@ def stream(blocks, source_file, run_id):
             continue
         if "ersion" in line or "set by environment" in line:
             marked = _context(ctx, line) or marked
-        named = PROGRAM.findall(" " + line) if "_perf" in line else None
+        named = [c for c in map(names.named, PROGRAM.findall(" " + line)) if c] if "_perf" in line else None
         if named and not (current and current.count and not current.ended):
             hint = named[0]                       # a command line naming the binary
         found = placement_labels(line) if "place" in line else None
@@ -226,7 +230,7 @@ def stream(blocks, source_file, run_id):
             if current is None or current.count or current.ended:
                 if current is not None:
                     yield from _done(current, source)
-                current = Table(layout, n, ctx, ctx.program or hint or (names[0] if names else None))
+                current = Table(layout, n, ctx, _collective(ctx, hint, source))
                 tables += 1
                 hint = None
             else:
@@ -255,7 +259,7 @@ def stream(blocks, source_file, run_id):
         if marked:
             yield ("truncated", "the log ends before nccl-tests printed a table" +
                    (f"; the log says: {crash[1]}" if crash[1] else "; the log shows no reason"), crash[0],
-                   ctx.program, None)
+                   _collective(ctx, None, source), None)
             return
         raise UserError("neither an nccl-tests/rccl-tests table (no 'size count type ... time algbw busbw' header) "
                         "nor fio JSON nor records")
@@ -286,10 +290,12 @@ def _done(table, source):
     yield from _events(table)
 
 
-def _collective(program):
-    if program is None:
-        return None
-    return PROGRAMS.get(program, program)
+def _collective(ctx, hint, source):
+    """A table's collective: its banner's, a command line's, --collective's, else the one the file name names."""
+    name = names.named(ctx.program)
+    if ctx.program and ctx.commbench:         # commbench's own text names a strategy's table by its label
+        return name or ctx.program
+    return name or hint or source.collective or (source.named[0] if len(source.named) == 1 else None)
 
 
 def _hosts(ctx):
@@ -301,10 +307,10 @@ def _hosts(ctx):
 def _records(table, source):
     """The records of the rows the table holds (which it then lets go)."""
     ctx, layout = table.context, table.layout
-    collective = _collective(table.program or ctx.program)
+    collective = table.collective
     if collective is None:
-        raise UserError("no collective named: no '# Collective test starting' line, no *_perf binary in the log or "
-                        "the file name")
+        raise UserError(names.unnamed(source.file, source.named, "the log has no '# Collective test starting/"
+                                      "concluded' line or *_perf command that names one"))
     devices = ranks(tuple(ctx.devices))
     world = max(devices) + 1 if devices else None
     hosts = _hosts(ctx)
@@ -359,7 +365,7 @@ def _records(table, source):
 
 def _events(table):
     """(kind, reason, line, collective, hosts) for a table cut short, and for a footer that says FAILED."""
-    name = _collective(table.program or table.context.program)
+    name = table.collective
     hosts = _hosts(table.context)
     out = []
     if not table.ended:

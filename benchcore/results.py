@@ -8,10 +8,11 @@ each tool is compared on live here too, one table per tool.
 import hashlib
 import json
 import re
+from functools import partial
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchcore import fiojson, nccltests, schema
+from benchcore import fiojson, nccljson, nccltests, schema
 from benchcore.errors import UserError
 from benchcore.inputs import name, read_bytes, regular_file, shown, text_blocks
 from benchcore.records import read_records
@@ -23,7 +24,7 @@ TOOLS = ("commbench", "iobench")
 @dataclass
 class Loaded:
     path: str
-    format: str                 # records, nccl-tests, fio-json
+    format: str                 # records, nccl-tests, nccl-tests-json, rccl-tests-json, fio-json
     records: list = field(default_factory=list)   # measurements and events
 
 
@@ -80,10 +81,10 @@ def _fio(path, run_id):
     return out
 
 
-def _nccl(path, run_id):
+def _nccl(path, run_id, collective=None):
     """The records and events of an nccl-tests log, streamed line by line."""
     with open(path, "rb") as f:
-        for item in nccltests.stream(text_blocks(f), path, run_id):
+        for item in nccltests.stream(text_blocks(f), path, run_id, collective):
             if isinstance(item, tuple):
                 kind, reason, line, collective, hosts = item
                 item = schema.event("commbench", kind, reason, run_id=run_id, collective=collective, hosts=hosts,
@@ -91,10 +92,11 @@ def _nccl(path, run_id):
             yield item
 
 
-def records_of(path):
+def records_of(path, collective=None):
     """(format, records) of one file, records an iterator (an nccl-tests log is read as it is consumed: any
     length in bounded memory); UserError naming the file and why it is refused, raised before anything is
-    read when the file is unusable, else while the records are read."""
+    read when the file is unusable, else while the records are read. collective: nccl-tests results' collective
+    where the file says none (import --collective)."""
     regular_file(path, "input")
     try:
         with open(path, "rb") as f:
@@ -106,10 +108,13 @@ def records_of(path):
         raise UserError(f"{name(path)}: empty file")
     if _is_records(head):
         return "records", iter([r for r in read_records(path) if r.get("tool") in TOOLS])
+    fmt = nccljson.kind(text)
+    if fmt:
+        return fmt, _refusing(path, fmt, text, partial(nccljson.records, collective=collective))
     looks_json = text.lstrip().startswith("{") or '"fio version"' in text
     if looks_json:
         return "fio-json", _refusing(path, "fio-json", text, _fio)
-    return nccltests.FORMAT, _refusing(path, nccltests.FORMAT, text, _nccl)
+    return nccltests.FORMAT, _refusing(path, nccltests.FORMAT, text, partial(_nccl, collective=collective))
 
 
 def _refusing(path, fmt, head, convert):
@@ -122,7 +127,7 @@ def _refusing(path, fmt, head, convert):
             raise
         raise UserError(f"{name(path)}: not usable fio JSON: {shown(str(exc))}") from None
     except UserError as exc:
-        start = "" if fmt == "fio-json" else f" (it starts: {shown(fiojson.one_line(head, 100))})"
+        start = "" if fmt != nccltests.FORMAT else f" (it starts: {shown(fiojson.one_line(head, 100))})"
         raise UserError(f"{name(path)}: {exc}{start}") from None
 
 

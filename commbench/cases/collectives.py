@@ -10,6 +10,7 @@ only, and all_to_all / sendrecv out of place only; commbench measures what the
 API offers and never adds a copy to the timed loop to fake the other variant.
 """
 import math
+import re
 from dataclasses import dataclass
 from functools import partial
 from typing import Callable, Tuple
@@ -238,3 +239,32 @@ def _case(coll):
 
 
 COLLECTIVE_CASES = {name: _case(coll) for name, coll in COLLECTIVES.items()}
+
+# Names: the collectives above, and those nccl-tests / rccl-tests measure that commbench does not run (their logs
+# import under these names). A name is known in every spelling people use: all_reduce, allreduce, all-reduce,
+# AllReduce (nccl-tests' own), alltoall; spelled the same once case and separators are dropped.
+NAMES = (*COLLECTIVES, "gather", "scatter", "all_to_allv", "hypercube")
+_SPELLED = {re.sub(r"[^a-z0-9]", "", name): name for name in NAMES}
+
+
+def named(word):
+    """The collective a word spells ('allreduce', 'All-Reduce', 'AlltoAll', 'reduce_scatter'), else None."""
+    return _SPELLED.get(re.sub(r"[^a-z0-9]", "", str(word).lower()))
+
+
+def named_in(text):
+    """The collectives a free text such as a file name names, in order, each once: its words (split at
+    separators, case changes and digits) joined in runs of up to 3 adjacent words, the longest run first
+    ('h100-all_reduce-2node.txt', 'AllGather16gpu.log', 'reduce_scatter_perf'); 'gpu_perf' names none."""
+    words = re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+", str(text))
+    found, i = [], 0
+    while i < len(words):
+        for j in range(min(len(words), i + 3), i, -1):
+            name = named("".join(words[i:j]))
+            if name:
+                found += [name] if name not in found else []
+                i = j
+                break
+        else:
+            i += 1
+    return found

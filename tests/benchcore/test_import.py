@@ -37,7 +37,8 @@ def test_every_record_follows_the_schema():
         if path.suffix in (".log", ".md", ".json"):
             for rec in results.load(str(path)).records:
                 assert schema.problems(rec) == [], (path.name, rec)
-                assert rec["source_file"] == str(path) and rec["source_format"] in ("nccl-tests", "fio-json")
+                assert rec["source_file"] == str(path) and rec["source_format"] in \
+                    ("nccl-tests", "nccl-tests-json", "rccl-tests-json", "fio-json")
 
 
 def test_nccl_tests_1x_times_in_ms_and_res_column():
