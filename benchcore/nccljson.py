@@ -1,5 +1,5 @@
 """nccl-tests' JSON (-J FILE.json, nccl-tests 2.17 on; rccl-tests' -J writes the same) and rccl-tests' own JSON
-(-Z json -X FILE) read into commbench records, as their writers lay them out:
+and CSV (-Z json|csv -X FILE) read into commbench records, as their writers lay them out:
 
   nccl-tests  src/util.cu, JSON_FILE_VERSION 1 to 3: one object on one line: version, start_time, args (argv:
               its binary names the collective), env ("K=V" strings), nccl_version (NCCL_VERSION_CODE), config
@@ -13,11 +13,14 @@
   rccl-tests  src/common.cu's Reporter: a list of flat objects, one a line, one per row and placement: numCycle,
               name (AllReduce), nodes ranks ranksPerNode gpusPerRank (MPI builds: ranksPerNode is the processes
               of the communicator, nodes the communicators, not hosts) or gpus (one process), size, type, redop,
-              inPlace (0/1), time (us), algBw, busBw, wrong (the count, or N/A, as a string).
+              inPlace (0/1), time (us), algBw, busBw, wrong (the count, or N/A, as a string). Its CSV: a header
+              (numCycle,collective,...,size,type,redop,inplace,time,algbw,busbw,#wrong), then the same values.
 
 The document is read whole, up to MAX_BYTES, and every value it gives is checked for its type: a hostile file
 (huge, nested deep, values of the wrong kind) is refused in one line.
 """
+import csv
+import io
 import json
 import math
 import re
@@ -28,9 +31,10 @@ from benchcore.errors import UserError
 from benchcore.inputs import read_bytes, shown
 from benchcore.nccltests import DTYPES
 
-NCCL, RCCL = "nccl-tests-json", "rccl-tests-json"
+NCCL, RCCL, RCCL_CSV = "nccl-tests-json", "rccl-tests-json", "rccl-tests-csv"
 HEADS = {NCCL: re.compile(r'\s*\{\s*"version"\s*:\s*\d+\s*,\s*"start_time"\s*:'),
-         RCCL: re.compile(r'\s*\[\s*\{\s*"numCycle"\s*:')}
+         RCCL: re.compile(r'\s*\[\s*\{\s*"numCycle"\s*:'), RCCL_CSV: re.compile(r"\s*numCycle,collective,")}
+CSV_KEYS = {"collective": "name", "inplace": "inPlace", "algbw": "algBw", "busbw": "busBw", "#wrong": "wrong"}
 FIRST_KEY = {NCCL: re.compile(r'\{\s*"size"\s*:'), RCCL: re.compile(r'\{\s*"numCycle"\s*:')}  # a row's object
 MAX_BYTES = 32 << 20     # a real document is KBs (MBs with per-iteration times); parsed, a number takes ~30 B
 BARE = re.compile(r"(?<=[:,\[])(\s*)-?(?:inf|nan)\b")
@@ -38,13 +42,15 @@ ENV_PREFIXES = ("NCCL_", "RCCL_")   # the variables that configure the run; the 
 
 
 def kind(head):
-    """NCCL or RCCL when a file's first bytes are one of these documents, else None."""
+    """NCCL, RCCL or RCCL_CSV when a file's first bytes are one of these documents, else None."""
     return next((fmt for fmt, head_re in HEADS.items() if head_re.match(head)), None)
 
 
 def records(path, run_id, collective=None):
     """The records and events of the document at path; collective: --collective (what the file does not say)."""
-    text = read_bytes(path, "JSON", MAX_BYTES).decode("utf-8", errors="replace")
+    text = read_bytes(path, "input", MAX_BYTES).decode("utf-8", errors="replace")
+    if kind(text) == RCCL_CSV:
+        return _rccl(_csv(text), range(2, text.count("\n") + 3), path, run_id, collective, RCCL_CSV)
     try:
         try:
             doc = json.loads(text)
@@ -59,7 +65,7 @@ def records(path, run_id, collective=None):
     if isinstance(doc, dict):
         return _nccl(doc, text, path, run_id, collective)
     if isinstance(doc, list):
-        return _rccl(doc, text, path, run_id, collective)
+        return _rccl(doc, _lines(text, RCCL, len(doc)), path, run_id, collective, RCCL)
     raise UserError("JSON that is neither nccl-tests' object nor rccl-tests' list")
 
 
@@ -207,9 +213,29 @@ def _nccl_events(doc, where, out, common):
     return []
 
 
-def _rccl(doc, text, path, run_id, option):
-    where, from_file, out, cycles = "rccl-tests JSON", names.in_file_name(path), [], {}
-    for i, (row, line) in enumerate(zip(doc, _lines(text, RCCL, len(doc)))):
+def _csv(text):
+    """rccl-tests' CSV rows as its JSON objects: the header's names as the JSON's keys, numbers as numbers."""
+    try:
+        rows = list(csv.reader(io.StringIO(text)))
+    except csv.Error as exc:
+        raise UserError(f"rccl-tests CSV that is not CSV: {shown(str(exc), 80)}") from None
+    keys = [CSV_KEYS.get(k, k) for k in rows[0]]
+    return [dict(zip(keys, map(_cell, row))) for row in rows[1:] if row]
+
+
+def _cell(text):
+    for number in (int, float):
+        try:
+            return number(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _rccl(doc, lines, path, run_id, option, fmt):
+    where, from_file, out, cycles = {RCCL: "rccl-tests JSON", RCCL_CSV: "rccl-tests CSV"}[fmt], \
+        names.in_file_name(path), [], {}
+    for i, (row, line) in enumerate(zip(doc, lines)):
         at = f"{where} [{i}]"
         row = _kind(row, (dict,), at, False)
         name = _kind(row.get("name"), (str,), f"{at}.name")
@@ -218,7 +244,7 @@ def _rccl(doc, text, path, run_id, option):
             raise UserError(names.unnamed(path, from_file, f"its name ({shown(repr(name), 40)}) is none"))
         count = {k: _value(row.get(k), f"{at}.{k}", True, True) for k in ("gpus", "ranksPerNode", "gpusPerRank")}
         mpi = count["ranksPerNode"] is not None    # its processes in the communicator; "nodes" counts communicators
-        common = dict(run_id=run_id, collective=collective, backend="nccl", source_file=path, source_format=RCCL,
+        common = dict(run_id=run_id, collective=collective, backend="nccl", source_file=path, source_format=fmt,
                       world_size=count["ranksPerNode"] * (count["gpusPerRank"] or 1) if mpi else count["gpus"],
                       nodes=None if mpi else 1)
         fields = dict(size_bytes=_value(row.get("size"), f"{at}.size", True),

@@ -145,8 +145,8 @@ def problems(record):
 
 # Foreign results (`import`, benchcore.foreign): where each record came from; on both tools' measurements and events.
 IMPORTED = {"source_file": "import: the file the record was read from",
-            "source_format": "import: nccl-tests (also rccl-tests), nccl-tests-json (-J), rccl-tests-json (-Z json) "
-                             "or fio-json",
+            "source_format": "import: nccl-tests (also rccl-tests), nccl-tests-json (-J), rccl-tests-json or "
+                             "rccl-tests-csv (-Z json|csv), or fio-json",
             "source_line": "import: 1-based line of the row (nccl-tests) or of the job (fio JSON) in source_file"}
 EXTENSIONS["commbench"].update(IMPORTED, check_error="import: nccl-tests before #wrong: the row's largest absolute "
                                                      "error (its 'error'/'res' column), not a count")

@@ -34,11 +34,11 @@ def events(records):
 
 def test_every_record_follows_the_schema():
     for path in sorted(FOREIGN.iterdir()):
-        if path.suffix in (".log", ".md", ".json"):
+        if path.suffix in (".log", ".md", ".json", ".csv"):
             for rec in results.load(str(path)).records:
                 assert schema.problems(rec) == [], (path.name, rec)
                 assert rec["source_file"] == str(path) and rec["source_format"] in \
-                    ("nccl-tests", "nccl-tests-json", "rccl-tests-json", "fio-json")
+                    ("nccl-tests", "nccl-tests-json", "rccl-tests-json", "rccl-tests-csv", "fio-json")
 
 
 def test_nccl_tests_1x_times_in_ms_and_res_column():

@@ -1,7 +1,7 @@
 """`import` of every real nccl-tests/rccl-tests result (issue 25 item 15): the collective found by the names of the
 collectives registry wherever the file says it (banner, trailing 'concluded' line, *_perf command, file name in the
 spellings people use, --collective), never a word that is not a collective (gpu_perf); nccl-tests' JSON (-J) and
-rccl-tests' (-Z json), whose fixtures tests/fixtures/foreign/make_nccl_json.py lays out as their writers do
+rccl-tests' (-Z json, -Z csv), whose fixtures tests/fixtures/foreign/make_nccl_json.py lays out as their writers do
 (NVIDIA/nccl-tests src/util.cu, ROCm/rccl-tests src/common.cu's Reporter); hostile JSON refused in one line."""
 import json
 import os
@@ -105,7 +105,8 @@ def test_nccl_tests_and_rccl_tests_json_through_the_cli(tmp_path):
                                             '"results":[{"size":8}]}')
     out = tmp_path / "r.jsonl"
     done = _import(FOREIGN / "nccl-tests-2.19-J-all_reduce.json", FOREIGN / "nccl-tests-2.17-J-alltoall-failed.json",
-                   FOREIGN / "rccl-tests-Z-json-all_gather.json", tmp_path / "gpu_perf.json", "--out", out)
+                   FOREIGN / "rccl-tests-Z-json-all_gather.json", FOREIGN / "rccl-tests-Z-csv-all_reduce.csv",
+                   tmp_path / "gpu_perf.json", "--out", out)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.splitlines() == [
         f"{FOREIGN / 'nccl-tests-2.19-J-all_reduce.json'}: 8 measurements (nccl-tests-json)",
@@ -113,12 +114,13 @@ def test_nccl_tests_and_rccl_tests_json_through_the_cli(tmp_path):
         "all_to_all results end after 5 measurement(s) without nccl-tests' footer (out_of_bounds); the file shows "
         "no reason",
         f"{FOREIGN / 'rccl-tests-Z-json-all_gather.json'}: 8 measurements (rccl-tests-json)",
+        f"{FOREIGN / 'rccl-tests-Z-csv-all_reduce.csv'}: 4 measurements (rccl-tests-csv)",
         f"error: {tmp_path / 'gpu_perf.json'}: no collective named: its binary (./gpu_perf) names none, and the file "
         "name says gpu_perf, and 'gpu' is not a collective; say which with import --collective NAME (all_reduce, "
         "all_gather, reduce_scatter, broadcast, reduce, all_to_all, sendrecv, gather, scatter, all_to_allv, "
         "hypercube)"]
     recs = [json.loads(line) for line in out.read_text().splitlines()]
-    ar, a2a, ag = recs[:8], recs[8:14], recs[14:]
+    ar, a2a, ag, csv = recs[:8], recs[8:14], recs[14:22], recs[22:]
     assert [(r["size_bytes"], r["in_place"], r["time_us"], r["algbw_gbps"], r["busbw_gbps"]) for r in ar[-4:]] == \
         [(8388608, False, 310.4, 27.02, 50.67), (8388608, True, 308.9, 27.16, 50.92),
          (134217728, False, 1620.5, 82.83, 155.3), (134217728, True, None, 83.01, 155.6)]   # "nan": no time
@@ -137,6 +139,13 @@ def test_nccl_tests_and_rccl_tests_json_through_the_cli(tmp_path):
     assert {(r["collective"], r["op"], r["wrong"], r["world_size"], r["nodes"]) for r in ag} == \
         {("all_gather", None, 0, 16, None)}                                   # 2 processes x 8; nodes unknown
     assert [r["source_line"] for r in ag] == list(range(2, 10))
+    assert [(r["size_bytes"], r["count"], r["in_place"], r["time_us"], r["algbw_gbps"], r["busbw_gbps"],
+             r["source_line"]) for r in csv] == [(1024, 512, False, 18.2, 0.056264, 0.098462, 2),
+                                                 (1024, 512, True, 17.9, 0.057207, 0.100112, 3),
+                                                 (16777216, 8388608, False, 101.5, 165.292768, 289.262345, 4),
+                                                 (16777216, 8388608, True, 100.7, 166.605919, 291.560357, 5)]
+    assert {(r["collective"], r["dtype"], r["op"], r["wrong"], r["world_size"], r["nodes"], r["source_format"])
+            for r in csv} == {("all_reduce", "float16", "sum", None, 8, 1, "rccl-tests-csv")}   # one process -g 8
 
 
 HEAD = '{"version":3,"start_time":"2026-11-30 10:00:00","args":["./build/all_reduce_perf"],'
@@ -162,6 +171,9 @@ PLACE = '{"time":1.5,"alg_bw":0.01,"bus_bw":0.01,"nwrong":0}'
     ('[{"numCycle":0, "name":["AllReduce"], "gpus":8}]', "rccl-tests JSON [0].name is ['AllReduce'], not text"),
     ('[{"numCycle":0, "name":"AllReduce", "gpus":8, "size":1024, "type":"float", "redop":"sum", "inPlace":"yes"}]',
      "rccl-tests JSON [0].inPlace is 'yes', not a count"),
+    ('numCycle,collective,gpus,size,type,redop,inplace,time,algbw,busbw,#wrong\n'
+     '0,"AllReduce",8,1K,"half","sum",0,1,1,1,0',
+     "rccl-tests CSV [0].size is '1K', not a count"),
 ])
 def test_hostile_json_is_refused_in_one_line(tmp_path, text, why):
     path = tmp_path / "all_reduce.json"
