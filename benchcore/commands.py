@@ -41,7 +41,7 @@ def import_command(tool):
     files, old, saved = EXAMPLES[tool]
 
     @click.command("import", help=f"""Convert nccl-tests/rccl-tests logs, their JSON (nccl-tests -J, rccl-tests
-        -Z json) and fio --output-format=json files (any version) into records: one per table row and
+        -Z json|csv) and fio --output-format=json files (any version) into records: one per table row and
         placement, one per fio job and direction. Each record says where it came from (source_file,
         source_format, source_line). The collective comes from the log (banner, *_perf command), else
         --collective, else the file name (all_reduce, allreduce, AllReduce ...); a file that names none, or
