@@ -271,34 +271,20 @@ def _regression(threshold, records, baseline):
                            f"{ln.sure})")
 
 
-def _busbw_at(rec, name, expected):
-    """The busbw a commbench record would have at the expected value of field name (None: not drawable)."""
-    busbw = rec.get("busbw_gbps")
-    if not busbw or not expected:
-        return None
-    if name == "busbw_gbps":
-        return expected
-    if name == "algbw_gbps" and rec.get("algbw_gbps"):
-        return busbw * expected / rec["algbw_gbps"]
-    if name == "time_us" and rec.get("time_us"):
-        return busbw * rec["time_us"] / expected
-    return None
-
-
 def plot_marks(outcomes):
-    """Thresholds as benchcore.reportpage draws them: {group: [(text, [(size, busbw)])], "storage": [(axis,
-    text, value)]} (busbw, algbw and time thresholds on the busbw plots; MB/s and latencies on storage)."""
+    """Thresholds as benchcore.plots draws them, each on the axis of the field it bounds: {group: [(field, text,
+    [(size, expected)])], "storage": [(axis, text, value)]} (MB/s on storage's bandwidth axis, latencies on its
+    latency axis)."""
     out = {}
     for outcome in outcomes:
         t, points = outcome.threshold, {}
         for rec, expected in outcome.marks:
             if rec["tool"] == "commbench":
-                y = _busbw_at(rec, t.field, expected)
-                if y:
-                    points.setdefault(group_of(rec), set()).add((rec["size_bytes"], y))
+                if expected and rec.get("size_bytes"):
+                    points.setdefault(group_of(rec), set()).add((rec["size_bytes"], expected))
             elif t.field == "bw_mbps" or (t.field.startswith("lat_") and t.field.endswith("_us")):
                 out.setdefault("storage", []).append((0 if t.field == "bw_mbps" else 1, t.text, expected))
         for group, pts in points.items():
-            out.setdefault(group, []).append((t.text, sorted(pts)))
+            out.setdefault(group, []).append((t.field, t.text, sorted(pts)))
     out["storage"] = list(dict.fromkeys(out.get("storage", [])))
     return out

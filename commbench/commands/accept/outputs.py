@@ -10,6 +10,8 @@ from benchcore import reportpage, schema, thresholds
 from benchcore.errors import UserError, WriteFailed
 from benchcore.inputs import name
 from benchcore.records import hostname, timestamp
+from benchcore.results import measurements
+from commbench.commands.accept import report
 
 EXIT_PASS, EXIT_FAIL = 0, 1
 NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")   # what XML 1.0 cannot hold
@@ -130,11 +132,15 @@ def write_outputs(written, spec, results, records, baseline_path, baseline, run_
                           for r in results]}
     written("verdict.json", (directory / "verdict.json").write_text, json.dumps(verdict, indent=2) + "\n")
     written("junit.xml", junit, results, spec, seconds, directory / "junit.xml")
-    outcomes = [o for r in results for o in r.outcomes]
     lead = list(notes) + [f"{'drained' if d['drained'] else 'not drained'} {d['node']}: {d['error'] or d['reason']}"
-                          for d in drained] + [f"{r.check.name} / {o.threshold.text}: "
-                          f"{'SKIPPED' if o.skipped else 'PASS' if o.passed else 'FAIL'}: {o.message}"
-                          for r in results for o in r.outcomes]
-    written("the report (report.md, report.html, plots)", reportpage.write_into, directory, ["results.jsonl"], records,
-            [baseline_path] if baseline_path else [], baseline, "csv", f"commbench accept: {Path(spec.path).name}",
-            lead, thresholds.plot_marks(outcomes))
+                          for d in drained]
+    if baseline_path:
+        lead.append(f"baseline: {baseline_path} (dashed/hatched in the plots)")
+    word = {EXIT_PASS: "PASS", EXIT_FAIL: "FAIL"}.get(code, "INTERRUPTED")
+    written("the report (report.md, report.html, plots)", _report, directory, spec, results, records, baseline,
+            word, lead)
+
+
+def _report(directory, spec, results, records, baseline, verdict, lead):
+    doc = report.document(directory, spec, results, records, baseline, verdict, lead, summary)
+    reportpage.write_doc(directory, doc, measurements(records), "csv")

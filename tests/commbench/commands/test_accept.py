@@ -13,6 +13,7 @@ from PIL import Image
 from benchcore import records, schema, thresholds
 from commbench.commands.accept import run as accept
 from commbench.commands.accept import spec as accept_spec
+from tests import browser
 from tests.conftest import BIN, ROOT, assert_one_line_error, read_records, run_tool
 
 SPECS = ROOT / "acceptance"
@@ -195,8 +196,9 @@ def test_localhost_spec_passes_end_to_end(localhost):
     outcomes = [thresholds.judge(t, [r for r in recs if r.get("accept_check") == c.name])
                 for c in spec.checks for t, _ in c.thresholds]
     marks = thresholds.plot_marks(outcomes)        # what the report drew: busbw, time and storage thresholds
-    assert {text for text, _ in marks["all_reduce"]} == {"busbw >= 0.05 x link peak at >= 1M",
-                                                         "time_us <= 20 x model at 8B", "time_us <= 100 ms at 8B"}
+    assert {(field, text) for field, text, _ in marks["all_reduce"]} == {
+        ("busbw_gbps", "busbw >= 0.05 x link peak at >= 1M"), ("time_us", "time_us <= 20 x model at 8B"),
+        ("time_us", "time_us <= 100 ms at 8B")}     # each on the axis it bounds: time on the time axis
     assert {text for _, text, _ in marks["storage"]} == {"shard-write MB/s >= 10", "small-random-write P99 <= 1 s"}
 
 
@@ -317,6 +319,28 @@ def test_a_baseline_30_percent_faster_fails_the_regression_check(failing):
     failure = cases[("steady", "no regression > 5 % vs baseline")].find("failure")
     assert failure is not None
     assert "regressed" in failure.get("message") and "slower" in failure.get("message")
+
+
+@pytest.mark.slow
+def test_the_report_opens_with_the_verdict_and_a_row_per_check_in_a_real_browser(failing, tmp_path):
+    """Chromium renders report.html (file://, no network): the banner says FAIL, the checks table has one row per
+    check, failures first, each linking to its section, every plot loaded; report.md says the same."""
+    _, out = failing
+    seen = browser.render(out / "report.html", tmp_path)
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert seen["verdict"] == "FAIL: 1 of 5 checks passed"
+    assert "spec: " in seen["facts"] and "hosts: " in seen["facts"] and "suite: " in seen["facts"]
+    assert [row[0] for row in seen["checks"]] == [c["name"] for c in verdict["checks"] if not c["passed"]] + ["storage"]
+    assert [row[1] for row in seen["checks"]] == ["FAIL"] * 4 + ["PASS"] and all(seen["links"])
+    assert len(seen["sections"]) == 5 and seen["images"] and all(width > 0 for _, width in seen["images"])
+    impossible = next(row for row in seen["checks"] if row[0] == "impossible")
+    assert re.fullmatch(r"busbw >= 1000 GB/s at 1M: measured [\d.e-]+, expected >= 1000", impossible[3])
+    assert impossible[4] == "1M"
+    md = (out / "report.md").read_text()
+    assert f"## {seen['verdict']}" in md and seen["facts"] in md
+    for row in seen["checks"]:
+        assert f"| [{row[0]}](#check-{row[0]}) | " + " | ".join(row[1:]) + " |" in md
+    assert "| run |" not in md
 
 
 @pytest.mark.slow

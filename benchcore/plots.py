@@ -1,0 +1,209 @@
+"""The report's PNG plots (matplotlib Agg): busbw and time vs size per collective/strategy group, and storage
+bars per mount and profile. Every series says what it is (run, phase, placement, type, cycle, repeat); the model,
+the link peak and each threshold are labelled and drawn on the axis of the field they bound; legends sit outside
+the axes, so they never cover data. The *_figure functions return the matplotlib Figure (tests read it)."""
+import os
+import re
+
+from benchcore import stats, values
+from benchcore.errors import WriteFailed
+from benchcore.inputs import name as shown_path
+from benchcore.results import group_of, measurements
+
+MAX_PLOTS = 12          # a report of 1,000 groups draws 12 plots, not 1,000 (each costs ~0.3 s and 50 KB)
+# y axes of a commbench plot: busbw and time always, another field's panel only where a threshold bounds it
+AXES = {"busbw_gbps": "busbw (GB/s)", "time_us": "time (us)", "algbw_gbps": "algbw (GB/s)"}
+LATENCIES = (("lat_mean_us", "mean"), ("lat_p50_us", "P50"), ("lat_p99_us", "P99"), ("lat_p999_us", "P99.9"))
+BASELINE_HATCH = "//"
+
+
+def saved(directory, name, write_file):
+    """write_file(path) for DIR/name; an OSError (a full disk) is one line naming the file, whose partial copy
+    is removed; the files written before it stay."""
+    path = directory / name
+    try:
+        write_file(path)
+    except OSError as exc:
+        path.unlink(missing_ok=True)
+        raise WriteFailed(f"cannot write {shown_path(path)}: {exc.strerror or exc}; the files written before it "
+                          "are kept", path.name, exc.strerror or str(exc)) from None
+    return name
+
+
+def slug(text, taken=None):
+    """A file name part for text; with taken (a set), one not in it yet ('x_y' and 'X-Y' get two names)."""
+    base = re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "plot"
+    found, n = base, 1
+    while taken is not None and found in taken:
+        n += 1
+        found = f"{base}-{n}"
+    if taken is not None:
+        taken.add(found)
+    return found
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def run_of(rec):
+    """The run a record belongs to: its source file's name (imported) or its run id."""
+    source = rec.get("source_file")
+    return str(isinstance(source, str) and os.path.basename(source) or rec.get("run_id") or "?")
+
+
+def series_name(rec, several_runs):
+    """What one line of a busbw/time plot is: run (when several), phase, placement, type, cycle, repeat."""
+    place = {True: "in-place", False: "out-of-place"}.get(rec.get("in_place"))
+    parts = [run_of(rec) if several_runs else None, rec.get("phase"), place, rec.get("dtype"),
+             f"cycle {rec['cycle']}" if rec.get("cycle") is not None else None,
+             f"repeat {rec['repeat']}" if rec.get("repeat") is not None else None]
+    return " ".join(str(p) for p in parts if p not in (None, "")) or "measured"
+
+
+def _peak_name(rec):
+    """'link peak 0.8 GB/s busbw of all_gather (localhost, intra-node)': the busbw the link allows, its source."""
+    what = ", ".join(str(rec[k]) for k in ("topology", "link_tier") if rec.get(k))
+    return (f"link peak {rec['link_peak_gbps']:.3g} GB/s busbw" + (f" of {rec['phase']}" if rec.get("phase") else "")
+            + (f" ({what})" if what else ""))
+
+
+def busbw_figure(title, recs, base_recs, marks=()):
+    """busbw and time vs size, log-log, one series per run, phase, placement, type, cycle and repeat (the baseline
+    dashed); the model's prediction per phase and the link peak, labelled; marks: [(field, label, [(size, value)])]
+    thresholds, each drawn red on its field's axis (a panel of its own for a field other than busbw and time)."""
+    plt = _plt()
+    fields = list(dict.fromkeys(["busbw_gbps", "time_us"] + [f for f, _, _ in marks if f in AXES]))
+    fig, axes = plt.subplots(1, len(fields), figsize=(7 * len(fields) + 3, 5.5), squeeze=False)
+    axes = dict(zip(fields, axes[0]))
+    several = len({run_of(r) for r in list(recs) + list(base_recs)}) > 1
+    for recs_, style, tag in ((recs, "-", ""), (base_recs, "--", "baseline ")):
+        series = {}
+        for r in recs_:
+            if values.usable(r.get("size_bytes")):
+                series.setdefault(tag + series_name(r, several), []).append(r)
+        for key, rs in series.items():
+            for field, ax in axes.items():
+                sizes = sorted({r["size_bytes"] for r in rs if values.usable(r.get(field))})
+                at = {s: sorted(r[field] for r in rs if r["size_bytes"] == s and values.usable(r.get(field)))
+                      for s in sizes}
+                if not sizes:
+                    continue
+                mid = [stats.geometric_mean(at[s]) for s in sizes]     # duplicates (imported logs): middle, range
+                ax.errorbar(sizes, mid, yerr=[[max(0.0, m - at[s][0]) for s, m in zip(sizes, mid)],
+                                              [max(0.0, at[s][-1] - m) for s, m in zip(sizes, mid)]],
+                            fmt=style, marker="o", markersize=3, capsize=2, label=key)
+    models = {}
+    for r in recs:          # the model per phase, placement and type: the same for every cycle and repeat
+        if values.usable(r.get("predicted_time_us")) and values.usable(r.get("time_us")):
+            name = " ".join(str(p) for p in ("model", r.get("phase"), series_name(dict(r, phase=None, cycle=None,
+                            repeat=None), several)) if p) + f" ({r.get('topology') or 'alpha-beta'})"
+            models.setdefault(name, set()).add((r["size_bytes"], r["predicted_time_us"], r.get("busbw_gbps") and
+                                                r["busbw_gbps"] * r["time_us"] / r["predicted_time_us"]))
+    for name, points in models.items():
+        points = sorted(points)
+        axes["time_us"].plot([p[0] for p in points], [p[1] for p in points], ":", label=name)
+        if all(p[2] for p in points):
+            axes["busbw_gbps"].plot([p[0] for p in points], [p[2] for p in points], ":", label=name)
+    peaks = {(r["link_peak_gbps"], r.get("phase"), r.get("topology"), r.get("link_tier")): r for r in recs
+             if values.usable(r.get("link_peak_gbps"))}
+    for rec in peaks.values():
+        axes["busbw_gbps"].axhline(rec["link_peak_gbps"], color="grey", linestyle="-.", linewidth=1,
+                                   label=_peak_name(rec))
+    for field, text, points in marks:
+        if field in axes and points:
+            axes[field].plot(*zip(*sorted(points)), "--", color="red", marker="_", markersize=12,
+                             label=f"threshold: {text}")
+    for field, ax in axes.items():
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("size (bytes)")
+        ax.set_ylabel(AXES[field])
+        ax.set_title(f"{title}: {AXES[field].split(' (')[0]} vs size")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(0, -0.14), frameon=False)
+    return fig
+
+
+def storage_figure(recs, base_recs, marks=()):
+    """Left: MB/s per profile, one bar per mount; right: latency mean/P50/P99/P99.9 (log); baseline bars hatched
+    in both; marks: [(axis 0 or 1, label, value)], thresholds drawn as red lines."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(13, 6.5))
+    bars = [(r, "") for r in recs] + [(r, "baseline ") for r in base_recs]
+    profiles = list(dict.fromkeys(f"{r.get('profile')} {r.get('direction')}" for r, _ in bars))
+    mounts = list(dict.fromkeys(f"{tag}{r.get('mount')}" for r, tag in bars))
+    width = 0.8 / max(1, len(mounts))
+
+    def pick(profile, mount, key):
+        found = [r.get(key) for r, tag in bars if f"{r.get('profile')} {r.get('direction')}" == profile
+                 and f"{tag}{r.get('mount')}" == mount and values.usable(r.get(key))]
+        return stats.geometric_mean(found) or 0
+
+    def hatch(mount):
+        return BASELINE_HATCH if mount.startswith("baseline ") else None
+
+    for i, mount in enumerate(mounts):
+        axes[0].bar([x + i * width for x in range(len(profiles))], [pick(p, mount, "bw_mbps") for p in profiles],
+                    width, label=mount, hatch=hatch(mount), edgecolor="black" if hatch(mount) else None)
+    axes[0].set_ylabel("MB/s")
+    axes[0].set_title("bandwidth per profile and mount")
+    lat_w = 0.8 / max(1, len(mounts) * len(LATENCIES))
+    for i, mount in enumerate(mounts):
+        for j, (key, name) in enumerate(LATENCIES):
+            k = i * len(LATENCIES) + j
+            axes[1].bar([x + k * lat_w for x in range(len(profiles))], [pick(p, mount, key) for p in profiles],
+                        lat_w, label=f"{mount} {name}", alpha=1.0 - 0.18 * j, hatch=hatch(mount),
+                        edgecolor="black" if hatch(mount) else None)
+    axes[1].set_yscale("log")
+    axes[1].set_ylabel("latency (us)")
+    axes[1].set_title("latency percentiles per profile and mount")
+    for ax, w, n in ((axes[0], width, len(mounts)), (axes[1], lat_w, len(mounts) * len(LATENCIES))):
+        ax.set_xticks([x + w * (n - 1) / 2 for x in range(len(profiles))])
+        ax.set_xticklabels(profiles, rotation=20, fontsize="small")
+        ax.grid(True, axis="y", alpha=0.3)
+    for axis, text, value in marks:
+        axes[axis].axhline(value, color="red", linestyle="--", linewidth=1, label=f"threshold: {text}")
+    for ax in axes:
+        ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(0, -0.16), frameon=False, ncol=2)
+    return fig
+
+
+def _save(fig, path):
+    fig.savefig(path, dpi=100, bbox_inches="tight")     # tight: the legends below the axes are kept whole
+    _plt().close(fig)
+
+
+def _by_group(records):
+    out = {}
+    for r in records:
+        if r["tool"] == "commbench":
+            out.setdefault(group_of(r), []).append(r)
+    return out
+
+
+def plots(directory, records, baseline=(), marks=None, taken=None):
+    """Draw at most MAX_PLOTS plots into directory: ([(title, file name)], a note when groups were left out).
+    The busbw plots are of the groups with most measurements; marks: thresholds to draw, {group: busbw_figure's
+    marks} and {"storage": storage_figure's}; taken: file names already used (several calls into one directory)."""
+    marks, out, taken = marks or {}, [], set() if taken is None else taken
+    recs, base = measurements(records), measurements(baseline)
+    io = [r for r in recs if r["tool"] == "iobench"]
+    groups, base_groups = _by_group(recs), _by_group(base)
+    room = MAX_PLOTS - bool(io)
+    chosen = sorted(groups, key=lambda g: -len(groups[g]))[:room]
+    for group in [g for g in groups if g in chosen]:
+        name = saved(directory, f"busbw-{slug(group, taken)}.png", lambda path: _save(busbw_figure(
+            group, groups[group], base_groups.get(group, []), marks.get(group, ())), path))
+        out.append((f"{group}: busbw and time vs size", name))
+    if io:
+        name = saved(directory, f"{slug('storage', taken)}.png", lambda path: _save(storage_figure(
+            io, [r for r in base if r["tool"] == "iobench"], marks.get("storage", ())), path))
+        out.append(("storage: MB/s and latency percentiles per mount and profile", name))
+    note = (f"plots: {len(chosen)} of {len(groups)} collective/strategy groups (those with most measurements, at "
+            f"most {MAX_PLOTS} plots); the other {len(groups) - len(chosen)} are in the tables only"
+            if len(chosen) < len(groups) else None)
+    return out, note

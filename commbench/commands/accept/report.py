@@ -1,0 +1,93 @@
+"""The acceptance report (report.md and report.html say the same, benchcore.reportpage.Doc): the verdict first, a
+banner with PASS / FAIL, the spec, the cluster's hosts, the date and the suite's version; a table of the checks,
+failures first (status, measured vs expected, at which size, a link to its section); then one section per check
+with its thresholds, its measurements and its plots, each threshold drawn on the axis of the field it bounds."""
+from importlib import metadata
+from pathlib import Path
+
+from benchcore import reportpage, thresholds
+from benchcore.plots import plots, slug
+from benchcore.records import git_revision, timestamp
+from benchcore.results import measurements
+from benchcore.units import format_size
+
+ORDER = {"FAIL": 0, "NOT RUN": 1, "PASS": 2}
+CHECKS = [("check", "check", None), ("status", "status", None), ("kind", "kind", None),
+          ("versus", "measured vs expected", None), ("size", "at size", None)]
+OUTCOMES = [("threshold", "threshold", None), ("status", "status", None), ("measured", "measured", ".4g"),
+            ("expected", "expected", None), ("size", "at size", None), ("message", "detail", None)]
+
+
+def status(result):
+    return "NOT RUN" if not result.ran else "PASS" if result.passed else "FAIL"
+
+
+def _outcome_status(o):
+    return "SKIPPED" if o.skipped else "PASS" if o.passed else "FAIL"
+
+
+def _deciding(result):
+    """The outcome a check's row shows: its first failed threshold, else the one nearest its bound."""
+    judged = [o for o in result.outcomes if not o.skipped]
+    failed = [o for o in judged if not o.passed]
+    numeric = [o for o in judged if o.measured and o.expected]
+    if failed or not numeric:
+        return (failed or judged or [None])[0]
+    return min(numeric, key=lambda o: o.measured / o.expected if o.threshold.op in thresholds.HIGHER
+               else o.expected / o.measured)
+
+
+def _versus(result, o):
+    if result.reason and (o is None or o.passed):
+        return result.reason
+    if o is None:
+        return "no threshold judged" if result.ran else "not run (interrupted before it)"
+    if o.measured is None or o.expected is None:
+        return f"{o.threshold.text}: {o.message}"
+    return f"{o.threshold.text}: measured {o.measured:.4g}, expected {o.threshold.op or '<='} {o.expected:.4g}"
+
+
+def _size(v):
+    return format_size(v) if v else "n/a"
+
+
+def _suite():
+    try:
+        version = metadata.version("commbench-iobench")
+    except metadata.PackageNotFoundError:
+        version = "unknown"
+    return f"{version} (git {git_revision()})"
+
+
+def document(directory, spec, results, records, baseline, verdict, lead, summary):
+    """The accept Doc (verdict: PASS, FAIL or INTERRUPTED; lead: lines before the notes; summary(result): a check's
+    one line); draws each check's plots into directory (their file names unique across checks)."""
+    recs = measurements(records)
+    hosts = sorted({h for r in recs for h in (r.get("hosts") or []) if isinstance(h, str)})
+    passed = sum(r.passed for r in results)
+    facts = [("spec", spec.path), ("hosts", ", ".join(hosts) or "n/a"), ("date", timestamp()),
+             ("suite", _suite()), ("checks passed", f"{passed} of {len(results)}")]
+    rows, sections, taken = [], [], set()
+    for result in sorted(results, key=lambda r: ORDER[status(r)]):
+        name, anchor = result.check.name, f"check-{slug(result.check.name)}"
+        o = _deciding(result)
+        rows.append({"check": reportpage.Link(name, anchor), "status": status(result), "kind": result.check.kind,
+                     "versus": _versus(result, o), "size": _size(o.size_bytes) if o else "n/a"})
+        mine = [r for r in recs if r.get("accept_check") == name]
+        base = [b for b in measurements(baseline) if b.get("accept_check") in (None, name)]
+        outcomes = [{"threshold": x.threshold.text, "status": _outcome_status(x), "measured": x.measured,
+                     "expected": f"{x.threshold.op or '<='} {x.expected:.4g}" if x.expected is not None else None,
+                     "size": _size(x.size_bytes), "message": x.message} for x in result.outcomes]
+        tables = [("thresholds", OUTCOMES, outcomes)] if outcomes else []
+        tables += [(f"{sec.title}; {caption}", columns, data) for sec in reportpage.sections(mine, base)
+                   for caption, columns, data in sec.tables]
+        images, left_out = plots(directory, mine, base, thresholds.plot_marks(result.outcomes), taken)
+        lines = [summary(result)] + ([left_out] if left_out else [])
+        sections.append(reportpage.Section(f"{status(result)} {name} ({result.check.kind})", anchor, lines, tables,
+                                           images))
+    notes = list(lead) + [f"{r.get('event')}: {r.get('reason')}" for r in records
+                          if r.get("event") and r.get("event") != "verdict"]
+    notes += reportpage.value_notes(recs, baseline)
+    return reportpage.Doc(f"commbench accept: {Path(spec.path).name}", f"{verdict}: {passed} of {len(results)} "
+                          "checks passed", facts, ("checks, failures first", CHECKS, rows), notes, sections)
+

@@ -1,0 +1,90 @@
+"""Reports label what they show: a strategy's phases, cycles and repeats are columns and separate series, the
+model is one line per phase, the peak line says which peak, each threshold sits on the axis of the field it
+bounds, storage's legends never cover bars and its baseline bars are hatched (issue 25 items 9 and 18)."""
+from matplotlib.container import ErrorbarContainer
+from matplotlib.transforms import Bbox
+
+from benchcore import plots, reportpage, schema
+
+PHASES = {"reduce_scatter": 0.5, "all_gather": 0.5, "total": 1.0}
+SIZES = (1 << 18, 1 << 20, 1 << 22)
+
+
+def rsag(repeats=2):
+    """rs-ag's records as the worker writes them: three phases per size and repeat, the model per phase."""
+    out = []
+    for repeat in range(repeats):
+        for size in SIZES:
+            for phase, share in PHASES.items():
+                t = share * size / 1e3 * (1 + 0.1 * repeat)
+                out.append(schema.measurement(
+                    "commbench", run_id="r1", strategy="rs-ag", phase=phase, repeat=repeat,
+                    size_bytes=size, dtype="float32", op="sum", in_place=True, world_size=2, nodes=1, time_us=t,
+                    algbw_gbps=size / t / 1e3, busbw_gbps=size / t / 1e3, wrong=0, topology="localhost",
+                    link_tier="intra-node", link_peak_gbps=1.6, predicted_time_us=share * size / 1.6e3))
+    return out
+
+
+def test_phases_and_repeats_are_columns_and_one_run_is_no_column():
+    (section,) = reportpage.sections(rsag())
+    caption, columns, rows = section.tables[0]
+    keys = [k for k, _, _ in columns]
+    assert "phase" in keys and "repeat" in keys and "run" not in keys and caption == "run r1"
+    assert len(rows) == 2 * 3 * len(SIZES)
+    assert {(r["size_bytes"], r["phase"], r["repeat"]) for r in rows} == \
+        {(s, p, k) for s in SIZES for p in PHASES for k in range(2)}
+    md = reportpage.markdown(reportpage.Doc("t", sections=[section]))
+    assert "| 256K | all_gather | float32 | sum | in | 2 | 1 | 131.07 |" in md
+
+
+def lines(ax):
+    """Every labelled line of ax, a measured series' data line included (an errorbar's)."""
+    out = {line.get_label(): line for line in ax.get_lines() if not line.get_label().startswith("_")}
+    return {**out, **{c.get_label(): c.lines[0] for c in ax.containers if isinstance(c, ErrorbarContainer)}}
+
+
+def test_every_phase_and_repeat_is_its_own_series_and_the_model_one_line_per_phase():
+    fig = plots.busbw_figure("rs-ag", rsag(), [], [("time_us", "time_us <= 2 ms at 1M", [(1 << 20, 2000.0)]),
+                                                   ("busbw_gbps", "busbw >= 0.5 GB/s", [(1 << 20, 0.5)])])
+    busbw, time = fig.axes
+    assert busbw.get_ylabel() == "busbw (GB/s)" and time.get_ylabel() == "time (us)"
+    for ax in (busbw, time):
+        named = lines(ax)
+        for phase in PHASES:
+            for repeat in range(2):
+                xs = list(named[f"{phase} in-place float32 repeat {repeat}"].get_xdata())
+                assert xs == list(SIZES)                     # one point per size: no zig-zag between phases
+            model = named[f"model {phase} in-place float32 (localhost)"]
+            assert list(model.get_xdata()) == list(SIZES)
+    assert list(lines(time)["model total in-place float32 (localhost)"].get_ydata()) == \
+        [s / 1.6e3 for s in SIZES]
+    peak = [label for label in lines(busbw) if label.startswith("link peak")]
+    assert sorted(peak) == [f"link peak 1.6 GB/s busbw of {phase} (localhost, intra-node)" for phase in sorted(PHASES)]
+    assert "threshold: time_us <= 2 ms at 1M" in lines(time) and "threshold: time_us <= 2 ms at 1M" not in lines(busbw)
+    assert list(lines(time)["threshold: time_us <= 2 ms at 1M"].get_ydata()) == [2000.0]
+    assert "threshold: busbw >= 0.5 GB/s" in lines(busbw)
+
+
+def io(mount, bw, lat):
+    return schema.measurement("iobench", run_id=mount, mount=mount, profile="shard-write", direction="write",
+                              rw="write", bs_bytes=1 << 20, bw_mbps=bw, lat_mean_us=lat, lat_p50_us=lat,
+                              lat_p99_us=lat * 3, lat_p999_us=lat * 5)
+
+
+def test_storage_legends_never_cover_bars_and_baseline_bars_are_hatched():
+    fig = plots.storage_figure([io("/mnt/a", 900.0, 300.0), io("/mnt/b", 950.0, 310.0)],
+                               [io("/mnt/a", 1000.0, 250.0)], [(0, "shard-write MB/s >= 800", 800.0)])
+    renderer = fig.canvas.get_renderer()
+    fig.canvas.draw()
+    for ax in fig.axes:
+        legend = ax.get_legend().get_window_extent(renderer)
+        bars = [p for p in ax.patches if p.get_height() > 0]
+        assert bars
+        for bar in bars:      # what is drawn of a bar: its part inside the axes (a log axis clips bars from 0)
+            drawn = Bbox.intersection(bar.get_window_extent(renderer), ax.get_window_extent(renderer))
+            assert drawn and not Bbox.intersection(legend, drawn), (ax.get_title(), bar.get_label())
+        for container in ax.containers:
+            baseline = container.get_label().startswith("baseline ")
+            assert all((p.get_hatch() == plots.BASELINE_HATCH) == baseline for p in container.patches), \
+                (ax.get_title(), container.get_label())
+    assert sum(c.get_label().startswith("baseline ") for ax in fig.axes for c in ax.containers) == 1 + 4
