@@ -97,7 +97,7 @@ def records_of(path, collective=None):
     length in bounded memory); UserError naming the file and why it is refused, raised before anything is
     read when the file is unusable, else while the records are read. collective: nccl-tests results' collective
     where the file says none (import --collective)."""
-    regular_file(path, "input")
+    size = regular_file(path, "input").st_size
     try:
         with open(path, "rb") as f:
             head = f.read(SNIFF_BYTES)
@@ -109,6 +109,8 @@ def records_of(path, collective=None):
     if _is_records(head):
         return "records", iter([r for r in read_records(path) if r.get("tool") in TOOLS])
     fmt = nccljson.kind(text)
+    if fmt and size > nccljson.MAX_BYTES:      # read whole: refused before it is read (or hashed for its run id)
+        raise UserError(f"{name(path)}: {size} bytes of {fmt}, more than the {nccljson.MAX_BYTES} this reads whole")
     if fmt:
         return fmt, _refusing(path, fmt, text, partial(nccljson.records, collective=collective))
     looks_json = text.lstrip().startswith("{") or '"fio version"' in text
