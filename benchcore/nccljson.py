@@ -97,8 +97,10 @@ def _kind(value, types, where, null=True):
 
 def _lines(text, fmt, count):
     """1-based lines of the first count row objects (None each when the document does not hold as many)."""
+    if not count:
+        return []
     lines, line, at = [], 1, 0
-    for m in () if not count else FIRST_KEY[fmt].finditer(text):
+    for m in FIRST_KEY[fmt].finditer(text):
         line, at = line + text.count("\n", at, m.start()), m.start()
         lines.append(line)
         if len(lines) == count:
@@ -114,8 +116,8 @@ def _version(code):
 
 def _record(common, fields, line, cycles):
     """One measurement: fields of the row and placement; size -> count by the type's width, as for logs."""
-    kind = fields.pop("type")
-    dtype, word = DTYPES.get(kind, (kind, None))
+    type_name = fields.pop("type")
+    dtype, word = DTYPES.get(type_name, (type_name, None))
     rec = schema.measurement("commbench", **common, **fields, dtype=dtype, source_line=line)
     if word:
         rec["count"] = rec["size_bytes"] // word
