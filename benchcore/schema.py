@@ -47,8 +47,10 @@ EXTENSIONS = {
         "round": "pairs: the round of the tournament", "kind": "pairs: the operation (sendrecv, all_reduce)",
         "partner": "pairs: each rank's partner in the round (null: a bye)",
         "host": "pairs: one end of the pair", "peer_host": "pairs: the other end",
-        "link_tier": "the tier that bounds the measurement in the model (intra-node or inter-node); "
-                     "link_peak_gbps is the busbw that saturates it",
+        "link_tier": "the tier that bounds the measurement in the model (intra-node, inter-node, or shared-memory: "
+                     "MPI ranks on one node); link_peak_gbps is the busbw that saturates it",
+        "link_peak_reason": "why link_peak_gbps, link_utilization and predicted_time_us are null: a tier the "
+                            "measurement crosses has no ceiling (a reference rate, or none for this transport)",
         "predicted_algo": "NCCL's algorithm/protocol pick by its own tuning model (Tree/LL, Ring/Simple, ...) behind "
                           "predicted_time_us; null where NCCL's tuner does not decide (Gloo, MPI, point-to-point)",
     },

@@ -120,7 +120,7 @@ def print_collective_tables(records, out=None):
     wide = Console(file=out.file, width=1000, highlight=False, markup=False, soft_wrap=False)
     first = recs[0]
     title_bits = [f"{first['backend']}", f"{first['world_size']} ranks on {first['nodes']} node(s)",
-                  f"util = busbw / {first.get('topology')} peak",
+                  f"util = busbw / {first.get('topology')} ceiling",
                   "blocking" if first["blocking"] else "non-blocking", f"agg {first.get('agg', 'avg')}"]
     for name in dict.fromkeys(r["collective"] for r in rows):
         mine = [r for r in rows if r["collective"] == name]
@@ -142,6 +142,8 @@ def print_collective_tables(records, out=None):
         out.print(f"# Out of bounds values : {wrong} {'OK' if not wrong else 'FAILED'}")
     out.print(f"# Avg bus bandwidth    : {sum(busbws) / len(busbws):.4f} GB/s" if busbws else
               "# Avg bus bandwidth    : n/a")
+    for why in dict.fromkeys(r["link_peak_reason"] for r in recs if r.get("link_peak_reason")):
+        out.print(f"# util, model us n/a  : {why}")
 
 
 # --format nccl-tests: the plain text of nccl-tests (src/util.cu), one block per collective or strategy label.

@@ -312,7 +312,10 @@ def predicted(case, cfg, size, topo, world_size, nodes, backend, ratio):
     """{comm_us, compute_us, overlapped_us, exposed_comm_us, overlap_efficiency} the model gives pattern config
     cfg at size: the communication from its alpha-beta terms on the topology, compute = ratio x that, and the
     pattern's schedule replayed over equal steps."""
-    comm = predict(case, cfg, size, topo, world_size, nodes, backend)["comm"].time_us
+    pred = predict(case, cfg, size, topo, world_size, nodes, backend)["comm"]
+    if pred.reason:      # no ceiling on a tier it crosses: nothing to predict
+        return {"comm_us": None, "link_peak_reason": pred.reason}
+    comm = pred.time_us
     steps, comp = steps_of(cfg, size, world_size), ratio * comm
     over = simulate(AHEAD[case.name], [comm / steps] * steps, [comp / steps] * steps, cfg.get("inflight") or steps)
     return {"comm_us": comm, "compute_us": comp, "overlapped_us": over, "exposed_comm_us": over - comp,

@@ -105,6 +105,8 @@ def print_compare(records, baseline="ring"):
             row["wire"] = format_size(row["wire_bytes"]) if row.get("wire_bytes") else ""
         print_table(rows, columns, title=f"payload {format_size(size)}: time to the same final tensor on every rank "
                     f"(median of n repeats; {backends}, {first['world_size']} ranks on {first['nodes']} node(s))")
+    for why in dict.fromkeys(r["link_peak_reason"] for r in records if r.get("link_peak_reason")):
+        out.print(f"model us, link util n/a: {why}")
     if notes:
         out.print(f"verdicts ({stats.METHOD}):")
     for line in notes:

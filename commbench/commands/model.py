@@ -40,11 +40,13 @@ def predictions(topo, names, sizes, nodes, local, backend, opts):
         for name, cfg in configs(names, opts).items():
             pred = predict(CASES[cfg["case"]], cfg, size, topo, nodes * local, nodes, backend)[TOTAL]
             plain = _runs_plain(cfg, size, nodes * local)
+            ok = pred.reason is None     # else no ceiling: the numbers are n/a, and the reason says why
             rows.append({"case": name + (" (= plain)" if plain else ""), "strategy": cfg["case"], "size_bytes": size,
                          "size": format_size(size), "runs_plain": plain, "nccl_algo": pred.algo,
-                         "predicted_time_us": pred.time_us, "algbw_gbps": size / pred.time_us / 1e3,
+                         "predicted_time_us": pred.time_us, "algbw_gbps": size / pred.time_us / 1e3 if ok else None,
                          "busbw_gbps": pred.busbw_gbps, "link_tier": pred.tier, "link_peak_gbps": pred.peak_gbps,
-                         "link_utilization": pred.busbw_gbps / pred.peak_gbps, "chunk_bytes": cfg.get("chunk_bytes"),
+                         "link_utilization": pred.busbw_gbps / pred.peak_gbps if ok else None,
+                         **({} if ok else {"link_peak_reason": pred.reason}), "chunk_bytes": cfg.get("chunk_bytes"),
                          "inflight": cfg.get("inflight")})
     return rows
 
@@ -158,7 +160,7 @@ def _topology(text):
 @click.option("-b", "--min-bytes", default="1M", show_default=True)
 @click.option("-e", "--max-bytes", default="8G", show_default=True)
 @click.option("-f", "--step-factor", type=int, default=2, show_default=True)
-@click.option("--backend", type=click.Choice(["nccl", "gloo"]), default=None,
+@click.option("--backend", type=click.Choice(["nccl", "gloo", "mpi"]), default=None,
               help="Transport whose primitives the model uses [default: nccl on GPU nodes, gloo on CPU ones].")
 @case_options()
 @click.option("--fit", "fit_file", default=None, metavar="RESULTS.jsonl",
@@ -206,7 +208,10 @@ def model(topology, nodes, nproc_per_node, collectives, strategies, patterns, mi
                        ("link_tier", "bound by", None), ("link_peak_gbps", "peak GB/s", ".2f"),
                        ("link_utilization", "of peak", ".2f"), ("nccl_algo", "NCCL picks", None)],
                 title=f"model: {topo.name}, {nodes} node(s) x {local} ranks, {backend}")
-    if strategies:
+    reasons = dict.fromkeys(r["link_peak_reason"] for r in rows if r.get("link_peak_reason"))
+    for why in reasons:
+        console().print(f"n/a: {why}")
+    if strategies and not reasons:
         print_table(summary(rows), [("size", "size", None), ("fastest", "fastest", None),
                                     ("chunked_pick", "chunked: model's pick", None),
                                     ("chunked_vs_ring", "ring / chunked time", ".2f")], title="summary")
@@ -231,6 +236,8 @@ def _print_rows(rows, columns, title, topo, nodes, local, backend, fmt):
                               "backend": backend, **{k: v for k, v in row.items() if k != "size"}}))
         return
     print_table(rows, columns, title=title)
+    for why in dict.fromkeys(r["link_peak_reason"] for r in rows if r.get("link_peak_reason")):
+        console().print(f"n/a: {why}")
 
 
 def _print_fit(path, topo, fmt):

@@ -4,6 +4,8 @@ import json
 
 import click
 
+from benchcore.errors import UserError
+from benchcore.records import new_output_option
 from benchcore.report import print_table
 from commbench.model.detect import detect, in_effect, match, unreported
 
@@ -12,14 +14,24 @@ from commbench.model.detect import detect, in_effect, match, unreported
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of text.")
 @click.option("--link", default=None, metavar="IFACE",
               help="The interface that joins the nodes [default: the default route's, else the only one up].")
-def topo(as_json, link):
-    """Show this node's GPUs, NICs and links, and the topology file it matches.
+@click.option("--calibrate", is_flag=True,
+              help="Measure this machine's ceilings (memory copy for shared memory, loopback TCP streams, a tc-shaped "
+                   "link's rate) and print a topology file for --topology; util is then busbw over them.")
+@click.option("--out", default=None, metavar="FILE", callback=new_output_option("--out", (".yaml", ".yml")),
+              help="With --calibrate: write the topology file here (never over an existing file).")
+def topo(as_json, link, calibrate, out):
+    """Show this node's GPUs, NICs and links, and the topology file it matches; or calibrate its ceilings.
 
     \b
     Example:
       commbench topo
       commbench topo --json > node.json
+      commbench topo --calibrate --out mine.yaml && commbench run --topology mine.yaml
     """
+    if out and not calibrate:
+        raise UserError("--out goes with --calibrate (the topology file it writes)")
+    if calibrate:
+        return write_calibration(link, out)
     found = detect(link)
     fields = found["fields"]
     matched, closest, diffs = match(fields)
@@ -55,6 +67,18 @@ def topo(as_json, link):
     click.echo(f"in effect for records: {effect.name}: intra-node {effect.fabric} {effect.intra_gbps:g} GB/s, "
                f"inter-node {effect.nics_per_node} x {effect.nic_gbps:g} GB/s x {effect.payload_fraction:.3f} payload"
                f" ({effect.rank_to_nic})")
+
+
+def write_calibration(link, out):
+    from commbench.model import calibrate
+    text = calibrate.file_text(calibrate.measure(link))
+    if not out:
+        click.echo(text, nl=False)
+        return
+    with open(out, "x") as f:       # new_output refused an existing file; "x" refuses one made since
+        f.write(text)
+    click.echo("".join(ln[1:] + "\n" for ln in text.splitlines() if ln.startswith("#")), nl=False)
+    click.echo(f"wrote {out}: commbench run --topology {out}")
 
 
 def print_gpus(found):

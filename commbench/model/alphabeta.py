@@ -24,6 +24,14 @@ M nodes of L ranks each (n = L M), M of the n hops cross nodes: of a rank's bus 
 Tiers run concurrently: a phase takes as long as its slowest tier (the tier that bounds it);
 phases of a strategy run one after another and add up.
 
+The tier matches the transport: MPI ranks on one node move data through shared memory (tier
+"shared-memory", one rank's copy rate), Gloo through TCP loopback (a topology whose intra-node fabric is
+not loopback does not describe it), NCCL through the GPU fabric. Nodes emulated on one machine (the
+topology's inter-node fabric is loopback) send their inter-node traffic through that machine's intra-node
+tier, which all the run's ranks share: 1 and 2 emulated nodes of the same world size predict the same.
+A tier's rate is used only where it is a ceiling (topology.CEILINGS); otherwise the prediction is n/a
+(None) with the reason.
+
 Per transport only the primitives differ: Gloo runs reduce_scatter_tensor as an all_reduce of the
 whole input and keeps its slice (measured here: 2.0-2.1x the ring's time through a tc-shaped
 loopback, where all_gather took 1.0-1.1x), so under Gloo a reduce_scatter moves all_reduce's bytes.
@@ -38,7 +46,11 @@ from typing import List, Optional
 
 from commbench.model import nccl
 
-INTRA, INTER = "intra-node", "inter-node"
+INTRA, INTER, SHM = "intra-node", "inter-node", "shared-memory"
+TRANSPORT_TIERS = {("mpi", INTRA): SHM}     # (backend, the case's tier) -> the tier the transport crosses
+# backend -> (the intra-node fabrics it can cross, how it moves a node's data)
+INTRA_PATHS = {"gloo": (("loopback",), "Gloo moves a node's CPU tensors over TCP loopback"),
+               "nccl": (("nvswitch", "nvlink", "pcie"), "NCCL moves a node's GPU buffers over NVLink or PCIe")}
 
 
 @dataclass(frozen=True)
@@ -77,6 +89,7 @@ class Prediction:
     peak_gbps: float           # busbw when every phase runs at its bounding tier's bandwidth, latency left out
     busbw_gbps: float          # the busbw the model predicts: factor x size / time
     algo: Optional[str] = None  # NCCL's pick by its own model ("Tree/LL"), None where the call is not NCCL's
+    reason: Optional[str] = None  # why time, peak and busbw are None: a tier it crosses has no ceiling
 
 
 def ring_terms(bus_bytes, steps, shape, one_flow=False):
@@ -142,19 +155,52 @@ def all_to_all(size, shape, backend):
 
 @dataclass(frozen=True)
 class Tiers:
-    """A topology's tiers for a run of `local` ranks per node: alpha (us) and the unit bandwidth (GB/s)."""
+    """A topology's tiers as `backend` crosses them, for a run of `local` ranks per node and `world` in all:
+    alpha (us) and the unit bandwidth (GB/s)."""
     topo: object
     local: int
+    backend: str = "nccl"
+    world: int = 1
+
+    def name(self, tier):
+        """The tier a term of the case's `tier` crosses: emulated nodes' inter-node traffic stays on the machine."""
+        if tier == INTER and self.topo.inter_fabric == "loopback":
+            tier = INTRA
+        return TRANSPORT_TIERS.get((self.backend, tier), tier)
+
+    def rate(self, tier):
+        """(GB/s of one unit, alpha us, ceiling kind) of a tier name() gave; GB/s None: the topology lacks it."""
+        t = self.topo
+        return {INTRA: (t.intra_gbps, t.intra_latency_us, t.intra_ceiling),
+                INTER: (t.nic_gbps, t.inter_latency_us, t.inter_ceiling),
+                SHM: (t.shm_gbps, t.shm_latency_us, t.shm_ceiling)}[tier]
+
+    def no_ceiling(self, tier):
+        """Why the rate of a tier name() gave is no ceiling for this transport (None: it is one)."""
+        t, (gbps, _, kind) = self.topo, self.rate(tier)
+        if gbps is None:
+            return f"topology {t.name} has no shared_memory tier (MPI ranks on one node copy through shared memory)"
+        fabrics, path = INTRA_PATHS.get(self.backend, ((t.fabric,), ""))
+        if tier == INTRA and t.fabric not in fabrics:
+            return f"{path}; topology {t.name} describes {t.fabric}"
+        if kind == "none":
+            return (f"topology {t.name}'s {tier} rate {gbps:g} GB/s is a reference measurement, not a ceiling "
+                    "(commbench topo --calibrate measures this machine's)")
+        return None
 
     def alpha_us(self, tier):
-        return self.topo.intra_latency_us if tier == INTRA else self.topo.inter_latency_us
+        return self.rate(self.name(tier))[1]
 
     def unit_load(self, term, active):
         """(bytes through the tier's busiest unit, that unit's GB/s) for term, `active` ranks of the node at it."""
-        t = self.topo
-        if term.tier == INTRA:
-            shared = active if t.fabric == "loopback" else 1      # one loopback queue for the whole node
-            return term.rank_bytes * shared, t.intra_gbps
+        t, tier = self.topo, self.name(term.tier)
+        if tier == SHM:
+            return term.rank_bytes, t.shm_gbps                    # each rank's copies on its own core
+        if tier == INTRA:
+            if t.fabric != "loopback":
+                return term.rank_bytes, t.intra_gbps
+            # one loopback queue for the whole node; for emulated nodes, for the whole run
+            return term.rank_bytes * (self.world if t.inter_fabric == "loopback" else active), t.intra_gbps
         nics = 1 if term.one_flow else (min(active, t.nics_per_node) if t.rank_to_nic == "rail" else t.nics_per_node)
         return term.rank_bytes * active, nics * t.nic_gbps * t.payload_fraction   # the node's bytes, its NICs
 
@@ -164,9 +210,10 @@ def phase_time(tiers, phase, shape):
     active = shape.local * shape.groups
     per_tier = {}
     for term in phase.terms:
-        lat, bw = per_tier.get(term.tier, (0.0, 0.0))
+        tier = tiers.name(term.tier)
+        lat, bw = per_tier.get(tier, (0.0, 0.0))
         load, gbps = tiers.unit_load(term, active)
-        per_tier[term.tier] = (lat + term.steps * tiers.alpha_us(term.tier) * 1e-6, bw + load / (gbps * 1e9))
+        per_tier[tier] = (lat + term.steps * tiers.alpha_us(term.tier) * 1e-6, bw + load / (gbps * 1e9))
     if not per_tier:
         return 0.0, 0.0, INTRA
     tier = max(per_tier, key=lambda k: sum(per_tier[k]))
@@ -185,8 +232,12 @@ def predict(case, cfg, size, topo, world_size, nodes, backend, env=None):
     """
     local = max(1, world_size // max(1, nodes))
     whole = Shape(world_size, local, nodes)
-    tiers = Tiers(topo, local)
+    tiers = Tiers(topo, local, backend, world_size)
     phases = case.model(cfg, size, whole, backend)
+    crossed = dict.fromkeys(tiers.name(t.tier) for p in phases.values() for t in p.terms or ())
+    why = next(((tier, tiers.no_ceiling(tier)) for tier in crossed if tiers.no_ceiling(tier)), None)
+    if why:
+        return {name: Prediction(None, why[0], None, None, reason=why[1]) for name in phases}
     env = {**(env or {}), **case.nccl_env}
     out, total, total_bw, spent, algos = {}, 0.0, 0.0, {}, []
     for name, phase in phases.items():
@@ -221,6 +272,8 @@ def record_fields(topo, case, cfg, phase, size, world_size, nodes, backend, busb
     pred = predict(case, cfg, size, topo, world_size, nodes, backend, os.environ if env is None else env).get(phase)
     if pred is None:
         return {"topology": topo.name}
+    if pred.reason:      # a tier it crosses has no ceiling: util and model time n/a, and why
+        return {"topology": topo.name, "link_tier": pred.tier, "link_peak_reason": pred.reason}
     peak = pred.peak_gbps if math.isfinite(pred.peak_gbps) else None
     return {"topology": topo.name, "link_peak_gbps": peak, "predicted_time_us": pred.time_us,
             "link_utilization": busbw / peak if peak and busbw is not None else None, "link_tier": pred.tier,
@@ -235,8 +288,7 @@ def fit_row(case, cfg, size, topo, world_size, nodes, backend, phase):
     chosen = case.model(cfg, size, whole, backend).get(phase)
     if chosen is None or chosen.terms is None or not chosen.terms:
         return None
-    shape = chosen.shape or whole
-    tier = phase_time(Tiers(topo, local), chosen, shape)[2]
-    mine = [t for t in chosen.terms if t.tier == tier]
-    return (tier, sum(t.steps for t in mine),
-            sum(Tiers(topo, local).unit_load(t, shape.local * shape.groups)[0] for t in mine))
+    shape, tiers = chosen.shape or whole, Tiers(topo, local, backend, world_size)
+    tier = phase_time(tiers, chosen, shape)[2]
+    mine = [t for t in chosen.terms if tiers.name(t.tier) == tier]
+    return (tier, sum(t.steps for t in mine), sum(tiers.unit_load(t, shape.local * shape.groups)[0] for t in mine))

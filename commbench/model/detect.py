@@ -18,6 +18,7 @@ import subprocess
 from dataclasses import replace
 from pathlib import Path
 
+from commbench.launch.mpirun import across_hosts
 from commbench.launch.torchrun import route_to, split_endpoint
 from commbench.model.topology import known, resolve
 
@@ -212,18 +213,23 @@ def detect(link=None, nvml=None, sys_root=SYS, tc=tc_rate_bits):
         nv = all(p.startswith("NV") for row in gpu["paths"] for p in row if p != "X")
         fields["intra_node.fabric"] = ("nvswitch" if len(g) > 2 else "nvlink") if nv and len(g) > 1 else "pcie"
         fields["intra_node.per_gpu_gbps"] = min(x["nvlink_gbps"] if nv else (x["pcie_gbps"] or 0) for x in g) or None
+        fields["intra_node.ceiling"] = "reported" if fields["intra_node.per_gpu_gbps"] else None
     else:
         fields["intra_node.fabric"] = "loopback"
         fields["intra_node.per_gpu_gbps"] = _gbps(lo and lo["shaped_bits"])
+        fields["intra_node.ceiling"] = "tc" if fields["intra_node.per_gpu_gbps"] else None
     chosen = lo if link == "lo" else link_interface(nets, link)
     if active_ib:
         fields.update({"inter_node.nics_per_node": len(active_ib), "inter_node.payload_fraction": 1.0,
-                       "inter_node.per_nic_gbps": min(p["gbit"] for p in active_ib) / 8})
+                       "inter_node.per_nic_gbps": min(p["gbit"] for p in active_ib) / 8,
+                       "inter_node.fabric": "network", "inter_node.ceiling": "reported"})
     elif chosen:
         bits = chosen["shaped_bits"] or (chosen["speed_mbit"] or 0) * 1e6 or None
         fields.update({"inter_node.nics_per_node": 1, "inter_node.per_nic_gbps": _gbps(bits),
                        "inter_node.payload_fraction": None if chosen["loopback"] or not bits else
-                       _tcp_fraction(chosen["mtu"], bool(chosen["shaped_bits"]))})
+                       _tcp_fraction(chosen["mtu"], bool(chosen["shaped_bits"])),
+                       "inter_node.fabric": "loopback" if chosen["loopback"] else "network",
+                       "inter_node.ceiling": None if not bits else "tc" if chosen["shaped_bits"] else "reported"})
     gpn, nics = fields["gpus_per_node"], fields.get("inter_node.nics_per_node")
     if nics:
         fields["inter_node.rank_to_nic"] = "rail" if gpn > 1 and nics >= gpn else "shared"
@@ -235,7 +241,8 @@ COMPARED = (("gpus_per_node", None), ("intra_node.fabric", None), ("intra_node.p
             ("inter_node.nics_per_node", None), ("inter_node.per_nic_gbps", TOLERANCE))
 ATTR = {"gpus_per_node": "gpus_per_node", "intra_node.fabric": "fabric", "intra_node.per_gpu_gbps": "intra_gbps",
         "inter_node.nics_per_node": "nics_per_node", "inter_node.per_nic_gbps": "nic_gbps",
-        "inter_node.payload_fraction": "payload_fraction", "inter_node.rank_to_nic": "rank_to_nic"}
+        "inter_node.payload_fraction": "payload_fraction", "inter_node.rank_to_nic": "rank_to_nic",
+        "inter_node.fabric": "inter_fabric", "intra_node.ceiling": "intra_ceiling", "inter_node.ceiling": "inter_ceiling"}
 
 
 def differences(fields, topo):
@@ -260,12 +267,14 @@ def match(fields, topos=None):
 
 def in_effect(fields, topos=None):
     """The topology records carry: the matching file, else "detected": what the node reports, the rest
-    (latencies, and rates the node does not report) from the closest file."""
+    (latencies, and rates the node does not report) from the closest file. A file whose nodes are emulated on one
+    machine (localhost) matches a node joined to others by a network only as "detected" (the nodes are real)."""
     matched, closest, _ = match(fields, topos)
-    if matched:
+    if matched and fields.get("inter_node.fabric") in (None, matched.inter_fabric):
         return matched
+    base = matched or closest
     found = {ATTR[k]: v for k, v in fields.items() if k in ATTR and v is not None}
-    return replace(closest, name="detected", source=f"detected; the rest from {closest.name}", **found)
+    return replace(base, name="detected", source=f"detected; the rest from {base.name}", **found)
 
 
 def unreported(fields):
@@ -274,12 +283,12 @@ def unreported(fields):
 
 def for_run(text, spec):
     """The topology a run's records carry: --topology FILE|NAME, else what this node detects, with the
-    inter-node link the launch uses (emulated nodes on this machine: loopback; --rdzv-endpoint: the
-    interface that routes to it; Slurm: the default route's)."""
+    inter-node link the launch uses (emulated nodes on this machine, mpirun's without hosts too: loopback;
+    --rdzv-endpoint: the interface that routes to it; Slurm: the default route's)."""
     if text:
         return resolve(text)
     link = None
-    if spec.launcher == "local":
+    if spec.launcher == "local" or spec.launcher == "mpirun" and not across_hosts(spec):
         link = "lo"
     elif spec.launcher == "torchrun" and not spec.dry_run:
         link = route_to(split_endpoint(spec.rdzv_endpoint)[0])[0]

@@ -12,7 +12,14 @@ A file describes one kind of node and how nodes are joined:
   inter_node      nics_per_node; nic (free text); per_nic_gbps: GB/s one direction; latency_us;
                   rank_to_nic: rail (local rank i uses NIC i, NIC i of every node on rail switch i) |
                   shared (the node's NICs serve every local rank); payload_fraction: the share of the
-                  line rate a transfer's payload gets (default 1; TCP at MTU 1500: 1448/1514)
+                  line rate a transfer's payload gets (default 1; TCP at MTU 1500: 1448/1514);
+                  fabric: network (default) | loopback (nodes emulated on one machine: their traffic shares the
+                  intra-node loopback, and the model treats them as one node)
+  shared_memory   optional: the tier MPI ranks on one node use: per_rank_gbps (one rank's copy rate),
+                  latency_us (default 0: the model's time is then its bandwidth bound)
+  ceiling         per tier (intra_node, inter_node, shared_memory): what its rate is (CEILINGS); utilisation and
+                  the model need a ceiling, so a tier whose rate is `none` (a reference measurement) gives n/a.
+                  Default: datasheet; loopback and shared memory have no datasheet rate, so `none` there.
 
 Every file cites its source (a vendor datasheet) in a comment. A malformed file is refused with
 one line naming the file and the field. GB/s = 1e9 B/s.
@@ -29,6 +36,13 @@ from benchcore.errors import UserError
 DIR = Path(__file__).resolve().parents[2] / "topologies"
 FABRICS = ("nvswitch", "nvlink", "pcie", "loopback")
 RANK_TO_NIC = ("rail", "shared")
+INTER_FABRICS = ("network", "loopback")
+# What a tier's rate is. Every kind but `none` is a ceiling: busbw cannot exceed it.
+CEILINGS = {"datasheet": "a vendor datasheet's rate (the file cites it)",
+            "reported": "the rate the device reports (NVML, sysfs)",
+            "tc": "the rate tc shapes the link to",
+            "calibrated": "measured here by commbench topo --calibrate",
+            "none": "a reference measurement, not a ceiling"}
 
 
 def _text(v):
@@ -67,8 +81,13 @@ SCHEMA = {
     "inter_node.latency_us": (True, _number(False), "finite microseconds >= 0"),
     "inter_node.rank_to_nic": (True, _choice(RANK_TO_NIC), "one of " + ", ".join(RANK_TO_NIC)),
     "inter_node.payload_fraction": (False, lambda v: _number(True)(v) and v <= 1, "a fraction in (0, 1]"),
+    "inter_node.fabric": (False, _choice(INTER_FABRICS), "one of " + ", ".join(INTER_FABRICS)),
+    "shared_memory.per_rank_gbps": (False, _number(True), "a finite GB/s > 0"),
+    "shared_memory.latency_us": (False, _number(False), "finite microseconds >= 0"),
+    **{f"{s}.ceiling": (False, _choice(CEILINGS), "one of " + ", ".join(CEILINGS))
+       for s in ("intra_node", "inter_node", "shared_memory")},
 }
-SECTIONS = ("intra_node", "inter_node")
+SECTIONS = ("intra_node", "inter_node", "shared_memory")
 
 
 @dataclass(frozen=True)
@@ -87,15 +106,24 @@ class Topology:
     link: Optional[str] = None
     nic: Optional[str] = None
     source: Optional[str] = None     # the file it came from, or "detected"
+    inter_fabric: str = "network"
+    shm_gbps: Optional[float] = None
+    shm_latency_us: Optional[float] = None
+    intra_ceiling: str = "datasheet"
+    inter_ceiling: str = "datasheet"
+    shm_ceiling: str = "none"
 
     def as_dict(self):
         """The file's layout (what --json and the plan carry)."""
         return {"name": self.name, "gpus_per_node": self.gpus_per_node, "gpu": self.gpu,
                 "intra_node": {"fabric": self.fabric, "link": self.link, "per_gpu_gbps": self.intra_gbps,
-                               "latency_us": self.intra_latency_us},
+                               "latency_us": self.intra_latency_us, "ceiling": self.intra_ceiling},
                 "inter_node": {"nics_per_node": self.nics_per_node, "nic": self.nic, "per_nic_gbps": self.nic_gbps,
                                "latency_us": self.inter_latency_us, "rank_to_nic": self.rank_to_nic,
-                               "payload_fraction": self.payload_fraction},
+                               "payload_fraction": self.payload_fraction, "fabric": self.inter_fabric,
+                               "ceiling": self.inter_ceiling},
+                **({"shared_memory": {"per_rank_gbps": self.shm_gbps, "latency_us": self.shm_latency_us,
+                                      "ceiling": self.shm_ceiling}} if self.shm_gbps else {}),
                 "source": self.source}
 
 
@@ -117,6 +145,9 @@ def validate(data, where):
                 raise UserError(f"{where}: missing field {key} ({what})")
         elif not valid(flat[key]):
             raise UserError(f"{where}: field {key} is {inputs.shown(repr(flat[key]), 60)}, expected {what}")
+    if data.get("shared_memory") and flat.get("shared_memory.per_rank_gbps") is None:
+        raise UserError(f"{where}: missing field shared_memory.per_rank_gbps (a finite GB/s > 0)")
+    inter_fabric = flat.get("inter_node.fabric") or "network"
     return Topology(name=flat["name"], gpus_per_node=flat["gpus_per_node"], fabric=flat["intra_node.fabric"],
                     intra_gbps=float(flat["intra_node.per_gpu_gbps"]),
                     intra_latency_us=float(flat["intra_node.latency_us"]),
@@ -124,7 +155,21 @@ def validate(data, where):
                     inter_latency_us=float(flat["inter_node.latency_us"]), rank_to_nic=flat["inter_node.rank_to_nic"],
                     payload_fraction=float(flat.get("inter_node.payload_fraction") or 1.0), gpu=flat.get("gpu"),
                     link=flat.get("intra_node.link"), nic=flat.get("inter_node.nic"),
-                    source=data.get("source") or where)
+                    source=data.get("source") or where, inter_fabric=inter_fabric,
+                    shm_gbps=_float(flat.get("shared_memory.per_rank_gbps")),
+                    shm_latency_us=float(flat.get("shared_memory.latency_us") or 0.0),
+                    intra_ceiling=flat.get("intra_node.ceiling") or _no_datasheet(flat["intra_node.fabric"]),
+                    inter_ceiling=flat.get("inter_node.ceiling") or _no_datasheet(inter_fabric),
+                    shm_ceiling=flat.get("shared_memory.ceiling") or "none")
+
+
+def _float(v):
+    return None if v is None else float(v)
+
+
+def _no_datasheet(fabric):
+    """The default ceiling kind of a tier: datasheet, except loopback, which has no line rate."""
+    return "none" if fabric == "loopback" else "datasheet"
 
 
 def load(path):

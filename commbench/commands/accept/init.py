@@ -2,6 +2,7 @@
 import json
 import shlex
 
+from benchcore.errors import UserError
 from benchcore.inputs import shown
 from benchcore.units import format_size
 from commbench.commands.model import predictions
@@ -30,7 +31,9 @@ def init_text(topology, nodes):
     local = topo.gpus_per_node or 2
     backend = "nccl" if topo.gpus_per_node else "gloo"
     rows = predictions(topo, ["all_reduce"], [8] + SIZES, nodes, local, backend, CaseOptionsText().parse())
-    small = rows[0]
+    small, big = rows[0], rows[-1]
+    if big.get("link_peak_reason"):
+        raise UserError(f"--topology {said}: no link peak or model time to start from: {big['link_peak_reason']}")
     start = _start(rows[1:])
     reached = (f"is the first size where the model reaches {FULL} of the link peak" if start["link_utilization"] >= FULL
                else f"is where the model comes closest to the link peak (it never reaches {FULL} of it up to 16G)")

@@ -192,13 +192,15 @@ def test_localhost_spec_passes_end_to_end(localhost):
     judged = [r for r in recs if r.get("event") == "verdict" and r.get("check") == r.get("accept_check")]
     assert [r["check"] for r in judged] == [c.name for c in spec.checks] and all(r["passed"] for r in judged)
     peak = next(r for r in recs if r.get("accept_check") == "all_reduce-2node" and not r.get("event"))
-    assert peak["link_peak_gbps"] and peak["predicted_time_us"]       # what 'x link peak' and 'x model' read
+    # localhost's loopback is a reference, no ceiling: util and model time n/a, and why (issue 25 item 1)
+    assert peak["link_peak_gbps"] is None and peak["predicted_time_us"] is None
+    assert "reference measurement, not a ceiling" in peak["link_peak_reason"]
     outcomes = [thresholds.judge(t, [r for r in recs if r.get("accept_check") == c.name])
                 for c in spec.checks for t, _ in c.thresholds]
     marks = thresholds.plot_marks(outcomes)        # what the report drew: busbw, time and storage thresholds
     assert {(field, text) for field, text, _ in marks["all_reduce"]} == {
-        ("busbw_gbps", "busbw >= 0.05 x link peak at >= 1M"), ("time_us", "time_us <= 20 x model at 8B"),
-        ("time_us", "time_us <= 100 ms at 8B")}     # each on the axis it bounds: time on the time axis
+        ("busbw_gbps", "busbw >= 0.04 GB/s at >= 1M"), ("time_us", "time_us <= 100 ms at 8B")}
+    # each on the axis it bounds: time on the time axis
     assert {text for _, text, _ in marks["storage"]} == {"shard-write MB/s >= 10", "small-random-write P99 <= 1 s"}
 
 

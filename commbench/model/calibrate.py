@@ -1,0 +1,184 @@
+"""`commbench topo --calibrate`: this machine's tier ceilings, measured, as a topology file --topology takes.
+
+Utilisation divides busbw by a ceiling: a rate busbw cannot exceed (commbench/model/topology.py CEILINGS).
+A CPU machine has no datasheet for its CPU transports' tiers, so they are measured here, each as the most
+the path carries:
+
+  shared_memory  (MPI ranks on one node) the fastest single-thread memory copy over buffers of 64 KiB to
+                 64 MiB, best of several: a rank's bytes cross shared memory in copies its own core makes,
+                 so one rank's busbw cannot beat one core's copy rate.
+  intra_node     (Gloo, loopback TCP) the most that 1..K concurrent TCP streams over 127.0.0.1 carry together
+                 (K = CPUs, at most 4), best of several: every rank's traffic goes through the one loopback,
+                 so the node's ranks together cannot beat it. A tbf-shaped lo: the tc rate's TCP payload.
+  inter_node     a tbf-shaped inter-node link (the default route's interface, or --link): its tc rate's TCP
+                 payload; else the nodes are emulated on this machine and share the loopback (fabric loopback).
+  latency_us     half the fastest 1-byte round trip over loopback TCP (the kernel's floor; Gloo adds its own);
+                 shared memory's is left 0 (the model's time is then its bandwidth bound).
+"""
+import multiprocessing
+import os
+import socket
+import sys
+import time
+
+import yaml
+
+from benchcore.records import git_revision, hostname, timestamp
+from commbench.model import detect, topology
+
+COPY_SIZES = [64 << 10 << (2 * i) for i in range(6)]     # 64K .. 64M
+STREAM_CHUNK = 1 << 20
+REPEATS = 5
+SECONDS = 0.3        # per stream measurement
+
+
+def copy_gbps(repeats=REPEATS):
+    """(GB/s, size) of the fastest single-thread copy (numpy) over COPY_SIZES."""
+    import numpy as np   # here: only --calibrate needs it
+    best = (0.0, 0)
+    for size in COPY_SIZES:
+        src, dst = np.ones(size, np.uint8), np.zeros(size, np.uint8)
+        loops = max(1, (64 << 20) // size)
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for _ in range(loops):
+                np.copyto(dst, src)
+            rate = size * loops / (time.perf_counter() - start) / 1e9
+            best = max(best, (rate, size))
+    return best
+
+
+def _pair():
+    """A connected TCP pair over 127.0.0.1 (sender, receiver)."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        sender = socket.create_connection(server.getsockname(), timeout=30)
+        receiver, _ = server.accept()
+        receiver.settimeout(30)
+    return sender, receiver
+
+
+def _send(sock, other, until):
+    other.close()            # the receiving end's copy: only the receiver's process holds it, so it sees the end
+    payload = bytes(STREAM_CHUNK)
+    try:
+        while time.monotonic() < until:
+            sock.sendall(payload)
+    except OSError:
+        pass
+    sock.close()
+
+
+def _receive(sock, other, start, end, conn):
+    """Count the bytes received between start and end (monotonic clock, which every process shares)."""
+    other.close()
+    buf, got = memoryview(bytearray(STREAM_CHUNK)), 0
+    try:
+        while True:
+            n = sock.recv_into(buf)
+            if not n:
+                break
+            if start <= time.monotonic() <= end:
+                got += n
+    except OSError:
+        pass
+    conn.send(got)
+
+
+def streams_gbps(count, seconds=SECONDS):
+    """GB/s that `count` concurrent TCP streams over 127.0.0.1 carry together for `seconds`, each end in its own
+    process (as a rank's is), after a fifth of that to get past slow start."""
+    ctx = multiprocessing.get_context("fork")
+    start = time.monotonic() + 0.05 + seconds / 5
+    end = start + seconds
+    procs, pipes = [], []
+    for _ in range(count):
+        sender, receiver = _pair()
+        mine, theirs = ctx.Pipe(duplex=False)
+        procs += [ctx.Process(target=_send, args=(sender, receiver, end + 0.05)),
+                  ctx.Process(target=_receive, args=(receiver, sender, start, end, theirs))]
+        pipes.append(mine)
+        for p in procs[-2:]:
+            p.start()
+        sender.close()
+        receiver.close()
+    got = sum(p.recv() if p.poll(seconds + 30) else 0 for p in pipes)
+    for p in procs:
+        p.join(30)
+    return got / seconds / 1e9
+
+
+def loopback_gbps(repeats=REPEATS):
+    """(GB/s, streams) of the most any 1..K concurrent loopback TCP streams carried together, best of repeats."""
+    most = min(os.cpu_count() or 1, 4)
+    return max((streams_gbps(k), k) for k in range(1, most + 1) for _ in range(repeats))
+
+
+def latency_us(trips=300):
+    """Half the fastest 1-byte round trip over loopback TCP, in microseconds."""
+    a, b = _pair()
+    for s in (a, b):
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    best = float("inf")
+    with a, b:
+        for _ in range(trips):
+            start = time.perf_counter()
+            a.sendall(b"x")
+            b.recv(1)
+            b.sendall(b"x")
+            a.recv(1)
+            best = min(best, time.perf_counter() - start)
+    return best / 2 * 1e6
+
+
+def measure(link=None):
+    """{"data": the topology file's fields, "notes": [how each rate was found]} for this machine."""
+    found = detect.detect(link)
+    nets = {n["name"]: n for n in found["net"]}
+    lo = next((n for n in found["net"] if n["loopback"]), {"name": "lo", "mtu": 65536, "shaped_bits": None})
+    load, cpus = os.getloadavg()[0], os.cpu_count() or 1
+    if load > cpus:
+        print(f"warning: this machine is busy (load {load:.1f} on {cpus} CPUs): ceilings measured now may be low, and util "
+             "above 1 later; calibrate on a quiet machine", file=sys.stderr)
+    shm, shm_size = copy_gbps()
+    lat = latency_us()
+    notes = [f"shared_memory: fastest single-thread copy {shm:.2f} GB/s (at {shm_size >> 10} KiB; sizes 64 KiB-64 MiB,"
+             f" best of {REPEATS})",
+             f"latency_us: half the fastest 1-byte loopback TCP round trip, {lat:.1f} us"]
+    if lo["shaped_bits"]:
+        loop, loop_kind = _tc_payload(lo), "tc"
+        notes.append(f"intra_node: lo is shaped by tc to {lo['shaped_bits'] / 1e6:g} Mbit/s: {loop:.4f} GB/s of TCP payload")
+    else:
+        loop, streams = loopback_gbps()
+        loop_kind = "calibrated"
+        notes.append(f"intra_node: loopback TCP, the most 1-{min(os.cpu_count() or 1, 4)} concurrent streams carried "
+                     f"together: {loop:.3f} GB/s ({streams} stream(s); best of {REPEATS})")
+    chosen = nets.get(found["link"]) if found["link"] else None
+    if chosen and not chosen["loopback"] and chosen["shaped_bits"]:
+        inter = {"nic": chosen["name"], "per_nic_gbps": round(chosen["shaped_bits"] / 8e9, 6), "latency_us": lat,
+                 "rank_to_nic": "shared", "payload_fraction": round(detect._tcp_fraction(chosen["mtu"], True), 6),
+                 "fabric": "network", "ceiling": "tc"}
+        notes.append(f"inter_node: {chosen['name']} is shaped by tc to {chosen['shaped_bits'] / 1e6:g} Mbit/s")
+    else:
+        inter = {"nic": "lo (nodes emulated on this machine)", "per_nic_gbps": round(loop, 6), "latency_us": lat,
+                 "rank_to_nic": "shared", "fabric": "loopback", "ceiling": loop_kind}
+        notes.append("inter_node: no tc-shaped inter-node link here: emulated nodes share the loopback (intra_node)")
+    data = {"name": f"{hostname()}-calibrated", "gpus_per_node": 0, "gpu": "none (CPU transports: Gloo, MPI)",
+            "intra_node": {"fabric": "loopback", "link": "lo", "per_gpu_gbps": round(loop, 6), "latency_us": lat,
+                           "ceiling": loop_kind},
+            "inter_node": {"nics_per_node": 1, **inter},
+            "shared_memory": {"per_rank_gbps": round(shm, 6), "latency_us": 0, "ceiling": "calibrated"}}
+    topology.validate(data, "calibrated topology")      # what --topology will accept
+    return {"data": data, "notes": notes}
+
+
+def _tc_payload(net):
+    return net["shaped_bits"] / 8e9 * detect._tcp_fraction(net["mtu"], True)
+
+
+def file_text(found):
+    """The topology file: how each rate was measured, in comments, then the fields."""
+    head = [f"# Calibrated by `commbench topo --calibrate` on {hostname()} at {timestamp()} (suite {git_revision()}).",
+            "# Every rate is a ceiling busbw cannot exceed (commbench/model/calibrate.py says why each is one):"]
+    head += [f"#   {n}" for n in found["notes"]]
+    head.append("# Use: commbench run --topology THIS_FILE (util = busbw / these ceilings; MPI uses shared_memory).")
+    return "\n".join(head) + "\n" + yaml.safe_dump(found["data"], sort_keys=False)
