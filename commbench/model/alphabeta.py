@@ -70,6 +70,8 @@ class Term:
     steps: float
     rank_bytes: float
     one_flow: bool = False     # inter-node: one flow per node (a single NIC), not spread over the NICs
+    senders: float = 1.0       # share of the ranks that send rank_bytes (a chain's last one sends nothing): what
+                               # a loopback all of them share carries
 
 
 @dataclass
@@ -92,17 +94,17 @@ class Prediction:
     reason: Optional[str] = None  # why time, peak and busbw are None: a tier it crosses has no ceiling
 
 
-def ring_terms(bus_bytes, steps, shape, one_flow=False):
+def ring_terms(bus_bytes, steps, shape, one_flow=False, senders=1.0):
     """A ring over shape: every step pays the slowest hop's latency (inter-node once it spans nodes);
     bus bytes split (n - M)/n inside the node and M/n across nodes (see the module doc)."""
     n, m = shape.n, shape.nodes
     if n <= 1:
         return []
     if m == 1:
-        return [Term(INTRA, steps, bus_bytes)]
-    terms = [Term(INTER, steps, bus_bytes * m / n, one_flow)]
+        return [Term(INTRA, steps, bus_bytes, senders=senders)]
+    terms = [Term(INTER, steps, bus_bytes * m / n, one_flow, senders)]
     if n > m:
-        terms.append(Term(INTRA, 0, bus_bytes * (n - m) / n))
+        terms.append(Term(INTRA, 0, bus_bytes * (n - m) / n, senders=senders))
     return terms
 
 
@@ -129,8 +131,8 @@ def reduce_scatter(size, shape, backend):
 
 
 def chain(size, shape, backend):
-    """Pipelined chain (broadcast, reduce): (n-1) alpha + S beta."""
-    return ring_terms(size, shape.n - 1, shape) if shape.n > 1 else []
+    """Pipelined chain (broadcast, reduce): (n-1) alpha + S beta; n-1 of the n ranks send S."""
+    return ring_terms(size, shape.n - 1, shape, senders=(shape.n - 1) / shape.n) if shape.n > 1 else []
 
 
 def sendrecv(size, shape, backend):
@@ -200,7 +202,8 @@ class Tiers:
             if t.fabric != "loopback":
                 return term.rank_bytes, t.intra_gbps
             # one loopback queue for the whole node; for emulated nodes, for the whole run
-            return term.rank_bytes * (self.world if t.inter_fabric == "loopback" else active), t.intra_gbps
+            sharing = self.world if t.inter_fabric == "loopback" else active
+            return term.rank_bytes * sharing * term.senders, t.intra_gbps
         nics = 1 if term.one_flow else (min(active, t.nics_per_node) if t.rank_to_nic == "rail" else t.nics_per_node)
         return term.rank_bytes * active, nics * t.nic_gbps * t.payload_fraction   # the node's bytes, its NICs
 

@@ -76,6 +76,15 @@ def test_emulated_nodes_share_the_loopback_and_predict_as_one_node(name):
     assert predicted(name, 4 << 20, real, 4, 2, "gloo").tier == "inter-node"
 
 
+def test_a_shared_loopback_carries_what_the_ranks_send():
+    """The loopback's ceiling is what all of a node's ranks send together: a chain (broadcast, reduce) has one
+    sender fewer than ranks, so on 2 ranks only the root's bytes cross it (util over the whole rate)."""
+    for name in ("broadcast", "reduce"):
+        assert predicted(name, 64 << 20, CALIBRATED, 2, 1, "gloo").peak_gbps == pytest.approx(1.6)
+        assert predicted(name, 64 << 20, CALIBRATED, 4, 1, "gloo").peak_gbps == pytest.approx(1.6 / 3)
+    assert predicted("sendrecv", 64 << 20, CALIBRATED, 2, 1, "gloo").peak_gbps == pytest.approx(0.8)  # both send
+
+
 def test_a_node_joined_by_a_network_is_not_the_emulated_localhost():
     fields = {"gpus_per_node": 0, "intra_node.fabric": "loopback", "inter_node.nics_per_node": 1}
     assert detect.in_effect({**fields, "inter_node.fabric": "loopback"}).name == "localhost"
