@@ -24,6 +24,23 @@ from benchcore.inputs import shown
 from benchcore.procs import one_line
 from benchcore.units import parse_size
 
+# One name, one meaning: every latency or time figure of an iobench record -> (column header in every table and
+# report, format, what it measures, as threshold verdicts say). Per-I/O latency, per-file time and end-fsync time
+# are different quantities and never share a column.
+TIME_FIGURES = {
+    "lat_mean_us": ("I/O lat avg us", ".1f", "mean latency per I/O (fio lat; clat where lat_kind says so)"),
+    "lat_p50_us": ("I/O lat P50 us", ".1f", "median latency per I/O"),
+    "lat_p99_us": ("I/O lat P99 us", ".1f", "99th percentile latency per I/O"),
+    "lat_p999_us": ("I/O lat P99.9 us", ".1f", "99.9th percentile latency per I/O"),
+    "lat_samples": ("I/Os", "d", "I/Os the per-I/O latencies summarise"),
+    "file_lat_mean_us": ("per-file us", ".1f", "mean time per file in one job: create + write + fsync + close"),
+    "files_per_s": ("files/s", ".0f", "files created, written, fsynced and closed per second, all jobs"),
+    "fsync_lat_mean_us": ("fsync avg us", ".1f", "mean time per fsync() call"),
+    "fsync_lat_p99_us": ("fsync P99 us", ".1f", "99th percentile time per fsync() call"),
+    "fsync_samples": ("fsyncs", "d", "fsync() calls timed: one fewer per job than files, since fio issues "
+                                     "fsync=1's fsync before a job's next write and its last write has none"),
+    "end_fsync_s": ("end fsync s", ".4f", "mean seconds per job in the final fsync (end_fsync=1), MB/s includes it"),
+}
 PERCENTILES = {"lat_p50_us": "50.000000", "lat_p99_us": "99.000000", "lat_p999_us": "99.900000"}
 FSYNC_PERCENTILES = {"fsync_lat_p99_us": "99.000000", "fsync_lat_p999_us": "99.900000"}
 DIRECTIONS = ("read", "write", "trim", "mixed")   # mixed: unified_rw_reporting

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchcore import diff, stats, values
+from benchcore import diff, fiojson, stats, values
 from benchcore.errors import UserError
 from benchcore.plots import plots, run_of, saved
 from benchcore.report import csv_frame
@@ -43,8 +43,8 @@ COLUMNS = {
                   ("busbw_gbps", "busbw GB/s", ".4f"), ("wrong", "#wrong", "d")],
     "iobench": [("profile", "profile", None), ("direction", "dir", None), ("bs_bytes", "bs", _size),
                 ("iodepth", "qd", "d"), ("numjobs", "jobs", "d"), ("bw_mbps", "MB/s", ".1f"), ("iops", "IOPS", ".0f"),
-                ("lat_mean_us", "lat mean us", ".1f"), ("lat_p50_us", "P50 us", ".1f"),
-                ("lat_p99_us", "P99 us", ".1f"), ("lat_p999_us", "P99.9 us", ".1f")],
+                *[(f, *fiojson.TIME_FIGURES[f][:2]) for f in ("lat_mean_us", "lat_p50_us", "lat_p99_us",
+                                                               "lat_p999_us", "file_lat_mean_us", "end_fsync_s")]],
 }
 # columns a table gets only where its rows have the field: (field, header, format, index to insert at); the run
 # only where a table holds several runs (one run is named in the table's caption)

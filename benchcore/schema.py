@@ -74,8 +74,12 @@ EXTENSIONS = {
         "file_lat_mean_us": "one-write-per-file jobs: mean time per file in one job (create+write+fsync+close)",
         "repeats": "torch-ckpt: times each format was written and read (bw_mbps is their median)",
         "bw_mbps_min": "torch-ckpt: slowest repeat's MB/s", "bw_mbps_max": "torch-ckpt: fastest repeat's MB/s",
-        "ratio_min": "torch-ckpt: slowest repeat over fio's fastest", "ratio_max": "torch-ckpt: fastest over fio's slowest",
+        "ratio_min": "torch-ckpt: lowest ratio of one repeat to fio's run in the same repeat",
+        "ratio_max": "torch-ckpt: highest ratio of one repeat to fio's run in the same repeat",
+        "repeat": "torch-ckpt: which repeat a fio reference run belongs to (it ran just before that repeat's checkpoints)",
         "concurrent": "another iobench run measured the same mount at the same time (--concurrent)",
+        "device_read_bytes": "bytes the mount's block device(s) read during the timed run (sysfs; others' I/O counts too)",
+        "device_write_bytes": "bytes the mount's block device(s) wrote during the timed run (sysfs; others' I/O too)",
     },
 }
 

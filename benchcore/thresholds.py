@@ -22,7 +22,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Optional
 
-from benchcore import diff, schema, stats, values
+from benchcore import diff, fiojson, schema, stats, values
 from benchcore.errors import UserError
 from benchcore.inputs import finite
 from benchcore.results import TOOL, group_of, identity, label, measurements
@@ -32,12 +32,15 @@ ALIASES = {
     "commbench": {"busbw": "busbw_gbps", "algbw": "algbw_gbps", "time": "time_us", "p50": "time_us_p50",
                   "p99": "time_us_p99"},
     "iobench": {"mb/s": "bw_mbps", "iops": "iops", "p50": "lat_p50_us", "p99": "lat_p99_us",
-                "p99.9": "lat_p999_us", "lat": "lat_mean_us", "files/s": "files_per_s"},
+                "p99.9": "lat_p999_us", "lat": "lat_mean_us", "files/s": "files_per_s",
+                # one name, one meaning: lat and P50/P99/P99.9 are per I/O; a file's or the end fsync's time apart
+                "per-file": "file_lat_mean_us", "fsync": "fsync_lat_mean_us", "fsync-p99": "fsync_lat_p99_us",
+                "end-fsync": "end_fsync_s"},
 }
 # A field's unit from its name's ending; the units a value may be written in, as factors to that unit.
 UNITS = {"_us": {"us": 1, "ms": 1e3, "s": 1e6},
          "_gbps": {"gb/s": 1, "mb/s": 1e-3, "gbit/s": 1 / 8},
-         "_mbps": {"mb/s": 1, "gb/s": 1e3}}
+         "_mbps": {"mb/s": 1, "gb/s": 1e3}, "_s": {"s": 1, "ms": 1e-3, "us": 1e-6}}
 OPS = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, "<": lambda a, b: a < b,
        "==": lambda a, b: a == b}
 HIGHER = (">=", ">")   # for these the worst thing is the lowest measured / expected
@@ -168,6 +171,13 @@ def _fmt(v):
     return f"{v:.6g}" if isinstance(v, (int, float)) else str(v)
 
 
+def _what(name):
+    """A field as verdicts name it: with what it measures where fio's figures could be mistaken for one another
+    (per-I/O latency, per-file time, end fsync: benchcore.fiojson.TIME_FIGURES)."""
+    figure = fiojson.TIME_FIGURES.get(name)
+    return f"{name} ({figure[2]})" if figure else name
+
+
 def _median_by_identity(recs, name):
     """[(first record, median of the field, why it is unusable or None)] per measured thing; a thing with any
     value that is not a finite positive number (>= 0 for a count) is unusable."""
@@ -232,10 +242,11 @@ def judge(threshold, records, baseline=None):
     rec, measured, expected = min(pick, key=key)
     size = rec.get("size_bytes")
     where = f" at {format_size(size)}" if size else ""
-    message = (f"{t.field} {_fmt(measured)} {'' if bad else 'meets '}{t.op} {_fmt(expected)}"
+    what = _what(t.field)
+    message = (f"{what} {_fmt(measured)} {'' if bad else 'meets '}{t.op} {_fmt(expected)}"
                f"{f' ({_fmt(t.value)} x {t.reference})' if t.reference else ''}{where} ({label(rec)})")
     if bad:
-        message = f"measured {t.field} {_fmt(measured)}, expected {t.op} {_fmt(expected)}" \
+        message = f"measured {what} {_fmt(measured)}, expected {t.op} {_fmt(expected)}" \
                   f"{f' ({_fmt(t.value)} x {t.reference})' if t.reference else ''}{where} ({label(rec)}); " \
                   f"{len(bad)} of {len(rows)} missed"
     return Outcome(t, not bad, message=message, measured=measured, expected=expected, size_bytes=size,

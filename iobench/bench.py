@@ -14,7 +14,7 @@ from benchcore.records import git_revision, hostname, timestamp
 from benchcore.report import console
 from benchcore.units import format_size
 from iobench import fio
-from iobench.mounts import Mount, mount_of
+from iobench.mounts import Mount, disk_bytes, mount_of
 from iobench.profiles import fio_directory, job_file
 from iobench.safety import MountLock, ScratchDir, check_target, probe_direct, sigterm_as_interrupt, stale_dirs
 
@@ -183,12 +183,34 @@ def run_file(target, jobpath, run_id, timeout, keep, writer, sharing=Sharing(), 
     return records
 
 
+def device_moved(before, after):
+    """{device_read_bytes, device_write_bytes} between two disk_bytes() samples (the whole device: other
+    processes' I/O counts too); {} when the mount has no block device."""
+    if before is None or after is None:
+        return {}
+    return {"device_read_bytes": after[0] - before[0], "device_write_bytes": after[1] - before[1]}
+
+
 def _measure(target, args, scratch, run_id, timeout, version, writer, profile=None, direct_requested=None,
              busy=False, keep_json=False):
     """Run fio once in scratch; records (profile: the job's name unless given); a failure is recorded, then raised."""
     what = f"{profile or 'fio'} on {target.path}"
     try:
+        before = disk_bytes(target.mount.disks)
         data = fio.run_fio(args, timeout, cwd=scratch.path, what=what)
+        moved = device_moved(before, disk_bytes(target.mount.disks))
+    except UserError as exc:
+        if writer:
+            writer.write(event(run_id, target.path, "failed", str(exc)))
+        raise
+    return fio_records(target, data, run_id, version, writer, profile, direct_requested, busy, keep_json, moved)
+
+
+def fio_records(target, data, run_id, version, writer, profile=None, direct_requested=None, busy=False,
+                keep_json=None, moved=None, **extra):
+    """The records of one fio run's JSON, written as made (moved: device_moved() around the run, kept where the
+    run has one measurement; extra: fields for every record); a job that failed is recorded, then raised."""
+    try:
         if keep_json:
             keep_json.save(data, profile or "run", target.path)
         found = fio.measurements(data)
@@ -198,7 +220,7 @@ def _measure(target, args, scratch, run_id, timeout, version, writer, profile=No
         raise
     records = [record(run_id, target, profile=profile or m["job"], fio_version=version,
                       direct_requested=m["direct"] if direct_requested is None else direct_requested,
-                      concurrent=busy, **m)
+                      concurrent=busy, **m, **((moved or {}) if len(found) == 1 else {}), **extra)
                for m in found]
     for rec in records:
         if writer:

@@ -61,7 +61,8 @@ def output_options(fn):
                      help="What goes to stdout."),
         click.option("--timeout", type=int, default=DEFAULT_TIMEOUT, show_default=True,
                      callback=positive("--timeout"),
-                     help="Seconds one fio run (or torch-ckpt's torchrun) may take before it is stopped."),
+                     help="Seconds one fio run may take before it is stopped (torch-ckpt: the checkpoints too; its "
+                          "torchrun, which runs fio's reference, gets that for each)."),
         click.option("--keep", is_flag=True, help="Leave the iobench-<run-id> directory (and its fio job files)."),
         click.option("--keep-json", is_flag=True, help="Keep fio's raw JSON next to --out: OUT.<run-id>.<n>.fio.json."),
         click.option("--concurrent", is_flag=True,
@@ -222,8 +223,9 @@ def clean(paths):
               callback=positive("--repeats"),
               help="Times fio's reference and each format run; MB/s is the median, the ratio has a range.")
 @click.option("--fio/--no-fio", "fio_ceiling", default=True, show_default=True,
-              help="Measure fio's reference first (shard-write, restore-read-buffered: same bytes, buffered, "
-                   "durable write, read after a cache drop), for the ratio.")
+              help="Run fio's reference at the start of each repeat, and once untimed before them (shard-write, "
+                   "restore-read-buffered: same bytes, buffered, durable write, read after a cache drop), for the "
+                   "ratio.")
 @output_options
 def torch_ckpt(path, size, ranks, ckpt_formats, repeats, fio_ceiling, out, fmt, timeout, keep, keep_json, concurrent,
                wait):

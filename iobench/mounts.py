@@ -6,6 +6,7 @@ from pathlib import Path
 from benchcore.procs import MountEntry, read_mounts
 
 SYS_DEV_BLOCK = Path("/sys/dev/block")
+SYS_CLASS_BLOCK = Path("/sys/class/block")
 
 # Storage classes by file-system type: network, parallel and memory file systems.
 FS_CLASSES = {
@@ -66,6 +67,20 @@ def _whole_disks(sysdir):
     if slaves:
         return tuple(d for s in slaves for d in _whole_disks(Path(os.path.realpath(s))))
     return (sysdir,)
+
+
+def disk_bytes(disks):
+    """(bytes read, bytes written) so far by the whole disks named (sysfs stat: sectors of 512 bytes), summed;
+    None when there are none or one cannot be read (a network or memory file system has none)."""
+    total = [0, 0]
+    for disk in disks or ():
+        try:
+            fields = (SYS_CLASS_BLOCK / disk / "stat").read_text().split()
+            total[0] += int(fields[2]) * 512
+            total[1] += int(fields[6]) * 512
+        except (OSError, ValueError, IndexError):
+            return None
+    return tuple(total) if disks else None
 
 
 def _rotational(disk):

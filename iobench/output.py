@@ -1,48 +1,36 @@
 """iobench tables (mounts side by side per profile) and plots."""
 import os
 
+from benchcore.fiojson import TIME_FIGURES
 from benchcore.report import console, print_table
 from benchcore.units import format_size
 
-# What a row's latency columns show, first match wins: (test on the record, what it is, fields
-# avg, P50, P99, P99.9, samples). Every row says what its latency measures (column "latency"):
-# "lat"/"clat": fio's total/completion latency per I/O; "end fsync": mean time per rank in the
-# fsync that makes a shard durable (MB/s includes it); "per file": mean create+write+fsync+close
-# time per file in one job (fio measures no per-file percentile, so P99 is n/a).
-LATENCY_VIEWS = (
-    (lambda r: r.get("file_lat_mean_us") is not None, "per file",
-     ("file_lat_mean_us", None, None, None, "files")),
-    (lambda r: r.get("end_fsync_s") is not None, "end fsync",
-     ("end_fsync_us", None, None, None, "numjobs")),
-    (lambda r: True, None, ("lat_mean_us", "lat_p50_us", "lat_p99_us", "lat_p999_us", "lat_samples")),
-)
-VIEW_KEYS = ("lat_avg", "lat_p50", "lat_p99", "lat_p999", "lat_n")
+
+def figure(field):
+    """A table column of a latency or time figure: its one header (benchcore.fiojson.TIME_FIGURES)."""
+    header, fmt, _ = TIME_FIGURES[field]
+    return field, header, fmt
 
 
-def latency_view(rec):
-    """rec plus the latency its table row shows (keys VIEW_KEYS and 'latency')."""
-    for test, what, fields in LATENCY_VIEWS:
-        if test(rec):
-            row = dict(rec, end_fsync_us=None if rec.get("end_fsync_s") is None else rec["end_fsync_s"] * 1e6)
-            row.update({k: (row.get(f) if f else None) for k, f in zip(VIEW_KEYS, fields)})
-            row["latency"] = what or rec.get("lat_kind")
-            return row
-
-
-RESULT_COLUMNS = [("mount", "mount", None), ("profile", "profile", None), ("bw_mbps", "MB/s", ".1f"),
-                  ("iops", "IOPS", ".0f"), ("latency", "latency", None), ("lat_avg", "avg us", ".1f"),
-                  ("lat_p99", "P99 us", ".1f"), ("lat_p999", "P99.9 us", ".1f"), ("lat_n", "n", "d")]
+# Per-I/O latency, per-file time and end-fsync time each have their own column (headers say which); the
+# times to durable get a table of their own, for the rows that have them.
+RESULT_COLUMNS = [("mount", "mount", None), ("label", "profile", None), ("bw_mbps", "MB/s", ".1f"),
+                  ("iops", "IOPS", ".0f")] + [figure(f) for f in ("lat_mean_us", "lat_p99_us", "lat_p999_us",
+                                                                    "lat_samples")]
 MIXED = {"rw", "readwrite", "randrw", "trimwrite", "randtrimwrite"}
-EXTRA_COLUMNS = [("direct", "direct", "d"), ("fsync_lat_mean_us", "fsync avg us", ".1f"),
-                 ("fsync_lat_p99_us", "fsync P99 us", ".1f"), ("fsync_samples", "fsync n", "d"),
-                 ("files_per_s", "files/s", ".0f"), ("concurrent", "concurrent", None)]
+EXTRA_COLUMNS = [("direct", "direct", "d"), ("clat", "I/O lat is", None), ("concurrent", "concurrent", None)]
+DURABLE_COLUMNS = [figure(f) for f in ("file_lat_mean_us", "files_per_s", "fsync_lat_mean_us", "fsync_lat_p99_us",
+                                       "fsync_samples", "end_fsync_s")]
+
+
+def in_use(rows, cols, absent=(None, False)):
+    """The columns some row has a value for (direct 0 and concurrent false count as none)."""
+    return [c for c in cols if any(r.get(c[0]) not in absent for r in rows)]
 
 
 def columns(rows):
-    """RESULT_COLUMNS, the latency kind in the avg header when every row has the same, and the extras in use."""
-    kinds = {r["latency"] for r in rows}
-    cols = [(k, f"avg {kinds.pop()} us" if k == "lat_avg" and len(kinds) == 1 else h, f) for k, h, f in RESULT_COLUMNS]
-    return cols + [c for c in EXTRA_COLUMNS if any(r.get(c[0]) not in (None, False) for r in rows)]
+    """RESULT_COLUMNS and the extras some row has (I/O lat is: 'clat' where fio gave completion latency only)."""
+    return RESULT_COLUMNS + in_use(rows, EXTRA_COLUMNS)
 
 
 def measured(records):
@@ -62,15 +50,25 @@ def side_by_side(records):
 
 
 def print_results(records, title="iobench"):
-    rows = [latency_view(r) for r in side_by_side(records)]
+    rows = [dict(r, label=r["profile"], clat="clat" if r.get("lat_kind") == "clat" else None)
+            for r in side_by_side(records)]  # label: benchcore.report never cuts it
     if not rows:
         console().print("no measurements")
         return
     print_table(rows, columns(rows), title=title)
+    durable = [r for r in rows if in_use([r], DURABLE_COLUMNS, (None,))]
+    if durable:
+        print_table(durable, RESULT_COLUMNS[:2] + in_use(durable, DURABLE_COLUMNS, (None,)),
+                    title="time to durable: per file, per fsync() call, end fsync")
     out = console()
     for mount, fs_type, storage, device in dict.fromkeys(
             (r["mount"], r.get("fs_type"), r.get("storage_class"), r.get("device")) for r in rows):
         out.print(f"{mount}: {fs_type}, storage class {storage}, device {device or 'n/a'}")
+    for r in rows:
+        if r.get("files") and r.get("fsync_samples") is not None and r["fsync_samples"] < r["files"]:
+            out.print(f"{r['profile']} on {r['mount']}: {r['fsync_samples']} fsyncs for {r['files']} files: fio issues "
+                      f"fsync=1's fsync before a job's next write, so the last file of each of its {r['numjobs']} "
+                      f"job(s) is closed without one (per-file us includes {r['files'] - r['fsync_samples']} such)")
 
 
 def mount_row(mount):
@@ -109,7 +107,7 @@ def bar_plot(path, records, title="iobench ckpt"):
     fig, axes = plt.subplots(1, 2, figsize=(12, 5))
     width = 0.8 / max(1, len(mounts))
     scales = {}
-    for ax, key, label in ((axes[0], "bw_mbps", "MB/s"), (axes[1], "lat_p99_us", "P99 latency (us)")):
+    for ax, key, label in ((axes[0], "bw_mbps", "MB/s"), (axes[1], "lat_p99_us", TIME_FIGURES["lat_p99_us"][0])):
         for i, mount in enumerate(mounts):
             values = [next((r.get(key) or 0 for r in rows if r["profile"] == p and r["mount"] == mount), 0)
                       for p in profiles]

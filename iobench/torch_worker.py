@@ -6,7 +6,10 @@ system can compress or deduplicate them). `torch-save` writes one file per rank 
 Files are fsynced, then their directory by rank 0, before the write clock stops (durable); they are
 dropped from the page cache (posix_fadvise DONTNEED) before the buffered read, and every tensor read
 back is compared exactly with a regenerated copy. Each format is written and read --repeats times,
-each repeat's files removed before the next (unless --keep). Rank 0 writes the results as JSON to --result.
+each repeat's files removed before the next (unless --keep). With --fio-jobs, rank 0 runs fio's reference
+(job files the parent wrote) at the start of every repeat, and once untimed before the first, while the
+other ranks wait: fio and the checkpoints take turns. Rank 0 counts the bytes the mount's disks move in
+each timed run (--disks) and writes the results as JSON to --result.
 """
 import argparse
 import datetime
@@ -23,6 +26,10 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Shard
 
 from benchcore.torchrun import rank_sum
+from benchcore.errors import UserError
+from iobench.fio import run_fio
+from iobench.mounts import disk_bytes
+from iobench.profiles import fio_directory
 
 DTYPES = (torch.float32, torch.bfloat16)
 MAX_TENSOR_BYTES = 64 << 20
@@ -96,9 +103,11 @@ def load_dcp(plan, directory, rank, mesh):
 FORMATS = {"torch-save": (save_torch, load_torch), "dcp": (save_dcp, load_dcp)}
 
 
-def timed(fn, *args, then=None):
-    """Seconds from a barrier until every rank has finished fn and rank 0 then() (barriers between)."""
+def timed(fn, *args, then=None, disks=()):
+    """(seconds from a barrier until every rank has finished fn and rank 0 then() (barriers between), fn's
+    result, (bytes read, written) by the disks meanwhile as rank 0 saw them, None without disks)."""
     dist.barrier()
+    before = disk_bytes(disks)
     start = time.perf_counter()
     result = fn(*args)
     dist.barrier()
@@ -106,7 +115,9 @@ def timed(fn, *args, then=None):
         if dist.get_rank() == 0:
             then()
         dist.barrier()
-    return time.perf_counter() - start, result
+    seconds, after = time.perf_counter() - start, disk_bytes(disks)
+    moved = None if before is None or after is None else (after[0] - before[0], after[1] - before[1])
+    return seconds, result, moved
 
 
 def wrong_tensors(loaded, rank, plan):
@@ -119,6 +130,52 @@ def wrong_tensors(loaded, rank, plan):
     return wrong
 
 
+def checkpoint(res, fmt, directory, state, plan, mesh, disks, keep):
+    """One repeat of one format into res: a durable write (every file fsynced by its rank, then the directory by
+    rank 0, inside the clock), the cache dropped, the read, the check."""
+    save, load = fmt
+    rank = dist.get_rank()
+    if rank == 0:
+        directory.mkdir(parents=True)
+    dist.barrier()
+    write_s, _, wrote = timed(save, state, directory, rank, mesh, then=lambda: fsync_dir(directory), disks=disks)
+    drop_cache(directory)
+    read_s, loaded, read = timed(load, plan, directory, rank, mesh, disks=disks)
+    res["wrong"] += rank_sum(wrong_tensors(loaded, rank, plan))
+    del loaded
+    res["file_bytes"] = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
+    res["write_s"].append(write_s)
+    res["read_s"].append(read_s)
+    if wrote and read:  # what the device moved in each direction during the timed phase
+        res["device_write_bytes"].append(wrote[1])
+        res["device_read_bytes"].append(read[0])
+    dist.barrier()
+    if rank == 0 and not keep:
+        shutil.rmtree(directory)  # the next repeat or format finds the room it needs
+
+
+def reference(jobs, args, repeat, disks, runs):
+    """Rank 0: fio's job files (the parent wrote them into --fio-dir) one after another, each run's JSON and the
+    bytes the disks moved appended to runs; the error text of a failed run, else None."""
+    for job in jobs:
+        before = disk_bytes(disks)
+        try:
+            data = run_fio([fio_directory(args.fio_dir), job], args.timeout, cwd=args.fio_dir,
+                           what=f"{job.removesuffix('.fio')} on {args.fio_dir}")
+        except UserError as exc:
+            return str(exc)
+        after = disk_bytes(disks)
+        moved = None if before is None or after is None else [a - b for a, b in zip(after, before)]
+        if repeat >= 0:
+            runs.append({"job": job, "repeat": repeat, "data": data, "device_bytes": moved})
+    return None
+
+
+def broadcast(objects):
+    dist.broadcast_object_list(objects, src=0)
+    return objects
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dir", required=True)
@@ -128,40 +185,37 @@ def main():
     parser.add_argument("--timeout", type=int, default=600)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--keep", action="store_true", help="keep every repeat's files (else each is removed)")
+    parser.add_argument("--fio-dir", default="", help="where fio's reference runs (its job files are there)")
+    parser.add_argument("--fio-jobs", default="", help="fio job files in --fio-dir, run in this order each repeat")
+    parser.add_argument("--disks", default="", help="the mount's whole disks (sysfs names), whose bytes are counted")
     args = parser.parse_args()
 
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
     mesh = init_device_mesh("cpu", (world,))
     plan = tensor_plan(args.per_rank_bytes)
+    disks = [d for d in args.disks.split(",") if d] if rank == 0 else []
     state = local_state(rank, plan)
     payload = rank_sum(sum(t.numel() * t.element_size() for t in state.values()))
-    results = []
-    for fmt in args.formats.split(","):
-        save, load = FORMATS[fmt]
-        res = {"ckpt_format": fmt, "payload_bytes": payload, "tensors": len(plan) * world, "wrong": 0,
-               "write_s": [], "read_s": []}
-        for repeat in range(args.repeats):
-            directory = Path(args.dir) / fmt / str(repeat)
+    formats = args.formats.split(",")
+    results = {fmt: {"ckpt_format": fmt, "payload_bytes": payload, "tensors": len(plan) * world, "wrong": 0,
+                     "write_s": [], "read_s": [], "device_write_bytes": [], "device_read_bytes": []} for fmt in formats}
+    fio_runs, jobs = [], [j for j in args.fio_jobs.split(",") if j]
+    # fio's reference and the checkpoints take turns, so each repeat's ratio pairs runs moments apart
+    for repeat in range(-1 if jobs else 0, args.repeats):  # -1: fio once untimed (warm-up), then every repeat
+        failed = reference(jobs, args, repeat, disks, fio_runs) if rank == 0 else None
+        failed, = broadcast([failed])
+        if failed:
             if rank == 0:
-                directory.mkdir(parents=True)
-            dist.barrier()
-            # durable: every file fsynced by its rank, then the directory by rank 0, inside the clock
-            write_s, _ = timed(save, state, directory, rank, mesh, then=lambda: fsync_dir(directory))
-            drop_cache(directory)
-            read_s, loaded = timed(load, plan, directory, rank, mesh)
-            res["wrong"] += rank_sum(wrong_tensors(loaded, rank, plan))
-            del loaded
-            res["file_bytes"] = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
-            res["write_s"].append(write_s)
-            res["read_s"].append(read_s)
-            dist.barrier()
-            if rank == 0 and not args.keep:
-                shutil.rmtree(directory)  # the next repeat or format finds the room it needs
-        results.append(res)
+                Path(args.result).write_text(json.dumps({"error": failed}))
+            dist.destroy_process_group()
+            return
+        for fmt in formats if repeat >= 0 else ():
+            checkpoint(results[fmt], FORMATS[fmt], Path(args.dir) / fmt / str(repeat), state, plan, mesh, disks,
+                       args.keep)
     if rank == 0:
-        Path(args.result).write_text(json.dumps({"results": results, "torch_version": torch.__version__,
-                                                 "world_size": world}))
+        Path(args.result).write_text(json.dumps({"results": list(results.values()), "fio": fio_runs,
+                                                 "torch_version": torch.__version__, "world_size": world}))
     dist.barrier()
     dist.destroy_process_group()
 

@@ -3,21 +3,23 @@ import dataclasses
 import json
 import os
 import statistics
+from contextlib import nullcontext
 from pathlib import Path
 
 from benchcore import procs
 from benchcore.errors import UserError
 from benchcore.procs import one_line
-from benchcore.report import print_table
+from benchcore.report import console, print_table
 from benchcore.torchrun import torchrun_argv
-from iobench import bench
-from iobench.profiles import PROFILES, build_job
+from iobench import bench, fio
+from iobench.profiles import PROFILES, build_job, job_file
 from iobench.safety import ScratchDir, sigterm_as_interrupt
 
 # The fio reference for each direction, like for like with what the ranks do: the same bytes in one
 # file per rank, buffered, 1 MiB calls; written to durable (end fsync), read after the page cache
 # is dropped (invalidate=1, as torch-ckpt's posix_fadvise DONTNEED); each repeat writes fresh files, created
 # inside the timed job (create_on_open, no fallocate) and unlinked after their read, as the ranks' are.
+# Both read every byte from the device (device_read_bytes = the payload, measured in sysfs around each run).
 # (name, base profile, overrides)
 FIO_REFERENCE = {
     "write": ("shard-write", "shard-write", {"create_on_open": 1, "fallocate": "none"}),
@@ -28,16 +30,14 @@ PROFILE_NAMES = {"torch-save": "torch-save", "dcp": "torch-dcp"}
 DEFAULT_REPEATS = 3
 
 
-def reference_jobs(size, ranks, repeats, keep):
-    """fio's reference jobs, write then read, `repeats` times over the same shard files."""
-    one = []
+def reference_jobs(size, ranks, keep):
+    """fio's reference jobs, write then read (each repeat runs both over fresh shard files)."""
+    jobs = []
     for name, base, overrides in FIO_REFERENCE.values():
         job = build_job(PROFILES[base], size=size, ranks=ranks)
-        one.append(dataclasses.replace(job, profile=name, options={**job.options, **overrides}))
-    jobs = [dataclasses.replace(j, options=dict(j.options)) for _ in range(repeats) for j in one]
-    if keep:
-        for job in jobs:
-            job.options.pop("unlink", None)
+        jobs.append(dataclasses.replace(job, profile=name, options={**job.options, **overrides}))
+        if keep:
+            jobs[-1].options.pop("unlink", None)
     return jobs
 
 
@@ -60,66 +60,90 @@ def parse_formats(text):
     return names
 
 
-def launch(scratch, formats, size, ranks, timeout, repeats=1, keep=False):
-    """Start the worker on `ranks` local ranks with torchrun; return its result JSON."""
+def launch(scratch, formats, size, ranks, timeout, repeats=1, keep=False, disks=(), fio_dir=None, fio_jobs=()):
+    """Start the worker on `ranks` local ranks with torchrun; return its result JSON (disks: whose bytes it counts;
+    fio_jobs: job files in fio_dir that rank 0 runs before each repeat's checkpoints, and once before them all)."""
     result = scratch / "result.json"
+    runs = 1 + len(fio_jobs) * (repeats + 1)  # the checkpoints and every fio run, --timeout each
     args = ["--dir", scratch, "--formats", ",".join(formats), "--per-rank-bytes", size // ranks,
-            "--result", result, "--timeout", timeout, "--repeats", repeats] + (["--keep"] if keep else [])
+            "--result", result, "--timeout", timeout * (1 + len(fio_jobs)), "--repeats", repeats,
+            "--disks", ",".join(disks), "--fio-dir", fio_dir or "", "--fio-jobs", ",".join(fio_jobs)] + \
+        (["--keep"] if keep else [])
     here = str(Path(__file__).resolve().parent.parent)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
            "PYTHONPATH": os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)}
-    done = procs.run(torchrun_argv("iobench.torch_worker", args, ranks), timeout, cwd=scratch, env=env)
+    done = procs.run(torchrun_argv("iobench.torch_worker", args, ranks), timeout * runs, cwd=scratch, env=env)
     if done.timed_out:
-        raise UserError(f"torch-ckpt: torchrun did not finish within {timeout} s and was stopped (--timeout)")
-    if done.returncode != 0 or not result.exists():
+        each = f" for the checkpoints and each of {runs - 1} fio runs" if runs > 1 else ""
+        raise UserError(f"torch-ckpt: torchrun did not finish within {timeout * runs} s and was stopped "
+                        f"(--timeout {timeout} s{each})")
+    data = json.loads(result.read_text()) if result.exists() else {}
+    if "error" in data:
+        raise UserError(data["error"])
+    if done.returncode != 0 or not data:
         raise UserError(f"torch-ckpt: torchrun failed (exit {done.returncode}): {one_line(done.stderr[-3000:])}")
-    return json.loads(result.read_text())
+    return data
 
 
 def records_from(result, target, run_id, ranks, fio_records):
     """One record per format and direction: median MB/s over the repeats, and its ratio to fio's median on
-    the same mount (ratio_min/max: the worst and best pairing of the repeats)."""
+    the same mount; ratio_min/max: the lowest and highest ratio of one repeat to fio's run in that repeat."""
     fio_bw = {}
     for r in fio_records:
-        fio_bw.setdefault(r["profile"], []).append(r["bw_mbps"])
+        fio_bw.setdefault(r["profile"], {})[r["repeat"]] = r["bw_mbps"]
     records = []
     for res in result["results"]:
         for direction in ("write", "read"):
             bws = [res["payload_bytes"] / s / 1e6 for s in res[f"{direction}_s"]]
             ref = FIO_REFERENCE[direction][0]
-            fio = fio_bw.get(ref, [])
-            bw, ceiling = median(bws), median(fio)
+            ref_bw = fio_bw.get(ref, {})
+            bw, ceiling = median(bws), median(list(ref_bw.values()))
+            paired = [b / ref_bw[i] for i, b in enumerate(bws) if ref_bw.get(i)]
             records.append(bench.record(
                 run_id, target, profile=PROFILE_NAMES[res["ckpt_format"]], rw=direction, numjobs=ranks, direct=0,
                 size_bytes=res["payload_bytes"], runtime_s=median(res[f"{direction}_s"]), bw_mbps=bw,
                 direction=direction, ckpt_format=res["ckpt_format"], bw_gbps=bw / 1e3, repeats=len(bws),
                 bw_mbps_min=min(bws), bw_mbps_max=max(bws), fio_profile=ref, fio_bw_mbps=ceiling,
                 ratio_to_fio=bw / ceiling if ceiling else None,
-                ratio_min=min(bws) / max(fio) if fio else None, ratio_max=max(bws) / min(fio) if fio else None,
+                ratio_min=min(paired) if paired else None, ratio_max=max(paired) if paired else None,
                 tensors=res["tensors"], wrong=res["wrong"], file_bytes=res["file_bytes"],
-                cache_drop="posix_fadvise DONTNEED", torch_version=result["torch_version"]))
+                cache_drop="posix_fadvise DONTNEED", torch_version=result["torch_version"],
+                **{k: median(res[k]) for k in [f"device_{direction}_bytes"] if res.get(k)}))
     return records
 
 
 def run(path, size, ranks, formats, fio_ceiling, timeout, keep, writer, run_id, sharing=bench.Sharing(), keeper=None,
         repeats=DEFAULT_REPEATS):
-    """fio's reference (in a directory of its own), then the real checkpoints, each `repeats` times."""
-    jobs = reference_jobs(size, ranks, repeats, keep) if fio_ceiling else []
+    """fio's reference and the real checkpoints in turns, `repeats` times: each repeat runs fio's write and read
+    (in a directory of its own), then each format's write and read, so a repeat's ratio pairs runs moments apart;
+    fio runs once more before the first repeat, untimed (the first write to fresh storage is slow)."""
+    jobs = reference_jobs(size, ranks, keep) if fio_ceiling else []
     need = space_needed(size, formats, repeats, keep)
     target, = bench.check_targets([path], need, run_id, writer)
-    fio_records = bench.run_jobs([target], jobs, run_id, timeout, keep, writer, sharing, keeper) if jobs else []
-    stack, _ = bench.locks([target], run_id, sharing)
-    with stack, sigterm_as_interrupt(), ScratchDir(target.path, f"{run_id}-torch", keep) as scratch:
+    version = fio.fio_version() if jobs else None
+    stack, busy = bench.locks([target], run_id, sharing)
+    with stack, sigterm_as_interrupt(), ScratchDir(target.path, run_id, keep) if jobs else nullcontext() as fio_dir, \
+            ScratchDir(target.path, f"{run_id}-torch", keep) as scratch:
+        for job in jobs:
+            (fio_dir.path / f"{job.profile}.fio").write_text(job_file([job], [f"iobench {run_id}: {job.profile}"]))
         with bench.progress(f"iobench: torchrun {ranks} ranks: {', '.join(formats)} checkpoint of "
-                            f"{size >> 20} MiB on {target.path}, {repeats} times"):
+                            f"{size >> 20} MiB on {target.path}, {repeats} times"
+                            + (", fio's reference before each" if jobs else "")):
             try:
-                result = launch(scratch.path, formats, size, ranks, timeout, repeats, keep)
+                result = launch(scratch.path, formats, size, ranks, timeout, repeats, keep, target.mount.disks,
+                                fio_dir and fio_dir.path, [f"{j.profile}.fio" for j in jobs])
             except UserError as exc:
                 if writer:
                     writer.write(bench.event(run_id, target.path, "failed", str(exc)))
                 raise
         if keep:
-            bench.say(f"kept {scratch.path}")
+            bench.say(f"kept {' and '.join(str(d.path) for d in (fio_dir, scratch) if d)}")
+    fio_records = []
+    for run_ in result.get("fio", []):
+        moved = run_["device_bytes"]
+        fio_records += bench.fio_records(
+            target, run_["data"], run_id, version, writer, run_["job"].removesuffix(".fio"), 0, busy, keeper,
+            moved and {"device_read_bytes": moved[0], "device_write_bytes": moved[1]}, repeat=run_["repeat"])
     records = records_from(result, target, run_id, ranks, fio_records)
     for rec in records:
         if writer:
@@ -127,21 +151,36 @@ def run(path, size, ranks, formats, fio_ceiling, timeout, keep, writer, run_id, 
     return fio_records + records
 
 
+DEVICE_COLUMN = ("from_device", "device x", ".2f")
+
+
+def from_device(rec):
+    """Bytes the mount's device moved in the record's direction during its timed run over the bytes it moved
+    (about 1 when it reached storage; well below 1: the page cache served it); None without a block device."""
+    moved = rec.get("device_read_bytes" if rec.get("rw") in ("read", "randread") else "device_write_bytes")
+    return moved / rec["size_bytes"] if moved is not None and rec.get("size_bytes") else None
+
+
 def print_torch(records):
-    """fio's ceiling rows, then the checkpoint rows with their ratio to it."""
+    """fio's reference runs, then the checkpoint rows with their ratio to it; the mount below them."""
     torch_rows = [r for r in records if r.get("ckpt_format")]
     fio_rows = [r for r in records if not r.get("ckpt_format") and not r.get("event")]
     if fio_rows:
-        bench_out = [dict(r, bw_gbps=r["bw_mbps"] / 1e3) for r in fio_rows]
-        print_table(bench_out, [("mount", "mount", None), ("profile", "fio profile", None),
-                                ("numjobs", "jobs", "d"), ("bw_gbps", "GB/s", ".3f"),
-                                ("lat_p99_us", "P99 us", ".1f")],
+        bench_out = [dict(r, label=r["profile"], bw_gbps=r["bw_mbps"] / 1e3, from_device=from_device(r))
+                     for r in fio_rows]
+        print_table(bench_out, [("label", "fio reference", None), ("repeat", "repeat", "d"), ("numjobs", "jobs", "d"),
+                                ("bw_gbps", "GB/s", ".3f"), ("lat_p99_us", "I/O lat P99 us", ".1f"), DEVICE_COLUMN],
                     title="fio reference (same bytes, buffered, durable write, read after a cache drop)")
-    torch_rows = [dict(r, spread=f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f}" if r.get("ratio_min") else None)
+    torch_rows = [dict(r, label=f"{r['ckpt_format']} {r['rw']}", from_device=from_device(r),
+                       spread=f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f}" if r.get("ratio_min") else None)
                   for r in torch_rows]
-    print_table(torch_rows, [("mount", "mount", None), ("ckpt_format", "format", None), ("rw", "direction", None),
-                             ("numjobs", "ranks", "d"), ("repeats", "repeats", "d"),
-                             ("bw_gbps", "GB/s (median)", ".3f"),
-                             ("fio_profile", "vs fio", None), ("ratio_to_fio", "ratio", ".2f"),
-                             ("spread", "ratio range", None), ("tensors", "tensors", "d"), ("wrong", "wrong", "d")],
+    print_table(torch_rows, [("label", "checkpoint", None), ("numjobs", "ranks", "d"), ("repeats", "reps", "d"),
+                             ("bw_gbps", "GB/s median", ".3f"), ("ratio_to_fio", "ratio to fio", ".2f"),
+                             ("spread", "ratio range", None), DEVICE_COLUMN, ("tensors", "tensors", "d"),
+                             ("wrong", "wrong", "d")],
                 title="torch checkpoint (durable write incl. directory fsync; buffered read after a cache drop)")
+    out = console()
+    for mount in dict.fromkeys(r["mount"] for r in torch_rows + fio_rows):
+        out.print(f"{mount}: ratio = median GB/s over fio's median (write: shard-write, read: restore-read-buffered); "
+                  f"range: lowest..highest ratio of one repeat to fio's run just before it; device x: bytes the "
+                  f"mount's device moved in that direction during the timed run / the payload (sysfs)")
