@@ -13,7 +13,9 @@ the path carries:
   inter_node     a tbf-shaped inter-node link (the default route's interface, or --link): its tc rate's TCP
                  payload; else the nodes are emulated on this machine and share the loopback (fabric loopback).
   latency_us     half the fastest 1-byte round trip over loopback TCP (the kernel's floor; Gloo adds its own);
-                 shared memory's is left 0 (the model's time is then its bandwidth bound).
+                 shared memory's is left 0, so the model's time there is its bandwidth bound (a flag
+                 bounced between two busy-waiting processes took 0.27 us one minute and 5.6 ms the next on
+                 a busy 2-core machine: no floor worth the name).
 """
 import multiprocessing
 import os
@@ -32,7 +34,7 @@ REPEATS = 5
 SECONDS = 0.3        # per stream measurement
 
 
-def copy_gbps(repeats=REPEATS):
+def copy_gbps(repeats=2 * REPEATS):
     """(GB/s, size) of the fastest single-thread copy (numpy) over COPY_SIZES."""
     import numpy as np   # here: only --calibrate needs it
     best = (0.0, 0)
@@ -137,21 +139,22 @@ def measure(link=None):
     lo = next((n for n in found["net"] if n["loopback"]), {"name": "lo", "mtu": 65536, "shaped_bits": None})
     load, cpus = os.getloadavg()[0], os.cpu_count() or 1
     if load > cpus:
-        print(f"warning: this machine is busy (load {load:.1f} on {cpus} CPUs): ceilings measured now may be low, and util "
-             "above 1 later; calibrate on a quiet machine", file=sys.stderr)
+        print(f"warning: this machine is busy (load {load:.1f} on {cpus} CPUs): ceilings measured now may be low, "
+              "and util above 1 later; calibrate on a quiet machine", file=sys.stderr)
     shm, shm_size = copy_gbps()
-    lat = latency_us()
-    notes = [f"shared_memory: fastest single-thread copy {shm:.2f} GB/s (at {shm_size >> 10} KiB; sizes 64 KiB-64 MiB,"
-             f" best of {REPEATS})",
+    lat = round(latency_us(), 3)
+    notes = [f"shared_memory: fastest single-thread copy {shm:.2f} GB/s (at {shm_size >> 10} KiB; sizes 64 KiB-64 "
+             f"MiB, best of {2 * REPEATS}); its latency is left 0 (not measured)",
              f"latency_us: half the fastest 1-byte loopback TCP round trip, {lat:.1f} us"]
     if lo["shaped_bits"]:
         loop, loop_kind = _tc_payload(lo), "tc"
-        notes.append(f"intra_node: lo is shaped by tc to {lo['shaped_bits'] / 1e6:g} Mbit/s: {loop:.4f} GB/s of TCP payload")
+        notes.append(f"intra_node: lo is shaped by tc to {lo['shaped_bits'] / 1e6:g} Mbit/s: {loop:.4f} GB/s of TCP "
+                     "payload")
     else:
-        loop, streams = loopback_gbps()
-        loop_kind = "calibrated"
-        notes.append(f"intra_node: loopback TCP, the most 1-{min(os.cpu_count() or 1, 4)} concurrent streams carried "
-                     f"together: {loop:.3f} GB/s ({streams} stream(s); best of {REPEATS})")
+        (loop, streams), loop_kind = loopback_gbps(), "calibrated"
+        notes.append(f"intra_node: loopback TCP, the most 1-{min(cpus, 4)} concurrent streams carried together: "
+                     f"{loop:.3f} GB/s ({streams} stream(s); best of {REPEATS})")
+    loop = round(loop, 6)
     chosen = nets.get(found["link"]) if found["link"] else None
     if chosen and not chosen["loopback"] and chosen["shaped_bits"]:
         inter = {"nic": chosen["name"], "per_nic_gbps": round(chosen["shaped_bits"] / 8e9, 6), "latency_us": lat,
@@ -159,11 +162,11 @@ def measure(link=None):
                  "fabric": "network", "ceiling": "tc"}
         notes.append(f"inter_node: {chosen['name']} is shaped by tc to {chosen['shaped_bits'] / 1e6:g} Mbit/s")
     else:
-        inter = {"nic": "lo (nodes emulated on this machine)", "per_nic_gbps": round(loop, 6), "latency_us": lat,
+        inter = {"nic": "lo (nodes emulated on this machine)", "per_nic_gbps": loop, "latency_us": lat,
                  "rank_to_nic": "shared", "fabric": "loopback", "ceiling": loop_kind}
         notes.append("inter_node: no tc-shaped inter-node link here: emulated nodes share the loopback (intra_node)")
     data = {"name": f"{hostname()}-calibrated", "gpus_per_node": 0, "gpu": "none (CPU transports: Gloo, MPI)",
-            "intra_node": {"fabric": "loopback", "link": "lo", "per_gpu_gbps": round(loop, 6), "latency_us": lat,
+            "intra_node": {"fabric": "loopback", "link": "lo", "per_gpu_gbps": loop, "latency_us": lat,
                            "ceiling": loop_kind},
             "inter_node": {"nics_per_node": 1, **inter},
             "shared_memory": {"per_rank_gbps": round(shm, 6), "latency_us": 0, "ceiling": "calibrated"}}

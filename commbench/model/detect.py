@@ -242,7 +242,8 @@ COMPARED = (("gpus_per_node", None), ("intra_node.fabric", None), ("intra_node.p
 ATTR = {"gpus_per_node": "gpus_per_node", "intra_node.fabric": "fabric", "intra_node.per_gpu_gbps": "intra_gbps",
         "inter_node.nics_per_node": "nics_per_node", "inter_node.per_nic_gbps": "nic_gbps",
         "inter_node.payload_fraction": "payload_fraction", "inter_node.rank_to_nic": "rank_to_nic",
-        "inter_node.fabric": "inter_fabric", "intra_node.ceiling": "intra_ceiling", "inter_node.ceiling": "inter_ceiling"}
+        "inter_node.fabric": "inter_fabric", "intra_node.ceiling": "intra_ceiling",
+        "inter_node.ceiling": "inter_ceiling"}
 
 
 def differences(fields, topo):
