@@ -77,7 +77,7 @@ def busbw_figure(title, recs, base_recs, marks=()):
     thresholds, each drawn red on its field's axis (a panel of its own for a field other than busbw and time)."""
     plt = _plt()
     fields = list(dict.fromkeys(["busbw_gbps", "time_us"] + [f for f, _, _ in marks if f in AXES]))
-    fig, axes = plt.subplots(1, len(fields), figsize=(7 * len(fields) + 3, 5.5), squeeze=False)
+    fig, axes = plt.subplots(1, len(fields), figsize=(6.5 * len(fields), 6), squeeze=False)
     axes = dict(zip(fields, axes[0]))
     several = len({run_of(r) for r in list(recs) + list(base_recs)}) > 1
     for recs_, style, tag in ((recs, "-", ""), (base_recs, "--", "baseline ")):
@@ -124,7 +124,7 @@ def busbw_figure(title, recs, base_recs, marks=()):
         ax.set_ylabel(AXES[field])
         ax.set_title(f"{title}: {AXES[field].split(' (')[0]} vs size")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(0, -0.14), frameon=False)
+    _legends_below(fig, list(axes.values()))
     return fig
 
 
@@ -167,13 +167,29 @@ def storage_figure(recs, base_recs, marks=()):
         ax.grid(True, axis="y", alpha=0.3)
     for axis, text, value in marks:
         axes[axis].axhline(value, color="red", linestyle="--", linewidth=1, label=f"threshold: {text}")
-    for ax in axes:
-        ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(0, -0.16), frameon=False, ncol=2)
+    _legends_below(fig, axes, ncol=2, labels=1.2)
     return fig
 
 
-def _save(fig, path):
-    fig.savefig(path, dpi=100, bbox_inches="tight")     # tight: the legends below the axes are kept whole
+def _legends_below(fig, axes, ncol=1, labels=0.8):
+    """Each axis' legend below it, under its tick labels (labels: inches they take), the figure grown to hold the
+    longest: legends never cover data, and the figure is drawn once (no tight bounding box)."""
+    rows = max(-(-len(ax.get_legend_handles_labels()[1]) // ncol) for ax in axes)
+    legend, plot = 0.2 + 0.16 * rows, 4.5                  # inches: legend lines of x-small text; the axes
+    height = plot + labels + legend + 0.4
+    fig.set_figheight(height)
+    fig.subplots_adjust(bottom=(legend + labels) / height, top=1 - 0.4 / height, left=0.07, right=0.98, wspace=0.22)
+    for ax in axes:
+        ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(ax.get_position().x0, legend / height),
+                  bbox_transform=fig.transFigure, frameon=False, ncol=ncol)
+
+
+def _save(figure, path):
+    """figure() saved at path; a time of 1e308 us read back from a record is drawn off the axis, not warned about."""
+    import numpy
+    with numpy.errstate(over="ignore"):
+        fig = figure()
+        fig.savefig(path, dpi=100)
     _plt().close(fig)
 
 
@@ -196,11 +212,11 @@ def plots(directory, records, baseline=(), marks=None, taken=None):
     room = MAX_PLOTS - bool(io)
     chosen = sorted(groups, key=lambda g: -len(groups[g]))[:room]
     for group in [g for g in groups if g in chosen]:
-        name = saved(directory, f"busbw-{slug(group, taken)}.png", lambda path: _save(busbw_figure(
+        name = saved(directory, f"busbw-{slug(group, taken)}.png", lambda path: _save(lambda: busbw_figure(
             group, groups[group], base_groups.get(group, []), marks.get(group, ())), path))
         out.append((f"{group}: busbw and time vs size", name))
     if io:
-        name = saved(directory, f"{slug('storage', taken)}.png", lambda path: _save(storage_figure(
+        name = saved(directory, f"{slug('storage', taken)}.png", lambda path: _save(lambda: storage_figure(
             io, [r for r in base if r["tool"] == "iobench"], marks.get("storage", ())), path))
         out.append(("storage: MB/s and latency percentiles per mount and profile", name))
     note = (f"plots: {len(chosen)} of {len(groups)} collective/strategy groups (those with most measurements, at "
