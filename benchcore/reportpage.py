@@ -229,7 +229,8 @@ def _html_table(caption, columns, rows, e=html.escape, attrs=""):
 
 
 STYLE = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-bottom:1.5em}"
-         "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}td.n{text-align:right}caption{text-align:left;"
+         "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}td.n{text-align:right}"
+         "td:first-child{white-space:nowrap}caption{text-align:left;"
          "font-style:italic}img{max-width:100%}.banner{padding:.6em 1em;border-radius:4px;margin-bottom:1em}"
          ".banner h2{margin:0 0 .3em 0}.PASS{background:#dff0d8}.FAIL,.INTERRUPTED{background:#f2dede}"
          "tr.fail td,tr.interrupted td,tr.not-run td{background:#fbeaea}")
