@@ -8,8 +8,12 @@ the path carries:
                  64 MiB, best of several: a rank's bytes cross shared memory in copies its own core makes,
                  so one rank's busbw cannot beat one core's copy rate.
   intra_node     (Gloo, loopback TCP) the most that 1..K concurrent TCP streams over 127.0.0.1 carry together
-                 (K = CPUs, at most 4), best of several: every rank's traffic goes through the one loopback,
-                 so the node's ranks together cannot beat it. A tbf-shaped lo: the tc rate's TCP payload.
+                 (K = CPUs, at most 4) in their best 0.1 s of 1.2 s, their ends in processes and in threads:
+                 every rank's traffic goes through the one loopback, so the node's ranks together cannot beat
+                 it; short windows catch the moments a busy machine leaves the loopback the CPUs (bytes the
+                 receive buffer held from before a window count in it: its 1 MiB, 2 MiB as Linux doubles it,
+                 adds at most 0.02 GB/s).
+                 A tbf-shaped lo: the tc rate's TCP payload.
   inter_node     a tbf-shaped inter-node link (the default route's interface, or --link): its tc rate's TCP
                  payload; else the nodes are emulated on this machine and share the loopback (fabric loopback).
   latency_us     half the fastest 1-byte round trip over loopback TCP (the kernel's floor; Gloo adds its own);
@@ -21,6 +25,7 @@ import multiprocessing
 import os
 import socket
 import sys
+import threading
 import time
 
 import yaml
@@ -31,7 +36,8 @@ from commbench.model import detect, topology
 COPY_SIZES = [64 << 10 << (2 * i) for i in range(6)]     # 64K .. 64M
 STREAM_CHUNK = 1 << 20
 REPEATS = 5
-SECONDS = 0.3        # per stream measurement
+BIN, BINS = 0.1, 12  # loopback streams: their rate per BIN seconds, BINS of them per measurement
+RCVBUF = 1 << 20     # a stream's receive buffer: what it can hold from before a BIN
 
 
 def copy_gbps(repeats=2 * REPEATS):
@@ -53,6 +59,7 @@ def copy_gbps(repeats=2 * REPEATS):
 def _pair():
     """A connected TCP pair over 127.0.0.1 (sender, receiver)."""
     with socket.create_server(("127.0.0.1", 0)) as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)   # the receiver's, before the handshake
         sender = socket.create_connection(server.getsockname(), timeout=30)
         receiver, _ = server.accept()
         receiver.settimeout(30)
@@ -60,7 +67,8 @@ def _pair():
 
 
 def _send(sock, other, until):
-    other.close()            # the receiving end's copy: only the receiver's process holds it, so it sees the end
+    if other:
+        other.close()        # the receiving end's copy: only the receiver's process holds it, so it sees the end
     payload = bytes(STREAM_CHUNK)
     try:
         while time.monotonic() < until:
@@ -70,49 +78,57 @@ def _send(sock, other, until):
     sock.close()
 
 
-def _receive(sock, other, start, end, conn):
-    """Count the bytes received between start and end (monotonic clock, which every process shares)."""
-    other.close()
-    buf, got = memoryview(bytearray(STREAM_CHUNK)), 0
+def _receive(sock, other, start, out):
+    """Bytes received per BIN seconds from start (the monotonic clock, which every process shares) -> out."""
+    if other:
+        other.close()
+    buf, counts = memoryview(bytearray(STREAM_CHUNK)), [0] * BINS
     try:
         while True:
             n = sock.recv_into(buf)
             if not n:
                 break
-            if start <= time.monotonic() <= end:
-                got += n
+            i = int((time.monotonic() - start) / BIN)
+            if 0 <= i < BINS:
+                counts[i] += n
     except OSError:
         pass
-    conn.send(got)
+    out(counts)
 
 
-def streams_gbps(count, seconds=SECONDS):
-    """GB/s that `count` concurrent TCP streams over 127.0.0.1 carry together for `seconds`, each end in its own
-    process (as a rank's is), after a fifth of that to get past slow start."""
+def streams_gbps(count, processes):
+    """GB/s that `count` concurrent TCP streams over 127.0.0.1 carried together in their best BIN seconds of
+    BINS (past slow start), each end in its own process (as a rank's is) or its own thread of this one."""
     ctx = multiprocessing.get_context("fork")
-    start = time.monotonic() + 0.05 + seconds / 5
-    end = start + seconds
-    procs, pipes = [], []
+    start = time.monotonic() + 0.1
+    until = start + BINS * BIN + 0.05
+    workers, pipes, results = [], [], []
     for _ in range(count):
         sender, receiver = _pair()
-        mine, theirs = ctx.Pipe(duplex=False)
-        procs += [ctx.Process(target=_send, args=(sender, receiver, end + 0.05)),
-                  ctx.Process(target=_receive, args=(receiver, sender, start, end, theirs))]
-        pipes.append(mine)
-        for p in procs[-2:]:
-            p.start()
-        sender.close()
-        receiver.close()
-    got = sum(p.recv() if p.poll(seconds + 30) else 0 for p in pipes)
-    for p in procs:
-        p.join(30)
-    return got / seconds / 1e9
+        if processes:
+            mine, theirs = ctx.Pipe(duplex=False)
+            pipes.append(mine)
+            workers += [ctx.Process(target=_send, args=(sender, receiver, until)),
+                        ctx.Process(target=_receive, args=(receiver, sender, start, theirs.send))]
+        else:
+            workers += [threading.Thread(target=_send, args=(sender, None, until)),
+                        threading.Thread(target=_receive, args=(receiver, None, start, results.append))]
+        for w in workers[-2:]:
+            w.start()
+        if processes:
+            sender.close()
+            receiver.close()
+    results += [p.recv() for p in pipes if p.poll(BINS * BIN + 30)]
+    for w in workers:
+        w.join(30)
+    return max(map(sum, zip(*results)), default=0) / BIN / 1e9
 
 
-def loopback_gbps(repeats=REPEATS):
-    """(GB/s, streams) of the most any 1..K concurrent loopback TCP streams carried together, best of repeats."""
+def loopback_gbps():
+    """(GB/s, streams, how) of the most 1..K concurrent loopback TCP streams carried together in any BIN."""
     most = min(os.cpu_count() or 1, 4)
-    return max((streams_gbps(k), k) for k in range(1, most + 1) for _ in range(repeats))
+    return max((streams_gbps(k, how == "processes"), k, how) for k in range(1, most + 1)
+               for how in ("processes", "threads"))
 
 
 def latency_us(trips=300):
@@ -151,9 +167,9 @@ def measure(link=None):
         notes.append(f"intra_node: lo is shaped by tc to {lo['shaped_bits'] / 1e6:g} Mbit/s: {loop:.4f} GB/s of TCP "
                      "payload")
     else:
-        (loop, streams), loop_kind = loopback_gbps(), "calibrated"
-        notes.append(f"intra_node: loopback TCP, the most 1-{min(cpus, 4)} concurrent streams carried together: "
-                     f"{loop:.3f} GB/s ({streams} stream(s); best of {REPEATS})")
+        (loop, streams, how), loop_kind = loopback_gbps(), "calibrated"
+        notes.append(f"intra_node: loopback TCP, the most 1-{min(cpus, 4)} concurrent streams carried together in "
+                     f"any {BIN:g} s: {loop:.3f} GB/s ({streams} stream(s), ends in {how})")
     loop = round(loop, 6)
     chosen = nets.get(found["link"]) if found["link"] else None
     if chosen and not chosen["loopback"] and chosen["shaped_bits"]:
