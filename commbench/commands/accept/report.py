@@ -38,7 +38,7 @@ def _deciding(result):
 
 
 def _versus(result, o):
-    if result.reason and (o is None or o.passed):
+    if result.reason:                   # the run itself failed (crashed, hung, refused): that is the finding
         return result.reason
     if o is None:
         return "no threshold judged" if result.ran else "not run (interrupted before it)"
