@@ -27,18 +27,18 @@ from torch.distributed.tensor import DTensor, Shard
 
 from benchcore.torchrun import rank_sum
 from benchcore.errors import UserError
+from iobench import torchckpt
 from iobench.fio import run_fio
 from iobench.mounts import disk_bytes
 from iobench.profiles import fio_directory
 
 DTYPES = (torch.float32, torch.bfloat16)
-MAX_TENSOR_BYTES = 64 << 20
 COLS = 1024
 
 
 def tensor_plan(per_rank_bytes):
-    """[(name, dtype, rows)] for one rank: equal tensors of at most 64 MiB, at least four when room."""
-    tensor_bytes = max(1 << 20, min(MAX_TENSOR_BYTES, per_rank_bytes // 4) >> 20 << 20)
+    """[(name, dtype, rows)] for one rank: equal tensors of torchckpt.tensor_bytes each."""
+    tensor_bytes = torchckpt.tensor_bytes(per_rank_bytes)
     count = max(1, per_rank_bytes // tensor_bytes)
     plan = []
     for i in range(count):

@@ -16,8 +16,8 @@ from iobench.profiles import PROFILES, build_job, job_file
 from iobench.safety import ScratchDir, sigterm_as_interrupt
 
 # The fio reference for each direction, like for like with what the ranks do: the same bytes in one
-# file per rank, buffered, 1 MiB calls; written to durable (end fsync), read after the page cache
-# is dropped (invalidate=1, as torch-ckpt's posix_fadvise DONTNEED); each repeat writes fresh files, created
+# file per rank, buffered, one call per tensor (bs: its size); written to durable (end fsync), read after the
+# page cache is dropped (invalidate=1, as torch-ckpt's posix_fadvise DONTNEED); each repeat writes fresh files, created
 # inside the timed job (create_on_open, no fallocate) and unlinked after their read, as the ranks' are.
 # Both read every byte from the device (device_read_bytes = the payload, measured in sysfs around each run).
 # (name, base profile, overrides)
@@ -25,16 +25,24 @@ FIO_REFERENCE = {
     "write": ("shard-write", "shard-write", {"create_on_open": 1, "fallocate": "none"}),
     "read": ("restore-read-buffered", "restore-read", {"direct": 0, "ioengine": "psync", "iodepth": 1, "unlink": 1}),
 }
+MAX_TENSOR_BYTES = 64 << 20
 # Checkpoint formats (implemented in torch_worker.FORMATS) and the profile name of their records.
 PROFILE_NAMES = {"torch-save": "torch-save", "dcp": "torch-dcp"}
 DEFAULT_REPEATS = 3
 
 
+def tensor_bytes(per_rank_bytes):
+    """Bytes of each tensor of a rank's shard: equal tensors of at most 64 MiB, at least four when room."""
+    return max(1 << 20, min(MAX_TENSOR_BYTES, per_rank_bytes // 4) >> 20 << 20)
+
+
 def reference_jobs(size, ranks, keep):
-    """fio's reference jobs, write then read (each repeat runs both over fresh shard files)."""
+    """fio's reference jobs, write then read (each repeat runs both over fresh shard files), in the calls the
+    ranks make: torch.save and torch.load write and read each tensor's storage with one call (strace), so bs
+    is the tensor size and a rank's file holds exactly its payload."""
     jobs = []
     for name, base, overrides in FIO_REFERENCE.values():
-        job = build_job(PROFILES[base], size=size, ranks=ranks)
+        job = build_job(PROFILES[base], size=size, ranks=ranks, bs=tensor_bytes(size // ranks))
         jobs.append(dataclasses.replace(job, profile=name, options={**job.options, **overrides}))
         if keep:
             jobs[-1].options.pop("unlink", None)

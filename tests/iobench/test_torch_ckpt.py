@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from iobench.torch_worker import FORMATS, make_tensor, tensor_plan, wrong_tensors
-from iobench.torchckpt import PROFILE_NAMES
+from iobench.torchckpt import PROFILE_NAMES, tensor_bytes
 from tests.conftest import assert_one_line_error, read_records
 from tests.iobench.conftest import assert_failed_run, leftovers
 
@@ -34,7 +34,7 @@ def test_two_rank_round_trip_against_fio(tool, loop_xfs, tmp_path):
     data, out = loop_xfs[0] / f"round-trip-{tmp_path.name}", tmp_path / "r.jsonl"
     data.mkdir()
     try:
-        proc = tool("iobench", "torch-ckpt", data, "--size", "8M", "--ranks", "2", "--repeats", "2", "--out", out,
+        proc = tool("iobench", "torch-ckpt", data, "--size", "16M", "--ranks", "2", "--repeats", "2", "--out", out,
                     "--keep", "--format", "json", timeout=300)
         check_round_trip(proc, data, out)
     finally:
@@ -51,13 +51,15 @@ def check_round_trip(proc, data, out):
     assert [r["profile"] for r in recs] == ["shard-write", "restore-read-buffered"] * 2 + \
         ["torch-save"] * 2 + ["torch-dcp"] * 2
     fio_recs = [r for r in recs if not r.get("ckpt_format")]
-    assert all(r["direct"] == 0 and r["size_bytes"] == 8 << 20 and r["ioengine"] == "psync" for r in fio_recs)
+    assert all(r["direct"] == 0 and r["size_bytes"] == 16 << 20 and r["ioengine"] == "psync" for r in fio_recs)
+    # in the calls torch makes: one write() / read() per tensor (2 MiB here), not fio's usual 1 MiB
+    assert {r["bs_bytes"] for r in fio_recs} == {2 << 20} == {tensor_bytes(8 << 20)}
     torch_recs = [r for r in recs if r.get("ckpt_format")]
     assert len(torch_recs) == 4 and [json.loads(ln)["profile"] for ln in proc.stdout.splitlines()] == [
         r["profile"] for r in recs]
     for rec in torch_recs:
         assert rec["wrong"] == 0 and rec["tensors"] == 8 and rec["numjobs"] == 2 and rec["repeats"] == 2
-        assert rec["size_bytes"] == 8 << 20 and rec["file_bytes"] >= 8 << 20
+        assert rec["size_bytes"] == 16 << 20 and rec["file_bytes"] >= 16 << 20
         fio = [r["bw_mbps"] for r in fio_recs if r["profile"] == rec["fio_profile"]]
         assert rec["fio_bw_mbps"] == pytest.approx(sum(fio) / 2)  # the median of two
         assert rec["bw_mbps_min"] <= rec["bw_mbps"] <= rec["bw_mbps_max"]
