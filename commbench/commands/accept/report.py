@@ -8,7 +8,7 @@ from pathlib import Path
 from benchcore import reportpage, thresholds
 from benchcore.plots import plots, slug
 from benchcore.records import git_revision, timestamp
-from benchcore.results import measurements
+from benchcore.results import identity, measurements
 from benchcore.units import format_size
 
 ORDER = {"FAIL": 0, "NOT RUN": 1, "PASS": 2}
@@ -74,7 +74,8 @@ def document(directory, spec, results, records, baseline, verdict, lead, summary
         rows.append({"check": reportpage.Link(name, anchor), "status": status(result), "kind": result.check.kind,
                      "versus": _versus(result, o), "size": _size(o.size_bytes) if o else "n/a"})
         mine = [r for r in recs if r.get("accept_check") == name]
-        base = [b for b in measurements(baseline) if b.get("accept_check") in (None, name)]
+        ids = {identity(r) for r in mine}          # the baseline's rows this check's rows are compared with
+        base = [b for b in measurements(baseline) if identity(b) in ids]
         outcomes = [{"threshold": x.threshold.text, "status": _outcome_status(x), "measured": x.measured,
                      "expected": f"{x.threshold.op or '<='} {x.expected:.4g}" if x.expected is not None else None,
                      "size": _size(x.size_bytes), "message": x.message} for x in result.outcomes]
