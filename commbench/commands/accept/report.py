@@ -44,7 +44,14 @@ def _versus(result, o):
         return "no threshold judged" if result.ran else "not run (interrupted before it)"
     if o.measured is None or o.expected is None:
         return f"{o.threshold.text}: {o.message}"
-    return f"{o.threshold.text}: measured {o.measured:.4g}, expected {o.threshold.op or '<='} {o.expected:.4g}"
+    return f"{o.threshold.text}: measured {o.measured:.4g}, expected {_expected(o)}"
+
+
+def _expected(o):
+    """'>= 1000'; a regression check's expected is the baseline's figure, not a bound: 'baseline 892.7'."""
+    if o.expected is None:
+        return None
+    return f"{o.threshold.op} {o.expected:.4g}" if o.threshold.op else f"baseline {o.expected:.4g}"
 
 
 def _size(v):
@@ -77,7 +84,7 @@ def document(directory, spec, results, records, baseline, verdict, lead, summary
         ids = {identity(r) for r in mine}          # the baseline's rows this check's rows are compared with
         base = [b for b in measurements(baseline) if identity(b) in ids]
         outcomes = [{"threshold": x.threshold.text, "status": _outcome_status(x), "measured": x.measured,
-                     "expected": f"{x.threshold.op or '<='} {x.expected:.4g}" if x.expected is not None else None,
+                     "expected": _expected(x),
                      "size": _size(x.size_bytes), "message": x.message} for x in result.outcomes]
         tables = [("thresholds", OUTCOMES, outcomes)] if outcomes else []
         tables += [(f"{sec.title}; {caption}", columns, data) for sec in reportpage.sections(mine, base)
