@@ -40,6 +40,8 @@ EXTENSIONS = {
         "repeat": "which of --repeats separate measurements of this config at this size (sweep: the round)",
         "time_us_p50": "median iteration time over every iteration of every rank (per operation)",
         "time_us_p99": "99th percentile of the same", "time_cv": "their coefficient of variation (stdev / mean)",
+        "time_budget_s": "p2p --time-budget: this launch's share of the budget (start-up included); iters were "
+                         "fitted to it by a calibration, whose runs (warmup) warm up",
         "slowest_rank": "the rank the others wait for: latest to reach the iterations (host clock)",
         "slowest_host": "its host", "slowest_excess": "iteration time over what the median rank alone would take",
         "outlier_ranks": "ranks consistently late beyond 3.5 robust z-scores and 5% of an iteration",

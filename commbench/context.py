@@ -42,6 +42,7 @@ class Context:
     def __init__(self, plan):
         self.plan = plan
         self.position = Position()   # where this rank is; the worker shares its Liveness's
+        self.measured = 0            # measurements taken so far (a time budget shares what is left among the rest)
         backend = plan.backend
         if backend == "auto":
             backend = "nccl" if torch.cuda.is_available() else "gloo"

@@ -52,6 +52,9 @@ class Plan:
     cycles: int = 1              # the whole sweep this many times (nccl-tests -N)
     repeats: int = 1             # per size, every config this many times, interleaved (records carry repeat)
     iter_stats: bool = True      # per-iteration marks on every rank: p50/p99/cv, the slowest rank (rankstats.py)
+    time_budget: Optional[float] = None   # seconds this launch may take, start-up included: each measurement runs
+                                          # the iterations that fit its share (calibrated; at most iters; p2p)
+    launched_at: float = 0.0     # time.time() when this launch started (the budget counts from it; per node)
     backend: str = "auto"
     timeout: float = 300
     hang_timeout: float = 60     # no progress this long on rank 0: a hang report (commbench/liveness.py)
@@ -72,7 +75,7 @@ class Plan:
     def what_is_measured(self):
         """The fields every node must agree on (not its run id, launcher or tags)."""
         keep = ("sizes", "configs", "iters", "warmup", "check", "agg", "blocking", "agg_iters", "cuda_graph",
-                "cpu_time", "cycles", "repeats", "iter_stats", "timeout")
+                "cpu_time", "cycles", "repeats", "iter_stats", "timeout", "time_budget")
         return {k: getattr(self, k) for k in keep}
 
     def to_json(self):

@@ -37,10 +37,16 @@ def percentile(values, p):
     return values[lo] + (values[hi] - values[lo]) * (pos - lo)
 
 
-def summarize(samples, hosts, marks=True, ops_per_iter=1, per_rank=False):
-    """Record fields from every rank's samples and each rank's host. marks: samples are seconds from the loop's
-    start (arrival at and departure from each iteration, in turn); otherwise iteration times (CUDA events)."""
-    times = [[b - a for a, b in zip(m[0::2], m[2::2] + m[-1:])] for m in samples] if marks else samples
+def summarize(samples, hosts, marks=True, ops_per_iter=1, per_rank=False, departures=True):
+    """Record fields from every rank's samples and each rank's host. marks: samples are host clock readings
+    (arrival at and departure from each iteration, in turn; without departures each arrival, then the loop's end:
+    no lateness then); otherwise iteration times (CUDA events)."""
+    if not marks:
+        times = samples
+    elif departures:
+        times = [[b - a for a, b in zip(m[0::2], m[2::2] + m[-1:])] for m in samples]
+    else:
+        times = [[b - a for a, b in zip(m, m[1:])] for m in samples]
     flat = [t / ops_per_iter for per_rank in times for t in per_rank]
     if not flat:
         return {}
@@ -49,7 +55,7 @@ def summarize(samples, hosts, marks=True, ops_per_iter=1, per_rank=False):
               "time_cv": statistics.pstdev(flat) / mean if mean > 0 else None}
     if per_rank:   # each rank's own median iteration time (pairs: every pair runs apart from the others)
         fields.update(rank_time_us=[statistics.median(t) / ops_per_iter * 1e6 for t in times], rank_hosts=hosts)
-    if not marks or len(samples) < 2:   # CUDA events: no arrivals; one rank: nobody to wait for
+    if not (marks and departures) or len(samples) < 2:   # CUDA events: no arrivals; one rank: nobody to wait for
         return fields
     late = lateness([[d - a for a, d in zip(m[0::2], m[1::2])] for m in samples])
     slowest = max(range(len(late)), key=late.__getitem__)

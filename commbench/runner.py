@@ -2,6 +2,7 @@
 import dataclasses
 import os
 import sys
+import time
 
 import click
 
@@ -84,6 +85,8 @@ def run_plan(spec, plan, out, fmt, table_fn, label="measuring", plot=None, plot_
     records, errors, code, raw = [], [], 0, 0
     try:
         for part_spec, part in parts:
+            if part.time_budget:   # its share of the budget counts from its start
+                part = dataclasses.replace(part, launched_at=time.time())
             result = execute(part_spec, part, sink, label)
             raw += sum(1 for r in result.records if not r.get("event"))
             records += [d for r in result.records for d in derive(r)] if derive else result.records

@@ -34,10 +34,11 @@ def slowed(case, run_once):
     return slow
 
 
-def time_loop(ctx, run_once, iters, blocking, samples=None):
+def time_loop(ctx, run_once, iters, blocking, samples=None, departures=True):
     """Seconds per operation on this rank: iters iterations of the plan's agg_iters operations each. samples, a
-    list, gets the per-iteration record commbench/rankstats.py reads: on the host clock each iteration's arrival
-    and departure (blocking loops), from CUDA events each iteration's time."""
+    list, gets the per-iteration record commbench/rankstats.py reads: host clock readings at each iteration's
+    arrival and departure (blocking loops; without departures, each arrival and the loop's end), from CUDA events
+    each iteration's time."""
     plan = ctx.plan
     ops = iters * plan.agg_iters
     ctx.barrier()
@@ -47,21 +48,26 @@ def time_loop(ctx, run_once, iters, blocking, samples=None):
         return _event_loop(ctx, run_once, iters, blocking, samples)
     late, stall = _hook(ctx, SLOW_RANK_ENV), _hook(ctx, STALL_ENV)
     pos = ctx.position
-    t0 = time.perf_counter()
+    step = _repeated(run_once, plan.agg_iters, pos, stall) if plan.agg_iters > 1 else run_once
+    clock = time.perf_counter   # looked up once, like mark: at 1 us per operation (p2p latency) every step shows
+    mark = samples.append if samples is not None else None
+    leave = mark if departures else None
+    t0 = clock()
     if blocking:  # the watchdog sees each operation entered and left; the marks are the statistics' input
         for _ in range(iters):
             if late:
                 time.sleep(late)
-            if samples is not None:
-                samples.append(time.perf_counter() - t0)
-            for _ in range(plan.agg_iters):
-                if stall and pos.entered + 1 == stall:
-                    time.sleep(1e6)
-                pos.entered += 1
-                run_once(False)
-                pos.left += 1
-            if samples is not None:
-                samples.append(time.perf_counter() - t0)
+            if mark:
+                mark(clock())
+            if stall and pos.entered + 1 == stall:
+                time.sleep(1e6)
+            pos.entered += 1
+            step(False)
+            pos.left += 1
+            if leave:
+                leave(clock())
+        if mark and not leave:
+            mark(clock())
     else:
         works = [run_once(True) for _ in range(ops)]
         for work in works:
@@ -69,7 +75,21 @@ def time_loop(ctx, run_once, iters, blocking, samples=None):
                 work.wait()
     if ctx.device.type == "cuda":
         torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / ops
+    return (clock() - t0) / ops
+
+
+def _repeated(run_once, agg, pos, stall):
+    """agg operations as one timed iteration (nccl-tests -m), each entered and left for the watchdog as in the
+    loop (which counts the first's entry and the last's exit)."""
+    def step(async_op):
+        for _ in range(agg - 1):
+            run_once(async_op)
+            pos.left += 1
+            if stall and pos.entered + 1 == stall:
+                time.sleep(1e6)
+            pos.entered += 1
+        run_once(async_op)
+    return step
 
 
 def _hook(ctx, name):
@@ -100,13 +120,13 @@ def _event_loop(ctx, run_once, iters, blocking, samples):
     return start.elapsed_time(end) / 1e3 / (iters * agg)
 
 
-def rank_stats(ctx, samples, per_rank=False, per_run=1):
+def rank_stats(ctx, samples, per_rank=False, per_run=1, departures=True):
     """Per-iteration statistics over every rank (commbench/rankstats.py), gathered outside the timed loop; per
     operation, per_run operations to a run (p2p: the messages of a window)."""
     marks = ctx.device.type != "cuda" or ctx.plan.cpu_time
-    keep = rankstats.MAX_ITERS * (2 if marks else 1)
+    keep = rankstats.MAX_ITERS * (2 if marks and departures else 1) + (0 if departures else 1)
     every = ctx.comm.gather_floats(samples[-keep:])
-    return rankstats.summarize(every, ctx.rank_hosts, marks, ctx.plan.agg_iters * per_run, per_rank)
+    return rankstats.summarize(every, ctx.rank_hosts, marks, ctx.plan.agg_iters * per_run, per_rank, departures)
 
 
 def _graph_loop(ctx, run_once, ops):
@@ -162,35 +182,62 @@ def measure_case(ctx, case, cfg, size, shared):
     count = size // DTYPES[cfg["dtype"]].bytes
     timed = case.build(ctx, cfg, count, torch_dtype(cfg["dtype"]), shared)
     blocking = ctx.blocking if timed.blocking is None else timed.blocking
-    rows = []
+    rows, counts = [], []
     pos = ctx.position
     for phase in case.phases:
         run_once = slowed(case, timed.phases[phase])
         pos.at("refill", f"{label(case, {**cfg, 'phase': phase})} at {size} B")
         timed.refill()
-        if plan.warmup:
+        warmup, iters = plan.warmup, plan.iters
+        if plan.time_budget:
+            pos.at("calibrating")
+            warmup, iters = fit_budget(ctx, run_once, blocking, len(case.phases))
+        elif warmup:
             pos.at("warm-up")
-            time_loop(ctx, run_once, plan.warmup, blocking)
+            time_loop(ctx, run_once, warmup, blocking)
+        counts.append({"iters": iters, "warmup": warmup})
         samples = [] if plan.iter_stats else None
         pos.at("timed loop")
-        seconds = time_loop(ctx, run_once, plan.iters, blocking, samples) / timed.per_run
+        seconds = time_loop(ctx, run_once, iters, blocking, samples, timed.departures) / timed.per_run
         pos.at("gathering the times")
         t, t_min, t_max = over_ranks(ctx, seconds)
-        stats = rank_stats(ctx, samples, timed.per_rank, timed.per_run) if samples else {}
+        stats = rank_stats(ctx, samples, timed.per_rank, timed.per_run, timed.departures) if samples else {}
         moved = timed.factors[phase] is not None   # a phase that moves no payload (compute) has no bandwidth
         algbw = size / t / 1e9 if moved else None
         rows.append({"phase": phase, "blocking": blocking, "time_source": time_source(ctx), "time_us": t * 1e6, "time_us_min": t_min * 1e6,
                      "time_us_max": t_max * 1e6, "algbw_gbps": algbw,
-                     "busbw_gbps": algbw * timed.factors[phase] if moved else None, **stats, **timed.fields(phase)})
+                     "busbw_gbps": algbw * timed.factors[phase] if moved else None, **stats, **timed.fields(phase),
+                     **({"time_budget_s": plan.time_budget} if plan.time_budget else {})})
     pos.at("check")
     wrong, fields = check(ctx, case, timed) if plan.check else (None, {})
     pos.at("peak memory")
     peak = peak_memory(ctx)
-    records = [ctx.record(case, cfg, row, size_bytes=size, count=count, wrong=wrong, peak_mem_bytes=peak, **fields)
-               for row in rows]
+    records = [{**ctx.record(case, cfg, row, size_bytes=size, count=count, wrong=wrong, peak_mem_bytes=peak, **fields),
+                **ran} for row, ran in zip(rows, counts)]   # the iterations run (a time budget fits them)
+    ctx.measured += 1
     if timed.summary:   # figures drawn from every phase, on the whole operation's record
         records[-1].update(timed.summary({rec.get("phase", TOTAL): rec for rec in records}))
     return records
+
+
+def fit_budget(ctx, run_once, blocking, phases):
+    """(warm-up, iterations) of a measurement under plan.time_budget: its share of the time the launch has left
+    (every measurement still to come gets as much), calibrated as pyperf calibrates loops: runs of 1, 2, 4, ...
+    iterations (the warm-up; at most half the plan's iterations in all) until one takes a tenth of the share, then
+    the iterations that fill what the share has left: at most the plan's (OSU's counts), at least 1. The ranks
+    agree on every step (the least share, the slowest rank's time), so each runs the same iterations."""
+    plan = ctx.plan
+    left = plan.launched_at + plan.time_budget - time.time()
+    todo = plan.cycles * plan.repeats * len(plan.sizes) * len(plan.configs) - ctx.measured
+    share = ctx.comm.reduce_int(int(max(left, 0) / max(todo, 1) / phases * 1e9), "min") / 1e9
+    n, warm, spent = 1, 0, 0.0
+    while True:
+        took = time_loop(ctx, run_once, n, blocking) * n * plan.agg_iters
+        took = ctx.comm.reduce_int(int(took * 1e9), "max") / 1e9
+        warm, spent = warm + n, spent + took
+        if took >= share / 10 or 4 * n > plan.iters:
+            return warm, max(1, min(plan.iters, int((share - spent) / max(took / n, 1e-9))))
+        n *= 2
 
 
 def peak_memory(ctx):

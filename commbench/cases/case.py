@@ -25,6 +25,9 @@ class Timed:
     per_run: int = 1                      # operations one run performs (p2p: the messages of a window, or the two
                                           # one-way trips of a ping-pong): times are per operation
     per_rank: bool = False                # records carry every rank's own time and host (commbench pairs)
+    departures: bool = True               # the loop also marks when each iteration ends, for the ranks' lateness
+                                          # (rankstats.py); p2p: no (a ping-pong's wait is the peer's turn, not
+                                          # lateness), one clock read less per iteration
     summary: Optional[Callable[[dict], dict]] = None   # summary({phase: record}) -> fields of the TOTAL record,
                                                        # figures drawn from every phase (overlap patterns)
 

@@ -5,6 +5,7 @@ import click
 from click.core import ParameterSource
 
 from benchcore.errors import UserError
+from benchcore.inputs import finite
 from benchcore.report import print_table
 from benchcore.units import format_size
 from commbench.cases.p2p import LARGE, MODES, WINDOW, case_name, osu_counts
@@ -12,12 +13,20 @@ from commbench.launch.spec import launch_options, parse_backends
 from commbench.plan import measure_options
 from commbench.runner import measure
 
-HEAD = {"latency": ("time_us", "latency us", ".2f"), "bw": ("bw_mbps", "bw MB/s", ".2f"),
-        "bibw": ("bw_mbps", "bibw MB/s", ".2f")}
+# mode -> its columns: (name, header, format, the value of a record). Latency: OSU's average beside the median and
+# the 99th percentile of the iterations (rankstats.py), since a few descheduled iterations can make the average
+COLUMNS = {  # alone misleading (Gloo, 1 B, busy machine: average 386.8 us, p50 30.7, p99 3832)
+    "latency": [("latency", "latency us", ".2f", lambda r: r["time_us"]),
+                ("p50", "p50 us", ".2f", lambda r: r.get("time_us_p50")),
+                ("p99", "p99 us", ".1f", lambda r: r.get("time_us_p99"))],
+    "bw": [("bw", "bw MB/s", ".2f", lambda r: r["busbw_gbps"] * 1e3)],
+    "bibw": [("bibw", "bibw MB/s", ".2f", lambda r: r["busbw_gbps"] * 1e3)],
+}
 
 
 def p2p_table(records):
-    """One row per size: every mode on every transport (OSU's units: us, MB/s = 1e6 B/s)."""
+    """One row per size: every mode on every transport (OSU's units: us, MB/s = 1e6 B/s); n/a where a record lacks
+    a figure (--no-iter-stats: no percentiles)."""
     recs = [r for r in records if not r.get("event") and str(r.get("collective", "")).startswith("p2p_")]
     backends = list(dict.fromkeys(r["backend"] for r in recs))
     modes = [m for m in MODES if any(r["collective"] == case_name(m) for r in recs)]
@@ -25,25 +34,28 @@ def p2p_table(records):
     for rec in recs:
         mode = rec["collective"][len("p2p_"):]
         row = rows.setdefault(rec["size_bytes"], {"size": rec["size_bytes"], "size_h": format_size(rec["size_bytes"])})
-        key, _, _ = HEAD[mode]
-        value = rec["time_us"] if key == "time_us" else rec["busbw_gbps"] * 1e3
-        row.setdefault(f"{mode} {rec['backend']}", []).append(value)
+        for name, _, _, value in COLUMNS[mode]:
+            row.setdefault(f"{name} {rec['backend']}", []).append(value(rec))
     for row in rows.values():  # the median of repeats, when there are several
         for k, v in row.items():
             if isinstance(v, list):
-                row[k] = sorted(v)[len(v) // 2]
+                v = sorted(x for x in v if x is not None)
+                row[k] = v[len(v) // 2] if v else None
     columns = [("size", "size (B)", "d"), ("size_h", "", None)]
-    columns += [(f"{m} {b}", f"{HEAD[m][1]} {b}" if len(backends) > 1 else HEAD[m][1], HEAD[m][2])
-                for m in modes for b in backends]
+    columns += [(f"{name} {b}", f"{head} {b}" if len(backends) > 1 else head, fmt)
+                for m in modes for b in backends for name, head, fmt, _ in COLUMNS[m]]
     first = recs[0] if recs else {}
     print_table([rows[s] for s in sorted(rows)], columns,
                 title=f"p2p: one link between 2 ranks ({', '.join(backends)}; {first.get('nodes')} node(s); "
-                      f"latency one-way, bandwidth in windows of {max(r['window'] for r in recs)})")
+                      f"latency one-way: OSU's average, p50 and p99 of the iterations; bandwidth in windows of "
+                      f"{max(r['window'] for r in recs)})")
 
 
-def osu_rounds(window, osu):
+def osu_rounds(window, osu, budget=None):
     """The launches' plans with the window set and, where -n/-w were not given, OSU's counts: one launch per size
-    class (up to 8 KiB, above) and mode kind (ping-pong, windowed)."""
+    class (up to 8 KiB, above) and mode kind (ping-pong, windowed). With a time budget, the small-message counts
+    are each launch's most and the size classes share a launch; each launch gets the budget's share of its
+    measurements."""
     def reshape(rounds):
         out = []
         for spec, plan in rounds:
@@ -53,11 +65,17 @@ def osu_rounds(window, osu):
                 continue
             for kind in ("latency", "window"):
                 cfgs = [c for c in configs if (c["window"] == 1) == (kind == "latency")]
-                for sizes in ([s for s in plan.sizes if s <= LARGE], [s for s in plan.sizes if s > LARGE]):
+                classes = [plan.sizes] if budget else [[s for s in plan.sizes if s <= LARGE],
+                                                        [s for s in plan.sizes if s > LARGE]]
+                for sizes in classes:
                     if cfgs and sizes:
                         iters, warmup = osu_counts("latency" if kind == "latency" else "bw", sizes[0])
                         out.append((spec, dataclasses.replace(plan, configs=cfgs, sizes=sizes, iters=iters,
                                                               warmup=warmup)))
+        if budget:
+            every = sum(len(p.sizes) * len(p.configs) * p.repeats * p.cycles for _, p in out)
+            out = [(s, dataclasses.replace(p, time_budget=budget * len(p.sizes) * len(p.configs) * p.repeats
+                                           * p.cycles / every)) for s, p in out]
         return out
     return reshape
 
@@ -69,20 +87,26 @@ def osu_rounds(window, osu):
               help="Comma list of transports (gloo,mpi): each one, side by side in one table.")
 @click.option("--window", type=click.IntRange(1, 4096), default=WINDOW, show_default=True,
               help="Messages in flight per window of bw and bibw (OSU's -W).")
+@click.option("--time-budget", "budget", default=None, metavar="SECONDS",
+              help="Fit the whole run in about this long, start-ups included: each measurement calibrates its "
+                   "iterations (runs of 1, 2, 4, ... as warm-up) to its share; at most OSU's small-message counts "
+                   "(or -n). Without it, OSU's counts.")
 @measure_options("1", "4M")
 @launch_options
 @click.pass_context
-def p2p(click_ctx, modes, backends, window, **kw):
+def p2p(click_ctx, modes, backends, window, budget, **kw):
     """What one link does: OSU-style point-to-point latency and bandwidth between 2 ranks.
 
     Ping-pong latency (one-way, us) and windowed uni- and bi-directional bandwidth (MB/s = 1e6 B/s) of
     messages of bytes, on torch.distributed (send/recv) or MPI (mpi4py), as osu_latency, osu_bw and
     osu_bibw measure. Without -n/-w, OSU's counts: up to 8 KiB latency 10000 iterations after 100
     warm-up and bw 100 windows after 10; above, 1000 after 10 and 20 windows after 2; window 64.
+    --time-budget fits the iterations to a time instead (a quick look).
 
     \b
     Example:
       commbench p2p --mode latency,bw,bibw -b 1 -e 4M --backends gloo,mpi
+      commbench p2p --time-budget 20
       commbench p2p --mode bw --nodes 2 --nproc-per-node 1 --rdzv-endpoint node0:29500 --node-rank 0
     """
     names = [case_name(m.strip()) for m in modes.split(",") if m.strip()]
@@ -96,4 +120,5 @@ def p2p(click_ctx, modes, backends, window, **kw):
         kw["backends"] = parse_backends(backends)
         kw["repeats"] = 1
     osu = all(click_ctx.get_parameter_source(p) == ParameterSource.DEFAULT for p in ("iters", "warmup"))
-    measure(list(dict.fromkeys(names)), kw, p2p_table, "p2p", reshape=osu_rounds(window, osu))
+    budget = None if budget is None else finite(budget, "--time-budget", 0, lo_open=True)
+    measure(list(dict.fromkeys(names)), kw, p2p_table, "p2p", reshape=osu_rounds(window, osu, budget))

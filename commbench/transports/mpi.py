@@ -11,6 +11,7 @@ reduce_scatter and rs-ag have no in-place variant here (n/a, never a copy added 
 The launcher side (the mpirun command line, its checks) is commbench/launch/mpirun.py.
 """
 import os
+from functools import partial
 
 from benchcore.errors import UserError
 from benchcore.lazy import lazy
@@ -153,6 +154,14 @@ def primitives(MPI, world, device):
         return Works([call(None, "Isend", True, raw(send), (rank + 1) % n),
                       call(None, "Irecv", True, raw(recv), (rank - 1) % n)])
 
+    def p2p_calls(send, recv, peer):
+        """On CPU the bare mpi4py calls, nothing between the timed loop and MPI, on [memory, MPI.BYTE] as mpi4py.bench
+        passes them (a NumPy array costs mpi4py a parse of its type per call)."""
+        if cuda:
+            return (partial(call, "Send", None, False, raw(send), peer),
+                    partial(call, "Recv", None, False, raw(recv), peer))
+        return partial(world.Send, [raw(send), MPI.BYTE], peer), partial(world.Recv, [raw(recv), MPI.BYTE], peer)
+
     def buffer(t):
         try:
             typed = num(t)
@@ -176,6 +185,7 @@ def primitives(MPI, world, device):
         sendrecv=sendrecv,
         send=lambda t, peer, async_op=False: call("Send", "Isend", async_op, raw(t), peer),
         recv=lambda t, peer, async_op=False: call("Recv", "Irecv", async_op, raw(t), peer),
+        p2p_calls=p2p_calls,
         barrier=world.Barrier, gather_floats=gather_floats,
         reduce_int=lambda value, o: world.allreduce(int(value), op=op(o)),
         gather_object=world.allgather, new_group=world.Dup,

@@ -10,6 +10,7 @@ The torch.distributed table is here; the MPI table (mpi4py on the tensors' memor
 commbench/transports/mpi.py's.
 """
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
 from benchcore.lazy import lazy
@@ -38,6 +39,8 @@ class Primitives:
     new_group: Callable        # () -> a group of every rank (its own stream / communicator)
     subgroup: Callable         # (partition: list of rank lists) -> the group holding this rank
     buffer: Callable = lambda t: t   # t as the operations above take it fastest, made once outside the timed loop
+    p2p_calls: Callable = None  # (send_t, recv_t, peer) -> (send(), recv()): blocking send and receive bound once,
+                                # called without arguments in the timed loop (p2p latency, where each call shows)
 
 
 class Works:
@@ -124,6 +127,7 @@ def torch_primitives(device, local_rank=None):
         all_to_all=lambda out, inp, async_op=False: dist.all_to_all_single(out, inp, async_op=async_op),
         sendrecv=_sendrecv,
         send=_p2p(dist.send, dist.isend), recv=_p2p(dist.recv, dist.irecv),
+        p2p_calls=lambda s, r, peer: (partial(dist.send, s, peer), partial(dist.recv, r, peer)),
         barrier=(lambda: dist.barrier(device_ids=[local_rank])) if device.type == "cuda" else dist.barrier,
         gather_floats=gather_floats, reduce_int=reduce_int, gather_object=gather_object,
         new_group=dist.new_group, subgroup=lambda members: dist.new_subgroups_by_enumeration(members)[0])
