@@ -1,9 +1,13 @@
 """Tables (rich), JSON/CSV on stdout, and PNG plots (matplotlib Agg) for both tools."""
+import io
 import json
 import math
+import os
 import sys
+import textwrap
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from benchcore.records import dumps
@@ -11,9 +15,16 @@ from benchcore.records import dumps
 FORMATS = ("table", "json", "csv")
 
 
+PIPE_WIDTH = 100   # columns of a table piped to a file or another program (COLUMNS overrides)
+WIDE = 1000        # a table that fits no narrower: as wide as its cells
+
+
 def console(stderr=False):
-    return Console(stderr=stderr, highlight=False, markup=False, soft_wrap=False,
-                   width=200 if not sys.stdout.isatty() else None)
+    """Rich console for tables and notes: tables fit the terminal's width, else COLUMNS, else PIPE_WIDTH; a line of
+    text is never wrapped (print_table wraps a table's title)."""
+    columns = os.environ.get("COLUMNS", "")
+    width = None if sys.stdout.isatty() else int(columns) if columns.isdigit() and int(columns) > 0 else PIPE_WIDTH
+    return Console(stderr=stderr, highlight=False, markup=False, soft_wrap=True, width=width)
 
 
 def _cell(value, fmt):
@@ -26,15 +37,34 @@ def _cell(value, fmt):
 
 def print_table(rows, columns, title=None, out=None):
     """rows: list of dicts; columns: list of (key, header, format-spec or None). A column keyed `label` holds the
-    rows' names: never wrapped or cut (the other columns narrow first)."""
-    table = Table(title=title, show_lines=False)
+    rows' names: never wrapped or cut (the other columns narrow first). Without out (console()), a table wider
+    than the console has its headers wrapped at spaces to their values' width, so that it narrows headers, not
+    numbers, and one that would still cut a cell short is printed wider than the console instead; with out, as
+    asked (commbench/output.py fits its own layouts)."""
     cells = [[_cell(row.get(key), fmt) for key, _, fmt in columns] for row in rows]
+    table = _table(cells, columns, title, wrap=False)
+    if out is None:
+        out = console()
+        if Measurement.get(out, out.options.update_width(WIDE), table).maximum > out.width:   # its natural width
+            table = _table(cells, columns, title, wrap=True)
+            probe = Console(file=io.StringIO(), width=out.width, highlight=False, markup=False, soft_wrap=False)
+            probe.print(table)
+            if "\u2026" in probe.file.getvalue():   # rich's mark of a cut cell
+                out.width = WIDE
+    out.print(table, soft_wrap=False)
+
+
+def _table(cells, columns, title, wrap):
+    table = Table(title=title, show_lines=False)
     for i, (key, header, fmt) in enumerate(columns):
-        whole = dict(no_wrap=True, min_width=max([len(c[i]) for c in cells] + [1])) if key == "label" else {}
+        widest = max([len(c[i]) for c in cells] + [1])
+        whole = dict(no_wrap=True, min_width=widest) if key == "label" else {}
+        if wrap:
+            header = "\n".join(textwrap.wrap(header, widest, break_long_words=False, break_on_hyphens=False)) or header
         table.add_column(header, justify="left" if fmt is None else "right", **whole)
     for row in cells:
         table.add_row(*row)
-    (out or console()).print(table)
+    return table
 
 
 def emit(records, fmt, table_fn):

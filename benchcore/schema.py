@@ -49,6 +49,9 @@ EXTENSIONS = {
         "round": "pairs: the round of the tournament", "kind": "pairs: the operation (sendrecv, all_reduce)",
         "partner": "pairs: each rank's partner in the round (null: a bye)",
         "host": "pairs: one end of the pair", "peer_host": "pairs: the other end",
+        "requested_bytes": "the size asked for; size_bytes is the size run, rounded down to what the collective "
+                           "takes on world_size ranks as nccl-tests does (equal where nothing was rounded)",
+        "min_bytes": "-b as requested", "max_bytes": "-e as requested", "step_factor": "-f as requested",
         "link_tier": "the tier that bounds the measurement in the model (intra-node, inter-node, or shared-memory: "
                      "MPI ranks on one node); link_peak_gbps is the busbw that saturates it",
         "link_peak_reason": "why link_peak_gbps, link_utilization and predicted_time_us are null: a tier the "

@@ -103,4 +103,5 @@ class Context:
             iters=plan.iters, warmup=plan.warmup, agg=plan.agg, agg_iters=plan.agg_iters,
             world_size=self.world_size, nodes=self.nodes, local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
             backend=self.backend, launcher=plan.launcher, env=self.env, **predicted,
-            hosts=self.hosts, versions=self.versions, command=plan.command, timestamp=timestamp(), **plan.tags)
+            hosts=self.hosts, versions=self.versions, command=plan.command, timestamp=timestamp(), **plan.requested,
+            **plan.tags)

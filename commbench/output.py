@@ -213,7 +213,8 @@ def nccl_block(name, recs):
     step = sizes[1] // sizes[0] if len(sizes) > 1 else 1
     checked = any(r.get("wrong") is not None for r in recs)
     lines = [f"# Collective test starting: {program}",
-             f"# nThread 1 nGpus 1 minBytes {sizes[0]} maxBytes {sizes[-1]} step: {step}(factor) "
+             f"# nThread 1 nGpus 1 minBytes {first.get('min_bytes', sizes[0])} maxBytes "   # as requested (-b -e -f)
+             f"{first.get('max_bytes', sizes[-1])} step: {first.get('step_factor', step)}(factor) "
              f"warmup iters: {first['warmup']} iters: {first['iters']} agg iters: {first.get('agg_iters', 1)} "
              f"validation: {int(checked)} graph: {int(first.get('time_source') == 'cuda_graph')} unalign: 0"]
     if first.get("blocking"):

@@ -19,13 +19,13 @@ from benchcore.inputs import finite
 from benchcore.records import new_run_id
 from benchcore.report import FORMATS
 from benchcore.units import parse_size, size_list, size_range
-from commbench.cases.case import CaseOptions
+from commbench.cases.case import CaseOptions, fit, fit_sizes
 from commbench.cases.collectives import DTYPES, NCCL_ONLY_OPS, OPS
 from commbench.cases.compressed import COMPRESS
 from commbench.cases.compute import KERNELS, parse_gemm
 from commbench.cases.registry import CASES
 from commbench.model.detect import for_run
-from commbench.transports import mpi
+from commbench.transports import mpi, torch_dist
 
 BLOCKING_HELP = (
     "Wait for each collective before starting the next (nccl-tests -z). Default: on NCCL, "
@@ -62,9 +62,17 @@ class Plan:
     topology: Optional[dict] = None  # the topology in effect (commbench.model.topology.Topology.as_dict())
     command: str = ""            # the command line that made this plan, as typed
     tags: dict = field(default_factory=dict)   # fields every record carries (a sweep's config)
+    world_size: int = 1          # the ranks the sizes were fitted to (size_run)
+    requested: dict = field(default_factory=dict)  # -b/-e/-f as asked: min_bytes, max_bytes, step_factor (records)
+
+    def size_run(self, cfg, size):
+        """The size config cfg runs for requested size: rounded down to what it takes on world_size ranks, as
+        nccl-tests does (0: skipped)."""
+        return fit(CASES[cfg["case"]], size, DTYPES[cfg["dtype"]].bytes, self.world_size)
 
     def records_expected(self):
-        return self.cycles * self.repeats * len(self.sizes) * sum(len(CASES[c["case"]].phases) for c in self.configs)
+        return self.cycles * self.repeats * sum(len(CASES[c["case"]].phases) for c in self.configs
+                                                for size in self.sizes if self.size_run(c, size))
 
     def largest(self, world_size):
         """(bytes, config, size) of the measurement whose buffers are largest on one rank."""
@@ -123,6 +131,7 @@ class MeasureOptions:
     cycles: int
     iter_stats: bool
     topology: Optional[str] = None
+    exact_sizes: bool = False
 
 
 def _choices(text, known, what, aliases=None):
@@ -237,6 +246,9 @@ def measure_options(min_bytes="8", max_bytes="256M"):
                      help="Smallest size (8, 1K, 64M, 1G)."),
         click.option("-e", "--max-bytes", default=max_bytes, show_default=True, help="Largest size."),
         click.option("-f", "--step-factor", type=int, default=2, show_default=True, help="Size multiplier."),
+        click.option("--exact-sizes", is_flag=True,
+                     help="Refuse a size a collective cannot take on this many ranks, instead of rounding it down "
+                          "to one it can (nccl-tests' way, the default; the size run is the one recorded)."),
         click.option("-n", "--iters", type=int, default=20, show_default=True, help="Timed iterations."),
         click.option("-w", "--warmup", type=int, default=5, show_default=True, help="Warm-up iterations."),
         click.option("-d", "--datatype", "--dtype", "dtype", default="float32", show_default=True,
@@ -335,9 +347,10 @@ def build_plan(names, measure, case_opts, spec, repeats=1):
         if measure.op.strip() == "all":  # every op this backend has
             ops = [o for o in ops if o not in NCCL_ONLY_OPS]
         elif set(ops) & set(NCCL_ONLY_OPS):
-            raise UserError("-o/--op avg needs NCCL: Gloo has no average reduction (sum and divide yourself: -o sum)")
+            raise UserError(f"-o/--op avg needs NCCL: {'MPI' if spec.backend == 'mpi' else 'Gloo'} has no average "
+                            "reduction (sum and divide yourself: -o sum)")
     root_list = roots(measure.root, spec.world_size)
-    configs = []
+    configs, rounded = [], {}
     for dtype in dtypes:
         if not DTYPES[dtype].gloo and not spec.may_use_nccl():
             raise UserError(f"--dtype {dtype} needs NCCL: Gloo has no {DTYPES[dtype].nccl_tests} reductions or "
@@ -348,11 +361,12 @@ def build_plan(names, measure, case_opts, spec, repeats=1):
             if case.reduces and DTYPES[dtype].exact < need:
                 raise UserError(f"--dtype {dtype} cannot hold a sum over {spec.world_size} ranks exactly "
                                 f"(integers up to {DTYPES[dtype].exact}); use a wider type")
-            for size in sizes:
-                case.check_size(size, DTYPES[dtype].bytes, spec.world_size)
+            runs = fit_sizes(case, sizes, DTYPES[dtype].bytes, spec.world_size, measure.exact_sizes)
+            if any(size != run for size, run in runs.items()):   # said in one note
+                rounded[name, case.unit(DTYPES[dtype].bytes, spec.world_size)] = runs
             mine = case.configs(case_opts, dtype)
-            if spec.backend == "mpi":  # what MPI_IN_PLACE cannot express, and types MPI cannot reduce
-                mine = [c for c in mine if not mpi.drops(name, c, dtype, case.reduces or case.sums)]
+            mine = [c for c in mine if not (mpi.drops(name, c, dtype, case.reduces or case.sums)  # MPI_IN_PLACE, types
+                                            if spec.backend == "mpi" else torch_dist.drops(name, c))]
             if not mine:
                 wanted = " or ".join(PLACE_WORDS[p] for p in case_opts.places)
                 where = "MPI" if spec.backend == "mpi" else "torch.distributed"
@@ -361,6 +375,8 @@ def build_plan(names, measure, case_opts, spec, repeats=1):
                 configs += [{**cfg, "dtype": dtype, "op": op, "root": root}
                             for op in (ops if case.reduces else ["sum" if case.sums else None])
                             for root in (root_list if case.rooted else [None])]
+    if rounded:
+        spec.notes.append(rounding_note(rounded, spec.world_size))
     z = measure.z_blocking
     return Plan(run_id=new_run_id(), sizes=sizes, configs=configs, iters=measure.iters, warmup=measure.warmup,
                 check=measure.check and not measure.no_check, agg=agg,
@@ -369,4 +385,15 @@ def build_plan(names, measure, case_opts, spec, repeats=1):
                 iter_stats=measure.iter_stats,
                 backend=spec.backend, timeout=spec.timeout, hang_timeout=spec.hang_timeout, launcher=spec.launcher,
                 topology=for_run(measure.topology, spec).as_dict(),
-                command=shlex.join(["commbench", *sys.argv[1:]]))
+                command=shlex.join(["commbench", *sys.argv[1:]]), world_size=spec.world_size,
+                requested={"min_bytes": sizes[0], "max_bytes": parse_size(measure.max_bytes, "-e/--max-bytes"),
+                           "step_factor": measure.step_factor})
+
+
+def rounding_note(rounded, n):
+    """One line: the cases whose sizes were rounded down, their unit, and the sizes below it (skipped)."""
+    units = ", ".join(f"{name}: multiples of {unit} B" + "".join(
+        f", {size} B is below and skipped" for size, run in runs.items() if not run)
+        for (name, unit), runs in rounded.items())
+    return (f"sizes rounded down to what each collective takes on {n} ranks, as nccl-tests does ({units}); records "
+            "and tables show the size run; --exact-sizes refuses instead")

@@ -39,10 +39,10 @@ def run_plan(ctx, emit):
             for repeat in range(plan.repeats):
                 turn = repeat % len(plan.configs)  # each repeat starts with a different config
                 for cfg in plan.configs[turn:] + plan.configs[:turn]:
-                    case = CASES[cfg["case"]]
-                    for rec in measure_case(ctx, case, cfg, size, shared.get(case.name)):
+                    case, run = CASES[cfg["case"]], plan.size_run(cfg, size)   # nccl-tests' rounding; 0: skipped
+                    for rec in measure_case(ctx, case, cfg, run, shared.get(case.name)) if run else []:
                         wrong += rec["wrong"] or 0
-                        emit({**rec, **({"cycle": cycle} if plan.cycles > 1 else {}),
+                        emit({**rec, "requested_bytes": size, **({"cycle": cycle} if plan.cycles > 1 else {}),
                               **({"repeat": repeat} if plan.repeats > 1 else {})})
     return wrong
 

@@ -8,6 +8,8 @@ needs. Built on one rank for one payload it gives a Timed: the functions the one
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional, Tuple
 
+from benchcore.errors import UserError
+
 TOTAL = "total"
 
 
@@ -57,6 +59,7 @@ class Case:
     configs: Callable                          # configs(CaseOptions, dtype) -> [cfg]; UserError on bad options
     describe: Callable[[dict], str] = lambda cfg: ""   # what tells its configs apart ("2M x4")
     check_size: Optional[Callable] = None      # check_size(size, elt, world_size) -> None; UserError
+    unit: Callable = lambda elt, n: elt        # unit(elt, world_size) -> bytes a size it runs is a multiple of
     setup: Optional[Callable] = None           # setup(ctx, cfgs) -> shared state (process groups), once per launch
     nccl_env: Dict[str, str] = field(default_factory=dict)   # variables it needs under NCCL, its launch alone
     both_places: bool = False                  # it has in- and out-of-place variants
@@ -68,6 +71,24 @@ class Case:
                                                # (None: every config differs), so verdicts never rank them
     model: Optional[Callable] = None           # model(cfg, size, shape, backend) -> {phase: model.Phase}: its
                                                # alpha-beta terms per tier (commbench/model/alphabeta.py)
+
+
+def fit(case, size, elt, n):
+    """The size case runs for a requested size on n ranks: rounded down to its unit, as nccl-tests rounds the
+    count (0: nothing to run)."""
+    return size - size % case.unit(elt, n)
+
+
+def fit_sizes(case, sizes, elt, n, exact=False):
+    """{requested: run} of case on n ranks (fit; exact: a size that does not suit is refused instead); UserError
+    when no size is left to run."""
+    runs = {size: size if exact else fit(case, size, elt, n) for size in sizes}
+    for run in filter(None, runs.values()):
+        case.check_size(run, elt, n)
+    if not any(runs.values()):
+        raise UserError(f"{case.name} on {n} ranks takes multiples of {case.unit(elt, n)} B: every size of "
+                        "-b/-e is below that")
+    return runs
 
 
 def work_key(case, cfg, size, n, elt):

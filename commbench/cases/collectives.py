@@ -5,9 +5,10 @@ the per-rank buffer for all_reduce, broadcast, reduce and sendrecv; the whole
 gathered / scattered array (n x the per-rank piece) for all_gather and
 reduce_scatter; the per-rank send buffer (n chunks) for all_to_all.
 
-Placements: torch.distributed exposes all_reduce, broadcast and reduce in place
-only, and all_to_all / sendrecv out of place only; commbench measures what the
-API offers and never adds a copy to the timed loop to fake the other variant.
+Placements: a row lists every placement some transport offers; each transport drops what
+its API lacks (torch.distributed: all_reduce and reduce in place only; MPI: no in-place
+reduce_scatter). broadcast is in place only (MPI_Bcast has one buffer), all_to_all and
+sendrecv out of place only. commbench never adds a copy to the timed loop to fake a variant.
 """
 import math
 import re
@@ -83,6 +84,11 @@ def _reduced(op, n, vals):
     return [v // n for v in reduced] if op == "avg" else reduced   # avg: every value is a multiple of n
 
 
+def _src(send, recv):
+    """The input of an out-of-place all_reduce / reduce (MPI's send buffer); nothing in place."""
+    return {} if send is recv else {"src": send}
+
+
 # expected(rank, n, count, op, vals, root) -> list of (recv offset, length, 5 pattern values, pattern start index)
 # vals(r) gives rank r's fill pattern (PERIOD values); input element i of rank r is vals(r)[i % PERIOD].
 def _exp_all_reduce(rank, n, count, op, vals, root):
@@ -117,8 +123,9 @@ def _exp_sendrecv(rank, n, count, op, vals, root):
 
 
 COLLECTIVES = {c.name: c for c in [
-    Collective("all_reduce", lambda n: 2 * (n - 1) / n, False, False, False, ("in",),
-               lambda c, s, r, op, root: partial(c.all_reduce, r, op), _exp_all_reduce, model.all_reduce,
+    Collective("all_reduce", lambda n: 2 * (n - 1) / n, False, False, False, ("out", "in"),
+               lambda c, s, r, op, root: partial(c.all_reduce, r, op, **_src(s, r)), _exp_all_reduce,
+               model.all_reduce,
                reduces=True),
     Collective("all_gather", lambda n: (n - 1) / n, True, True, False, ("out", "in"),
                lambda c, s, r, op, root: partial(c.all_gather, r, s), _exp_all_gather, model.all_gather),
@@ -127,8 +134,8 @@ COLLECTIVES = {c.name: c for c in [
                model.reduce_scatter, reduces=True),
     Collective("broadcast", lambda n: 1.0, False, False, False, ("in",),
                lambda c, s, r, op, root: partial(c.broadcast, r, root), _exp_broadcast, model.chain, rooted=True),
-    Collective("reduce", lambda n: 1.0, False, False, False, ("in",),
-               lambda c, s, r, op, root: partial(c.reduce, r, root, op), _exp_reduce, model.chain,
+    Collective("reduce", lambda n: 1.0, False, False, False, ("out", "in"),
+               lambda c, s, r, op, root: partial(c.reduce, r, root, op, **_src(s, r)), _exp_reduce, model.chain,
                reduces=True,
                rooted=True),
     Collective("all_to_all", lambda n: (n - 1) / n, True, False, False, ("out",),
@@ -209,7 +216,8 @@ def _case(coll):
         n, op_name, root = ctx.world_size, cfg["op"] or "sum", cfg["root"]
         send, recv = buffers(coll, cfg["in_place"], count, ctx, dtype)
         vals = lambda r: fill_values(r, n, cfg["dtype"], op_name)  # noqa: E731
-        run = coll.bind(ctx.comm, ctx.comm.buffer(send), ctx.comm.buffer(recv), op_name, root)
+        send_buf = ctx.comm.buffer(send)
+        run = coll.bind(ctx.comm, send_buf, send_buf if recv is send else ctx.comm.buffer(recv), op_name, root)
         return Timed(
             phases={TOTAL: lambda a: run(async_op=a)},
             factors={TOTAL: coll.bus_factor(n)},
@@ -222,16 +230,19 @@ def _case(coll):
     def configs(opts, dtype):
         return [{"case": coll.name, "in_place": place == "in"} for place in coll.placements if place in opts.places]
 
+    def unit(elt, n):
+        return elt * (n if coll.split else 1)
+
     def check_size(size, elt, n):
-        unit = elt * (n if coll.split else 1)
-        if size % unit:
+        if size % unit(elt, n):
             why = f"{n} ranks x {elt} B elements" if coll.split else f"{elt} B elements"
             raise UserError(f"size {format_size(size)} ({size} B) does not suit {coll.name}: "
-                            f"needs a multiple of {unit} B ({why})")
+                            f"needs a multiple of {unit(elt, n)} B ({why})")
+
     def footprint(cfg, count, n, elt):
         send_n, recv_n = coll.counts(count, n)
         return (max(send_n, recv_n) if cfg["in_place"] else send_n + recv_n) * elt
-    return Case(coll.name, "collective", coll.name, (TOTAL,), build, configs, check_size=check_size,
+    return Case(coll.name, "collective", coll.name, (TOTAL,), build, configs, check_size=check_size, unit=unit,
                 footprint=footprint,
                 both_places=len(coll.placements) > 1, reduces=coll.reduces, rooted=coll.rooted,
                 model=lambda cfg, size, shape, backend: {

@@ -6,7 +6,8 @@ type travels; reductions need a type MPI reduces). GPU tensors are handed to MPI
 library says it is CUDA-aware (MPIX_Query_cuda_support), never assumed. In-place variants follow
 MPI's MPI_IN_PLACE: all_gather takes this rank's piece from its own slot, as NCCL does, but an
 in-place reduce_scatter leaves the result at the start of the buffer, not at this rank's slot, so
-reduce_scatter and rs-ag have no in-place variant here (n/a, never a copy added to the loop).
+reduce_scatter and rs-ag have no in-place variant here (n/a, never a copy added to the loop). all_reduce
+and reduce also run out of place (their src= send buffer), as OSU measures them; torch.distributed cannot.
 
 The launcher side (the mpirun command line, its checks) is commbench/launch/mpirun.py.
 """
@@ -128,10 +129,11 @@ def primitives(MPI, world, device):
     mpi_ops = {name: getattr(MPI, value) for name, value in OPS.items()}
     op = mpi_ops.__getitem__
 
-    def all_reduce(t, o, group=None, async_op=False):
+    def all_reduce(t, o, group=None, async_op=False, src=None):
+        send = MPI.IN_PLACE if src is None else num(src)
         if async_op or cuda:
-            return call("Allreduce", "Iallreduce", async_op, MPI.IN_PLACE, num(t), op(o), group=group)
-        (world if group is None else group).Allreduce(MPI.IN_PLACE, num(t), mpi_ops[o])   # the hot path, direct
+            return call("Allreduce", "Iallreduce", async_op, send, num(t), op(o), group=group)
+        (world if group is None else group).Allreduce(send, num(t), mpi_ops[o])   # the hot path, direct
         return None
 
     def all_gather(out, inp, group=None, async_op=False):
@@ -143,8 +145,11 @@ def primitives(MPI, world, device):
             raise RuntimeError("MPI has no in-place reduce_scatter into this rank's slot")
         return call("Reduce_scatter_block", "Ireduce_scatter_block", async_op, num(inp), num(out), op(o), group=group)
 
-    def reduce(t, root, o, async_op=False):
-        args = (MPI.IN_PLACE, num(t)) if world.Get_rank() == root else (num(t), None)
+    def reduce(t, root, o, async_op=False, src=None):
+        if src is not None:  # out of place: every rank sends src, root receives into t
+            args = (num(src), num(t))
+        else:
+            args = (MPI.IN_PLACE, num(t)) if world.Get_rank() == root else (num(t), None)
         return call("Reduce", "Ireduce", async_op, *args, op(o), root)
 
     def sendrecv(send, recv, async_op=False):

@@ -19,15 +19,16 @@ torch = lazy("torch", globals())
 dist = lazy("torch.distributed", globals(), "dist")
 
 OPS = {"sum": "SUM", "prod": "PRODUCT", "max": "MAX", "min": "MIN", "avg": "AVG"}   # -> torch's ReduceOp
+NO_OUT_OF_PLACE = ("all_reduce", "reduce")   # torch.distributed reduces in place only (MPI has both)
 
 
 @dataclass(frozen=True)
 class Primitives:
-    all_reduce: Callable       # (t, op, group=None, async_op=False): in place
+    all_reduce: Callable       # (t, op, group=None, async_op=False): in place; MPI's also src= (out of place)
     all_gather: Callable       # (out, inp, group=None, async_op=False): inp may be out's own slot (in place)
     reduce_scatter: Callable   # (out, inp, op, group=None, async_op=False)
     broadcast: Callable        # (t, root, async_op=False)
-    reduce: Callable           # (t, root, op, async_op=False): in place, the result on root
+    reduce: Callable           # (t, root, op, async_op=False): in place, the result on root; MPI's also src=
     all_to_all: Callable       # (out, inp, async_op=False)
     sendrecv: Callable         # (send, recv, async_op=False): to rank + 1, from rank - 1
     send: Callable             # (t, peer, async_op=False)
@@ -55,6 +56,11 @@ class Works:
 
     def is_completed(self):
         return all(w.is_completed() for w in self.works)
+
+
+def drops(case_name, cfg):
+    """Whether torch.distributed lacks config cfg's placement (left out, shown n/a)."""
+    return not cfg.get("in_place") and case_name in NO_OUT_OF_PLACE
 
 
 def _op(name):

@@ -88,7 +88,7 @@ def test_header_and_footer_lines_are_nccl_tests_lines(runs):
     lines = stdout.splitlines()
     configs = [CONFIG.match(line) for line in lines if line.startswith("# nThread")]
     assert len(configs) == 3 and all(configs), lines
-    assert configs[0].groups() == ("8", "8192", "32", "factor", "1", "2", "1", "1", "0")
+    assert configs[0].groups() == ("8", "65536", "32", "factor", "1", "2", "1", "1", "0")   # -b -e -f as given
     starts = [i for i, line in enumerate(lines) if line == HEADER[0]]
     assert len(starts) == 3 and all(lines[i:i + 3] == HEADER for i in starts)
     assert [OOB.match(line).groups() for line in lines if line.startswith("# Out of bounds")] == [("0", "OK")] * 3

@@ -1,4 +1,6 @@
 """The case registry against its documented contract (commbench/cases/case.py), row by row, and the Plan."""
+import dataclasses
+
 import pytest
 
 from benchcore import schema
@@ -49,10 +51,14 @@ def test_every_collective_is_a_case_and_names_are_checked():
 
 
 def test_plan_expects_one_record_per_phase_and_round_trips_as_json():
-    configs = CASES["rs-ag"].configs(WIDE, "float32") + CASES["all_gather"].configs(WIDE, "float32")
+    configs = [{**c, "dtype": "float32"} for name in ("rs-ag", "all_gather") for c in CASES[name].configs(WIDE, "")]
     plan = Plan(run_id="x", sizes=[1024, 4096], configs=configs)
     assert plan.records_expected() == 2 * (2 * 3 + 2 * 1)
     assert Plan.from_json(plan.to_json()) == plan
+    # 3 ranks: all_gather takes multiples of 12 B, as nccl-tests rounds; 8 B runs nothing (no record), rs-ag 4 B
+    three = dataclasses.replace(plan, sizes=[8, 1024], world_size=3)
+    assert [three.size_run(c, s) for c in configs for s in three.sizes] == [8, 1024] * 2 + [0, 1020] * 2
+    assert three.records_expected() == 2 * 2 * 3 + 2 * 1
 
 
 def test_a_case_environment_gets_a_launch_of_its_own_under_nccl_only():
