@@ -28,7 +28,7 @@ from benchcore.units import parse_size
 # report, format, what it measures, as threshold verdicts say). Per-I/O latency, per-file time and end-fsync time
 # are different quantities and never share a column.
 TIME_FIGURES = {
-    "lat_mean_us": ("I/O lat avg us", ".1f", "mean latency per I/O (fio lat; clat where lat_kind says so)"),
+    "lat_mean_us": ("I/O lat avg us", ".1f", "mean latency per I/O; fio's lat, or clat where lat_kind says so"),
     "lat_p50_us": ("I/O lat P50 us", ".1f", "median latency per I/O"),
     "lat_p99_us": ("I/O lat P99 us", ".1f", "99th percentile latency per I/O"),
     "lat_p999_us": ("I/O lat P99.9 us", ".1f", "99.9th percentile latency per I/O"),
