@@ -159,8 +159,8 @@ def storage_figure(recs, base_recs, marks=()):
                         lat_w, label=f"{mount} {name}", alpha=1.0 - 0.18 * j, hatch=hatch(mount),
                         edgecolor="black" if hatch(mount) else None)
     axes[1].set_yscale("log")
-    axes[1].set_ylabel("latency (us)")
-    axes[1].set_title("latency percentiles per profile and mount")
+    axes[1].set_ylabel("I/O latency (us)")
+    axes[1].set_title("latency per I/O (mean, percentiles) per profile and mount")
     for ax, w, n in ((axes[0], width, len(mounts)), (axes[1], lat_w, len(mounts) * len(LATENCIES))):
         ax.set_xticks([x + w * (n - 1) / 2 for x in range(len(profiles))])
         ax.set_xticklabels(profiles, rotation=20, fontsize="small")
