@@ -64,9 +64,10 @@ def topo(as_json, link, calibrate, out):
         click.echo(f"topology: {matched.name} (matches{note})")
     else:
         click.echo(f"topology: unknown; closest {closest.name}, differs in {'; '.join(diffs)}{note}")
-    click.echo(f"in effect for records: {effect.name}: intra-node {effect.fabric} {effect.intra_gbps:g} GB/s, "
-               f"inter-node {effect.nics_per_node} x {effect.nic_gbps:g} GB/s x {effect.payload_fraction:.3f} payload"
-               f" ({effect.rank_to_nic})")
+    click.echo(f"in effect for records: {effect.name}: intra-node {effect.fabric} {effect.intra_gbps:g} GB/s "
+               f"(ceiling: {effect.intra_ceiling}), inter-node {effect.inter_fabric} {effect.nics_per_node} x "
+               f"{effect.nic_gbps:g} GB/s x {effect.payload_fraction:.3f} payload ({effect.rank_to_nic}; ceiling: "
+               f"{effect.inter_ceiling})")
 
 
 def write_calibration(link, out):
