@@ -187,7 +187,7 @@ def value_notes(records, baseline):
 
 
 def _md_cell(value, fmt):
-    text = cell(value, fmt).replace("|", "\\|")
+    text = " ".join(cell(value, fmt).split()).replace("|", "\\|")     # one line: a table row never breaks
     return f"[{text}](#{value.anchor})" if isinstance(value, Link) else text
 
 

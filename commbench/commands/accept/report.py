@@ -39,7 +39,7 @@ def _deciding(result):
 
 def _versus(result, o):
     if result.reason:                   # the run itself failed (crashed, hung, refused): that is the finding
-        return result.reason
+        return " ".join(result.reason.split())
     if o is None:
         return "no threshold judged" if result.ran else "not run (interrupted before it)"
     if o.measured is None or o.expected is None:
