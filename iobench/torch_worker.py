@@ -106,8 +106,8 @@ FORMATS = {"torch-save": (save_torch, load_torch), "dcp": (save_dcp, load_dcp)}
 def timed(fn, *args, then=None, disks=()):
     """(seconds from a barrier until every rank has finished fn and rank 0 then() (barriers between), fn's
     result, (bytes read, written) by the disks meanwhile as rank 0 saw them, None without disks)."""
+    before = disk_bytes(disks)  # before the barrier: once past it, another rank may start reading before rank 0 looks
     dist.barrier()
-    before = disk_bytes(disks)
     start = time.perf_counter()
     result = fn(*args)
     dist.barrier()
