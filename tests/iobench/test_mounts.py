@@ -123,4 +123,5 @@ def test_mounts_command_lists_them(tool, tmpfs, loop_xfs):
     listed = [json.loads(ln)["mount_point"] for ln in proc.stdout.splitlines()]
     assert len(listed) == len(set(listed)) and "/dev/shm" in listed  # once, though mountinfo has it twice
     table = tool("iobench", "mounts", "--all")
-    assert table.returncode == 0 and "proc" in table.stdout and "storage class" in table.stdout
+    assert table.returncode == 0 and "proc" in table.stdout
+    assert "storage" in table.stdout   # piped at 100 columns, the header may wrap ("storage / class")
