@@ -38,9 +38,9 @@ def _cell(value, fmt):
 def print_table(rows, columns, title=None, out=None):
     """rows: list of dicts; columns: list of (key, header, format-spec or None). A column keyed `label` holds the
     rows' names: never wrapped or cut (the other columns narrow first). Without out (console()), a table wider
-    than the console has its headers wrapped at spaces to their values' width, so that it narrows headers, not
-    numbers, and one that would still cut a cell short is printed wider than the console instead; with out, as
-    asked (commbench/output.py fits its own layouts)."""
+    than the console has its headers wrapped at spaces to their values' width (a cell is never wrapped), and one
+    that would still cut a cell short is printed wider than the console instead; with out, as asked
+    (commbench/output.py fits its own layouts)."""
     cells = [[_cell(row.get(key), fmt) for key, _, fmt in columns] for row in rows]
     table = _table(cells, columns, title, wrap=False)
     if out is None:
@@ -58,7 +58,7 @@ def _table(cells, columns, title, wrap):
     table = Table(title=title, show_lines=False)
     for i, (key, header, fmt) in enumerate(columns):
         widest = max([len(c[i]) for c in cells] + [1])
-        whole = dict(no_wrap=True, min_width=widest) if key == "label" else {}
+        whole = dict(no_wrap=True, min_width=widest) if key == "label" else dict(no_wrap=True)   # cut, never wrapped
         if wrap:
             header = "\n".join(textwrap.wrap(header, widest, break_long_words=False, break_on_hyphens=False)) or header
         table.add_column(header, justify="left" if fmt is None else "right", **whole)
