@@ -49,6 +49,10 @@ def p2p_table(records):
                 title=f"p2p: one link between 2 ranks ({', '.join(backends)}; {first.get('nodes')} node(s); "
                       f"latency one-way: OSU's average, p50 and p99 of the iterations; bandwidth in windows of "
                       f"{max(r['window'] for r in recs)})")
+    starved = [r for r in recs if r.get("time_budget_s") and r["iters"] == 1 and r["warmup"] == 1]
+    if starved:  # the launches' start-ups took the budget: what was measured is one iteration each, say so
+        click.echo(f"note: --time-budget: {len(starved)} of {len(recs)} measurements found their share of the budget "
+                   "spent (launch start-ups count against it) and ran 1 iteration; give more seconds", err=True)
 
 
 def osu_rounds(window, osu, budget=None):

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from commbench import rankstats, timing
+from commbench.commands.p2p import p2p_table
 from commbench.launch.liveness import Position
 from tests.conftest import BIN, ROOT, assert_one_line_error, read_records, run_tool
 
@@ -86,9 +87,11 @@ def test_mpi_latency_calls_mpi_directly_and_a_time_budget_is_filled_by_calibrati
 
 
 @pytest.mark.slow
-def test_time_budget_run_records_the_fitted_iterations(tmp_path):
+def test_time_budget_run_records_the_fitted_iterations(tmp_path, capsys):
     """One launch whose start-up eats most of a small budget: every size still measured and checked, the iterations
-    run (fitted, at most OSU's 10000) and the calibration runs (the warm-up) recorded with the budget."""
+    run (fitted, at most OSU's 10000) and the calibration runs (the warm-up) recorded with the budget. Its records
+    as a budget spent before measuring leaves them (1 calibration run, 1 iteration): the table says so on stderr;
+    with more iterations it says nothing."""
     out = tmp_path / "p.jsonl"
     proc = run_tool("commbench", "p2p", "-b", "1K", "-e", "2K", "--time-budget", 6, "--out", out)
     assert proc.returncode == 0, proc.stderr
@@ -98,6 +101,10 @@ def test_time_budget_run_records_the_fitted_iterations(tmp_path):
         assert rec["wrong"] == 0 and rec["time_budget_s"] == 6 and 1 <= rec["iters"] <= 10000 and rec["warmup"] >= 1
         assert rec["time_us_p50"] > 0
     assert "p50" in proc.stdout and "p99" in proc.stdout
+    p2p_table([dict(r, iters=1, warmup=1) for r in recs])
+    assert "note: --time-budget: 2 of 2 measurements found their share of the budget spent" in capsys.readouterr().err
+    p2p_table([dict(r, iters=2, warmup=1) for r in recs])
+    assert "note" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("value", ["0", "soon"])
