@@ -86,7 +86,7 @@ def test_mpirun_across_hosts_reads_the_plan_from_the_working_directory_and_remov
                     env={"COMMBENCH_MPIRUN_ARGS": "--host localhost:2"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "note: mpirun across hosts: the plan file goes in this directory" in proc.stderr
-    assert [r["wrong"] for r in read_records(out)] == [0]
+    assert sorted((r["in_place"], r["wrong"]) for r in read_records(out)) == [(False, 0), (True, 0)]  # MPI: both places
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]
 
 
