@@ -160,6 +160,7 @@ class Outcome:
     size_bytes: Optional[int] = None
     judged: int = 0
     marks: list = field(default_factory=list)     # [(record, expected)] for plots
+    missed: list = field(default_factory=list)    # the records that missed it (their hosts: what drain names)
 
     def as_dict(self):
         return {"threshold": self.threshold.text, "passed": self.passed, "skipped": self.skipped,
@@ -250,7 +251,7 @@ def judge(threshold, records, baseline=None):
                   f"{f' ({_fmt(t.value)} x {t.reference})' if t.reference else ''}{where} ({label(rec)}); " \
                   f"{len(bad)} of {len(rows)} missed"
     return Outcome(t, not bad, message=message, measured=measured, expected=expected, size_bytes=size,
-                   judged=len(rows), marks=[(r, e) for r, _, e in rows])
+                   judged=len(rows), marks=[(r, e) for r, _, e in rows], missed=[r for r, _, _ in bad])
 
 
 def _regression(threshold, records, baseline):

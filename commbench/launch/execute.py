@@ -11,6 +11,7 @@ The node with node rank 0 (agent 0 locally) hands the records back: its local ra
 each to the launch directory's channel, which the launcher follows and returns (writing each to
 --out as it arrives). Progress comes from the ranks' status files in the same directory.
 """
+import contextlib
 import json
 import os
 import re
@@ -232,6 +233,9 @@ def execute(spec, plan, writer=None, progress_label="measuring", max_seconds=Non
         channel.poll()
         for log in logs:
             log.close()
+        if after:            # this node's copy first: srun cannot run in a job Slurm is ending
+            with contextlib.suppress(OSError):
+                os.unlink(slurm.node_plan_file(plan))
         for argv in after:   # best effort: a node that is gone keeps a small file in its temp dir
             _staged(argv, UNSTAGE_TIMEOUT_S)
         if outside and os.path.exists(outside):

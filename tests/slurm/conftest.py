@@ -1,4 +1,4 @@
-"""A real 2-node Slurm cluster (scripts/slurm-cluster) for the module: its own namespace prefix, subnet and
+"""A real 4-node Slurm cluster (scripts/slurm-cluster) for the module: its own namespace prefix, subnet and
 directory, private to this test process, always taken down (daemons, namespaces, blackhole route, files), also
 when a test fails; the clusters of killed test runs are removed first."""
 import os
@@ -17,6 +17,7 @@ from tests.conftest import BIN, ROOT
 SLURM_CLUSTER = ROOT / "scripts" / "slurm-cluster"
 STEM = "slt"                 # namespaces slt<pid>-node*, directory /tmp/slt<pid>
 SUBNET = "10.226.0.0/24"     # apart from netns tests (10.213) and other Slurm runs (10.214)
+NODES = 4                    # most jobs take 2 (the templates' default); the pairs + drain job takes all 4
 
 
 def can_slurm():
@@ -47,7 +48,7 @@ class Cluster:
 
     def __init__(self, d, prefix, work):
         self.dir, self.prefix, self.work = d, prefix, work
-        self.nodes = [netns.ns_name(prefix, i) for i in range(2)]
+        self.nodes = [netns.ns_name(prefix, i) for i in range(NODES)]
         self.conf = f"{d}/slurm.conf"
 
     def argv(self, *cmd, node=0):
@@ -97,15 +98,19 @@ class Cluster:
                     left.append(f"{ns}: {pid} {argv[:100]}")
         return left
 
-    def wait_idle(self, timeout=60):
-        """Every node idle again (the previous job's processes gone)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            st = self.run("sinfo", "-h", "-N", "-o", "%N %t").stdout.split()
-            if st[1::2] == ["idle"] * 2:
-                return
-            time.sleep(0.3)
-        raise AssertionError(f"nodes not idle after {timeout} s: {st}")
+    def job_nodes(self, job_id):
+        """The nodes a job ran on, in Slurm's order (its first is the batch host)."""
+        return self.run("scontrol", "show", "hostnames", self.job(job_id)["NodeList"]).stdout.split()
+
+    def resume(self):
+        """Every drained node back in service (scontrol refuses RESUME for a node that is not drained)."""
+        drained = [n for n, st in self.states().items() if st.startswith("drain") or st == "drng"]
+        done = self.run("scontrol", "update", f"NodeName={','.join(drained)}", "State=RESUME") if drained else None
+        assert done is None or done.returncode == 0, done.stderr
+
+    def states(self):
+        """{node: state} as sinfo says (idle, drain, down*...)."""
+        return dict(line.split() for line in self.run("sinfo", "-h", "-N", "-o", "%N %t").stdout.splitlines())
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +120,7 @@ def cluster(tmp_path_factory):
     prefix = f"{STEM}{os.getpid()}"
     try:
         # 4 CPUs a node: the time-limit job runs beside the other tests' jobs (each takes one CPU a node)
-        up = slurm_cluster("up", "--nodes", 2, "--cpus", 4, "--dir", d, "--prefix", prefix, "--subnet", SUBNET)
+        up = slurm_cluster("up", "--nodes", NODES, "--cpus", 4, "--dir", d, "--prefix", prefix, "--subnet", SUBNET)
         assert up.returncode == 0, up.stderr
         yield Cluster(d, prefix, tmp_path_factory.mktemp("slurm-work"))
     finally:

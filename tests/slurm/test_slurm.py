@@ -1,15 +1,19 @@
-"""commbench under a real Slurm (scripts/slurm-cluster, 2 namespace nodes): the cluster script, the launcher in
-salloc and sbatch (Gloo through torchrun, MPI through mpirun), the sbatch template as shipped, two jobs sharing
-the nodes, node lists, and a job ended by scancel or by its time limit."""
+"""commbench under a real Slurm (scripts/slurm-cluster, 4 namespace nodes; most jobs take 2): the cluster script,
+the launcher in salloc and sbatch (Gloo through torchrun, MPI through mpirun), the sbatch templates as shipped, two
+jobs sharing the nodes, node lists, a job ended by scancel or by its time limit, and accept draining the nodes its
+checks name (a hung rank, a storage check, pairs' slow node on 4 nodes)."""
 import json
 import os
 import signal
 import subprocess
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
+from commbench.launch import netns
 from commbench.launch.slurm import expand_nodelist
 from tests.conftest import BIN, ROOT
 from tests.slurm.conftest import SUBNET, needs_slurm, slurm_cluster
@@ -34,8 +38,10 @@ def measured(path):
 
 
 def check_two_nodes(recs, cluster, backend):
-    assert recs and all(r["hosts"] == cluster.nodes and r["launcher"] == "slurm" and r["nodes"] == 2
-                        and r["wrong"] == 0 and r["backend"] == backend for r in recs), recs
+    hosts = recs[0]["hosts"] if recs else []
+    assert len(set(hosts)) == 2 and set(hosts) <= set(cluster.nodes), recs
+    assert all(r["hosts"] == hosts and r["launcher"] == "slurm" and r["nodes"] == 2
+               and r["wrong"] == 0 and r["backend"] == backend for r in recs), recs
 
 
 def test_cluster_status_exec_and_blackhole(cluster, capsys):
@@ -44,7 +50,7 @@ def test_cluster_status_exec_and_blackhole(cluster, capsys):
     assert all(f"sinfo: {n} idle" in st.stdout for n in cluster.nodes), st.stdout
     route = subprocess.run(["ip", "route", "show", "exact", SUBNET], capture_output=True, text=True).stdout
     assert route.startswith("blackhole"), route  # a client run in the host namespace by mistake goes nowhere
-    assert sorted(cluster.run("srun", "-N2", "hostname").stdout.split()) == cluster.nodes
+    assert sorted(cluster.run("srun", "-N4", "hostname").stdout.split()) == cluster.nodes
     assert slurm_cluster("status", "--dir", f"{cluster.dir}-none").returncode == 3  # stopped: nothing there
     theirs = cluster.work / "theirs"
     theirs.mkdir()
@@ -53,7 +59,7 @@ def test_cluster_status_exec_and_blackhole(cluster, capsys):
     assert refused.returncode == 1 and "holds no slurm-cluster state; not touching it" in refused.stderr
     assert (theirs / "data").read_text() == "not ours"
     bad = slurm_cluster("exec", "--dir", cluster.dir, 5, "--", "true")
-    assert bad.returncode == 1 and bad.stderr == "slurm-cluster: error: no node 5: the cluster has nodes 0..1\n"
+    assert bad.returncode == 1 and bad.stderr == "slurm-cluster: error: no node 5: the cluster has nodes 0..3\n"
     with capsys.disabled():
         print("\n[sinfo after up]\n" + cluster.run("sinfo").stdout)
 
@@ -114,39 +120,54 @@ IO_CHECK = """\
     quick: true
     size: 16M
     ranks: 1
+    wait: 120
     thresholds:
-      - shard-write MB/s >= 1
+      - shard-write MB/s >= {mbps}
 """
 
 
 def test_iobench_and_accept_templates_exit_codes(cluster, tmp_path, capsys):
-    """iobench.sbatch: every node's records merged; accept.sbatch: 0 pass, 1 fail (a bound no link meets), 2 a
-    spec that cannot run. The three accept jobs share the nodes at once."""
-    mount = tmp_path / "mount"
-    mount.mkdir()
+    """iobench.sbatch: every node's records merged; accept.sbatch: 0 pass, 1 fail (a bound no link meets, and one
+    no disk meets, with ON_FAIL=drain: the node whose storage missed it is drained, the storage check as the
+    reason; a collective's miss names no node), 2 a spec that cannot run. The three accept jobs share the nodes at
+    once."""
+    mounts = [tmp_path / "mount", tmp_path / "mount-fail"]   # one file system: one iobench at a time (wait: 120)
+    for mount in mounts:
+        mount.mkdir()
     iob = cluster.sbatch("--exclusive=user", "--partition=debug", str(ROOT / "scripts/slurm/iobench.sbatch"),
-                         env={"IOBENCH": str(BIN / "iobench"), "MOUNTS": str(mount),
+                         env={"IOBENCH": str(BIN / "iobench"), "MOUNTS": str(mounts[0]),
                               "ARGS": "--quick --ranks 1 --size 16M --profile shard-write"})
     iob_end = cluster.wait_job(iob, timeout=120)[1]  # before the accept jobs: one iobench per mount at a time
-    (cluster.work / "pass.yaml").write_text(SPEC.format(busbw=0.001) + IO_CHECK.format(mount=mount))
-    (cluster.work / "fail.yaml").write_text(SPEC.format(busbw=1000))  # one iobench per mount at a time
+    (cluster.work / "pass.yaml").write_text(SPEC.format(busbw=0.001) + IO_CHECK.format(mount=mounts[0], mbps=1))
+    (cluster.work / "fail.yaml").write_text(SPEC.format(busbw=1000) + IO_CHECK.format(mount=mounts[1], mbps=10 ** 7))
     (cluster.work / "bad.yaml").write_text("checks: [{kind: nonsense}]\n")
     acc = {name: cluster.sbatch("--exclusive=user", *EDITS, str(ROOT / "scripts/slurm/accept.sbatch"),
-                                cluster.work / f"{name}.yaml", env={"COMMBENCH": COMMBENCH})
+                                cluster.work / f"{name}.yaml",
+                                env={"COMMBENCH": COMMBENCH, "ON_FAIL": "drain" if name == "fail" else "report"})
            for name in ("pass", "fail", "bad")}
-    ends = {"iobench": iob_end, **{name: cluster.wait_job(j, timeout=180)[1] for name, j in acc.items()}}
+    try:
+        ends = {"iobench": iob_end, **{name: cluster.wait_job(j, timeout=180)[1] for name, j in acc.items()}}
+        reasons = cluster.run("sinfo", "-R", "-h", "-o", "%N|%E").stdout
+        host = cluster.job_nodes(acc["fail"])[0]   # where accept ran its storage check
+    finally:
+        cluster.resume()
     logs = {name: (cluster.work / f"{'iobench' if name == 'iobench' else 'accept'}-{j}.log").read_text()
             for name, j in {"iobench": iob, **acc}.items()}
     assert ends == {"iobench": 0, "pass": 0, "fail": 1, "bad": 2}, logs
     merged = records(cluster.work / f"iobench-{iob}.jsonl")
-    assert sorted(h for r in merged for h in r["hosts"]) == cluster.nodes, merged
-    assert f"iobench: every node (2) measured {mount}" in logs["iobench"]
-    for name in ("pass", "fail"):
-        verdict = json.loads((cluster.work / f"accept-{acc[name]}" / "verdict.json").read_text())
-        assert verdict
+    assert sorted(h for r in merged for h in r["hosts"]) == cluster.job_nodes(iob), merged
+    assert f"iobench: every node (2) measured {mounts[0]}" in logs["iobench"]
+    verdicts = {name: json.loads((cluster.work / f"accept-{acc[name]}" / "verdict.json").read_text())
+                for name in ("pass", "fail")}
+    assert [(d["node"], d["check"], d["drained"]) for d in verdicts["fail"]["drained"]] == \
+        [(host, "checkpoint-io", True)], verdicts["fail"]
+    assert len(reasons.splitlines()) == 1, reasons   # the storage check's node; the collective's miss names none
+    assert reasons.startswith(f"{host}|commbench accept: checkpoint-io: iobench: measured bw_mbps "), reasons
+    assert verdicts["pass"]["drained"] == []
     with capsys.disabled():
         for name, log in logs.items():
             print(f"\n[{name} job log, exit {ends[name]}]\n" + "\n".join(log.splitlines()[-12:]))
+        print(f"[sinfo -R after the failing job]\n{reasons}")
 
 
 STALLED = """\
@@ -169,28 +190,84 @@ checks:
 
 def test_accept_on_fail_drain_drains_the_node_the_check_names_and_no_other(cluster, tmp_path, capsys):
     """accept.sbatch with ON_FAIL=drain: rank 1 stops before its third operation (a test hook), rank 0's watchdog
-    names it; the job exits 1, Slurm shows node 1 drained with the check as the reason, node 0 untouched. (A pairs
-    check names its bad nodes the same way: tests/netns/test_pairs.py judges that verdict through accept.)"""
+    names it; the job exits 1, Slurm shows rank 1's node drained with the check as the reason, the others
+    untouched."""
     (cluster.work / "stalled.yaml").write_text(STALLED)
+    job, node = None, None
     try:
         job = cluster.sbatch("--exclusive=user", *EDITS, str(ROOT / "scripts/slurm/accept.sbatch"),
                              cluster.work / "stalled.yaml", env={"COMMBENCH": COMMBENCH, "ON_FAIL": "drain"})
         state, code = cluster.wait_job(job, timeout=180)
+        node = cluster.job_nodes(job)[1]   # rank 1's (one rank per node)
         log = (cluster.work / f"accept-{job}.log").read_text()
         reasons = cluster.run("sinfo", "-R", "-h", "-o", "%N|%E").stdout
         assert code == 1, log
         verdict = json.loads((cluster.work / f"accept-{job}" / "verdict.json").read_text())
-        assert [(d["node"], d["drained"]) for d in verdict["drained"]] == [(cluster.nodes[1], True)], verdict
+        assert [(d["node"], d["drained"]) for d in verdict["drained"]] == [(node, True)], verdict
         drained = dict(line.split("|", 1) for line in reasons.splitlines())
-        assert list(drained) == [cluster.nodes[1]], reasons
-        assert drained[cluster.nodes[1]].startswith("commbench accept: stalled-rank: "), reasons
-        assert f"accept: drained {cluster.nodes[1]}: " in log, log
+        assert list(drained) == [node], reasons
+        assert drained[node].startswith("commbench accept: stalled-rank: "), reasons
+        assert f"accept: drained {node}: " in log, log
     finally:
-        resume = cluster.run("scontrol", "update", f"NodeName={cluster.nodes[1]}", "State=RESUME")
-    assert resume.returncode == 0, resume.stderr
+        cluster.resume()
     with capsys.disabled():
         print(f"\n[accept --on-fail drain job, exit {code}]\n" + "\n".join(log.splitlines()[-6:]) +
               f"\n[sinfo -R]\n{reasons}")
+
+
+PAIRS = """\
+checks:
+  - name: links
+    kind: pairs
+    nodes: 4
+    size: 4M
+    rounds: 3
+    iters: 3
+    warmup: 1
+    timeout: 240
+    thresholds:
+      - wrong == 0
+"""
+RATE = 400_000_000   # bit/s on every node's link during the pairs test; the slow node gets a third
+
+
+def shape_node(cluster, node, bits):
+    """Both directions of one node's link: its eth0 (upload) and its switch port (download); None: unshaped."""
+    netns.shape(cluster.nodes[node], netns.IFNAME, bits)
+    netns.shape(netns.switch_name(cluster.prefix), f"port{node}", bits)
+
+
+def test_pairs_on_four_nodes_drains_the_slow_node_and_at_full_rate_nobody(cluster, capsys):
+    """The issue's acceptance: every link shaped to RATE, node 3's to a third of it; `sbatch -N4 accept.sbatch`
+    with a pairs check and ON_FAIL=drain exits 1 and drains node 3 alone, pairs' verdict as the reason; the
+    other three stay idle. Node 3 back at RATE: the same job passes and drains nobody."""
+    (cluster.work / "pairs.yaml").write_text(PAIRS)
+    ends, reasons, states = {}, {}, {}
+    try:
+        for i in range(len(cluster.nodes)):
+            shape_node(cluster, i, RATE // 3 if i == 3 else RATE)
+        for name in ("slow", "even"):
+            if name == "even":
+                cluster.resume()
+                shape_node(cluster, 3, RATE)
+            job = cluster.sbatch("-N4", "--exclusive=user", *EDITS, str(ROOT / "scripts/slurm/accept.sbatch"),
+                                 cluster.work / "pairs.yaml", env={"COMMBENCH": COMMBENCH, "ON_FAIL": "drain"})
+            ends[name] = cluster.wait_job(job, timeout=180)[1], (cluster.work / f"accept-{job}.log").read_text()
+            reasons[name] = cluster.run("sinfo", "-R", "-h", "-o", "%N|%E").stdout
+            states[name] = cluster.states()
+    finally:
+        for i in range(len(cluster.nodes)):
+            shape_node(cluster, i, None)
+        cluster.resume()
+    (slow, slow_log), (even, even_log) = ends["slow"], ends["even"]
+    assert slow == 1, slow_log
+    assert reasons["slow"] == f"{cluster.nodes[3]}|commbench accept: links: pairs: bad node(s): {cluster.nodes[3]} " \
+        "(sendrecv busbw below 0.7 of the median link: a node's median against the links it is not on)\n", slow_log
+    assert states["slow"] == {**{n: "idle" for n in cluster.nodes[:3]}, cluster.nodes[3]: "drain"}, states
+    assert even == 0 and reasons["even"] == "" and set(states["even"].values()) == {"idle"}, (even_log, states)
+    with capsys.disabled():
+        print(f"\n[sbatch -N4 accept.sbatch, node 3 at a third: exit {slow}]\n{slow_log.strip()}\n"
+              f"[sinfo -R]\n{reasons['slow']}[every link alike: exit {even}]\n{even_log.strip()}")
 
 
 def test_healthcheck_drains_its_own_node_when_its_check_fails(cluster, tmp_path, capsys):
@@ -209,7 +286,7 @@ def test_healthcheck_drains_its_own_node_when_its_check_fails(cluster, tmp_path,
                           timeout=120)
         reasons = cluster.run("sinfo", "-R", "-h", "-o", "%N|%E").stdout
     finally:
-        cluster.run("scontrol", "update", f"NodeName={cluster.nodes[1]}", "State=RESUME")
+        cluster.resume()
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert reasons.startswith(f"{cluster.nodes[1]}|commbench healthcheck: node-all_reduce: measured busbw_gbps "), \
         reasons
@@ -258,24 +335,29 @@ def test_time_limit_and_scancel_keep_records_exit_143(cluster, limited, capsys):
     while cluster.processes() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert cluster.processes() == []
+    staged = [p for j, path in outs.items() for run in {r["run_id"] for r in measured(path)}
+              if (p := Path(tempfile.gettempdir(), f"commbench-plan-{run}-{j}.json")).exists()]
+    assert staged == []   # the plan file sbcast put on the nodes goes with the job
     with capsys.disabled():
         print(f"\n[time limit] records before SIGTERM {seen['before']}, after {len(measured(out))}; log tail:\n"
               + "\n".join((cluster.work / f"commbench-{job}.log").read_text().splitlines()[-4:]))
 
 
 def test_dead_slurmd_mid_run_names_the_node(cluster):
-    """Node 1's slurmd killed once the first record is on disk: Slurm marks the node down (SlurmdTimeout 10 s) and
-    ends the job; commbench keeps the records and names the node as Slurm does. Last: the node stays down."""
+    """The job's second node's slurmd killed once the first record is on disk: Slurm marks the node down
+    (SlurmdTimeout 10 s) and ends the job; commbench keeps the records and names the node as Slurm does. Last: the
+    node stays down."""
     job = cluster.sbatch("--no-requeue", "--exclusive=user", *EDITS, TEMPLATE,
                          env={"COMMBENCH": COMMBENCH, "ARGS": LONG})
     out = cluster.work / f"commbench-{job}.jsonl"
     deadline = time.monotonic() + 60
     while not (out.exists() and measured(out)) and time.monotonic() < deadline:
         time.sleep(0.3)
-    with open(f"{cluster.dir}/run/slurmd-{cluster.nodes[1]}.pid") as f:
+    node = cluster.job_nodes(job)[1]
+    with open(f"{cluster.dir}/run/slurmd-{node}.pid") as f:
         os.kill(int(f.read()), signal.SIGKILL)
     state, code = cluster.wait_job(job, timeout=90)
     log = (cluster.work / f"commbench-{job}.log").read_text()
     assert (state, code) == ("NODE_FAIL", 143), log
-    assert f"error: Slurm node {cluster.nodes[1]} is down* (Not responding)" in log, log
+    assert f"error: Slurm node {node} is down* (Not responding)" in log, log
     assert measured(out) and all(r["wrong"] == 0 for r in measured(out))

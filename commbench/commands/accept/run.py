@@ -182,10 +182,16 @@ def own_verdict(result):
 
 
 def named_nodes(result):
-    """{node: why} of the nodes a check's records name as the cause of its failure: pairs' bad nodes, and the hosts
-    of the ranks that hung a run (never entered the operation the others wait in, or stopped beating). Never
-    anyone else."""
+    """{node: why} of the nodes a check's records name as the cause of its failure: pairs' bad nodes, the hosts
+    of the ranks that hung a run (never entered the operation the others wait in, or stopped beating), and the
+    host of an iobench record that missed a threshold (the node whose storage was measured). Never anyone
+    else: a collective's busbw spans every node and names none."""
     named = {}
+    for outcome in result.outcomes:
+        for rec in outcome.missed if not outcome.passed else []:
+            if rec.get("tool") == "iobench":
+                for host in rec.get("hosts") or []:
+                    named.setdefault(host, f"iobench: {outcome.message}")
     for rec in result.records:
         if rec.get("event") == "verdict":
             for node in rec.get("bad_nodes") or []:

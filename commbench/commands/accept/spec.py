@@ -139,7 +139,7 @@ KINDS = {
                     {"mounts": (None, "paths"), "profiles": ("--profile", "names"), "quick": ("--quick", "flag"),
                      "runtime": ("--runtime", "whole"), "size": ("--size", "size"), "bs": ("--bs", "size"),
                      "iodepth": ("--iodepth", "whole"), "jobs": ("--jobs", "whole"), "ranks": ("--ranks", "whole"),
-                     "direct": ("--direct", "flag")},
+                     "direct": ("--direct", "flag"), "wait": ("--wait", "whole")},
                     required=("mounts",), dry_run=True, groups=_profiles),
     "selftest-link": Kind("commbench", "commbench.commands.cli", lambda check: ["selftest", "link"],
                           {"rate": ("--rate", "text"), "collective": ("--collective", "names"), **SIZES,
