@@ -332,7 +332,8 @@ def run(spec, out, baseline_path, programs, allocation=None):
 @click.option("--nodes", type=click.IntRange(1), default=1, show_default=True, help="With --init: node count.")
 @click.option("--on-fail", type=click.Choice(["report", "drain"]), default="report", show_default=True,
               help="drain: inside a Slurm allocation, `scontrol update State=DRAIN` each node a failed check names "
-                   "(pairs' bad nodes, a hung run's culprit ranks), the check and measurement as the reason.")
+                   "(pairs' bad nodes, a hung run's culprit ranks, a failed storage check's node), the check and "
+                   "measurement as the reason.")
 def accept(spec_path, out, baseline, dry_run, init, topology, nodes, on_fail):
     """Cluster acceptance: run a spec's checks, judge their thresholds, write a verdict for CI and people.
 
