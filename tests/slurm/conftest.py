@@ -88,10 +88,10 @@ class Cluster:
             time.sleep(0.3)
         raise AssertionError(f"job {job_id} still running after {timeout} s")
 
-    def processes(self):
-        """Processes left in the nodes other than Slurm's daemons."""
+    def processes(self, nodes=None):
+        """Processes left in the nodes (default: all) other than Slurm's daemons."""
         left = []
-        for ns in self.nodes:
+        for ns in nodes or self.nodes:
             for pid in netns.ns_pids(ns):
                 argv = " ".join(procs.proc_cmdline(pid) or [])
                 if argv and not re.search(r"slurmctld|slurmd|slurmscriptd", argv):

@@ -71,13 +71,18 @@ def test_nodelist_parser_agrees_with_scontrol(cluster, nodelist):
 
 
 def test_ring_in_salloc_gloo_and_sbatch_wait_mpi(cluster):
+    """Both at once, each on two of the four nodes."""
     gloo, mpi = cluster.work / "gloo.jsonl", cluster.work / "mpi.jsonl"
-    done = cluster.run("salloc", "-N2", COMMBENCH, "ring", *SHORT, "--out", gloo, timeout=120)
+    wrap = " ".join([COMMBENCH, "ring", "--backend", "mpi", *SHORT, "--out", str(mpi)])
+    sbatch = cluster.spawn("sbatch", "--wait", "-N2", "--output", cluster.work / "mpi.log", "--wrap", wrap, log="mpi")
+    try:
+        done = cluster.run("salloc", "-N2", COMMBENCH, "ring", *SHORT, "--out", gloo, timeout=120)
+        assert sbatch.wait(timeout=180) == 0, ((cluster.work / "mpi.out").read_text(),
+                                              (cluster.work / "mpi.log").read_text())
+    finally:
+        sbatch.kill()
     assert done.returncode == 0, done.stderr
     check_two_nodes(measured(gloo), cluster, "gloo")
-    wrap = " ".join([COMMBENCH, "ring", "--backend", "mpi", *SHORT, "--out", str(mpi)])
-    done = cluster.run("sbatch", "--wait", "-N2", "--output", cluster.work / "mpi.log", "--wrap", wrap, timeout=180)
-    assert done.returncode == 0, (done.stderr, (cluster.work / "mpi.log").read_text())
     check_two_nodes(measured(mpi), cluster, "mpi")
 
 
@@ -124,54 +129,7 @@ IO_CHECK = """\
     thresholds:
       - shard-write MB/s >= {mbps}
 """
-
-
-def test_iobench_and_accept_templates_exit_codes(cluster, tmp_path, capsys):
-    """iobench.sbatch: every node's records merged; accept.sbatch: 0 pass, 1 fail (a bound no link meets, and one
-    no disk meets, with ON_FAIL=drain: the node whose storage missed it is drained, the storage check as the
-    reason; a collective's miss names no node), 2 a spec that cannot run. The three accept jobs share the nodes at
-    once."""
-    mounts = [tmp_path / "mount", tmp_path / "mount-fail"]   # one file system: one iobench at a time (wait: 120)
-    for mount in mounts:
-        mount.mkdir()
-    iob = cluster.sbatch("--exclusive=user", "--partition=debug", str(ROOT / "scripts/slurm/iobench.sbatch"),
-                         env={"IOBENCH": str(BIN / "iobench"), "MOUNTS": str(mounts[0]),
-                              "ARGS": "--quick --ranks 1 --size 16M --profile shard-write"})
-    iob_end = cluster.wait_job(iob, timeout=120)[1]  # before the accept jobs: one iobench per mount at a time
-    (cluster.work / "pass.yaml").write_text(SPEC.format(busbw=0.001) + IO_CHECK.format(mount=mounts[0], mbps=1))
-    (cluster.work / "fail.yaml").write_text(SPEC.format(busbw=1000) + IO_CHECK.format(mount=mounts[1], mbps=10 ** 7))
-    (cluster.work / "bad.yaml").write_text("checks: [{kind: nonsense}]\n")
-    acc = {name: cluster.sbatch("--exclusive=user", *EDITS, str(ROOT / "scripts/slurm/accept.sbatch"),
-                                cluster.work / f"{name}.yaml",
-                                env={"COMMBENCH": COMMBENCH, "ON_FAIL": "drain" if name == "fail" else "report"})
-           for name in ("pass", "fail", "bad")}
-    try:
-        ends = {"iobench": iob_end, **{name: cluster.wait_job(j, timeout=180)[1] for name, j in acc.items()}}
-        reasons = cluster.run("sinfo", "-R", "-h", "-o", "%N|%E").stdout
-        host = cluster.job_nodes(acc["fail"])[0]   # where accept ran its storage check
-    finally:
-        cluster.resume()
-    logs = {name: (cluster.work / f"{'iobench' if name == 'iobench' else 'accept'}-{j}.log").read_text()
-            for name, j in {"iobench": iob, **acc}.items()}
-    assert ends == {"iobench": 0, "pass": 0, "fail": 1, "bad": 2}, logs
-    merged = records(cluster.work / f"iobench-{iob}.jsonl")
-    assert sorted(h for r in merged for h in r["hosts"]) == cluster.job_nodes(iob), merged
-    assert f"iobench: every node (2) measured {mounts[0]}" in logs["iobench"]
-    verdicts = {name: json.loads((cluster.work / f"accept-{acc[name]}" / "verdict.json").read_text())
-                for name in ("pass", "fail")}
-    assert [(d["node"], d["check"], d["drained"]) for d in verdicts["fail"]["drained"]] == \
-        [(host, "checkpoint-io", True)], verdicts["fail"]
-    assert len(reasons.splitlines()) == 1, reasons   # the storage check's node; the collective's miss names none
-    assert reasons.startswith(f"{host}|commbench accept: checkpoint-io: iobench: measured bw_mbps "), reasons
-    assert verdicts["pass"]["drained"] == []
-    with capsys.disabled():
-        for name, log in logs.items():
-            print(f"\n[{name} job log, exit {ends[name]}]\n" + "\n".join(log.splitlines()[-12:]))
-        print(f"[sinfo -R after the failing job]\n{reasons}")
-
-
 STALLED = """\
-checks:
   - name: stalled-rank
     kind: commbench
     collective: all_reduce
@@ -188,31 +146,53 @@ checks:
 """
 
 
-def test_accept_on_fail_drain_drains_the_node_the_check_names_and_no_other(cluster, tmp_path, capsys):
-    """accept.sbatch with ON_FAIL=drain: rank 1 stops before its third operation (a test hook), rank 0's watchdog
-    names it; the job exits 1, Slurm shows rank 1's node drained with the check as the reason, the others
-    untouched."""
-    (cluster.work / "stalled.yaml").write_text(STALLED)
-    job, node = None, None
+def test_iobench_and_accept_templates_exit_codes_and_drain(cluster, tmp_path, capsys):
+    """iobench.sbatch: every node's records merged; accept.sbatch: 0 pass, 2 a spec that cannot run, 1 fail, the
+    failing job with ON_FAIL=drain: a bound no link meets (a collective's miss names no node), a check whose rank 1
+    stops before its third operation (a test hook; rank 0's watchdog names it) and a bound no disk meets. The job
+    drains rank 1's node and the node whose storage missed, each with its check as the reason, and no other. The
+    three accept jobs share the nodes at once."""
+    mounts = [tmp_path / "mount", tmp_path / "mount-fail"]   # one file system: one iobench at a time (wait: 120)
+    for mount in mounts:
+        mount.mkdir()
+    iob = cluster.sbatch("--exclusive=user", "--partition=debug", str(ROOT / "scripts/slurm/iobench.sbatch"),
+                         env={"IOBENCH": str(BIN / "iobench"), "MOUNTS": str(mounts[0]),
+                              "ARGS": "--quick --ranks 1 --size 16M --profile shard-write"})
+    iob_end = cluster.wait_job(iob, timeout=120)[1]  # before the accept jobs: one iobench per mount at a time
+    (cluster.work / "pass.yaml").write_text(SPEC.format(busbw=0.001) + IO_CHECK.format(mount=mounts[0], mbps=1))
+    (cluster.work / "fail.yaml").write_text(SPEC.format(busbw=1000) + STALLED +
+                                            IO_CHECK.format(mount=mounts[1], mbps=10 ** 7))
+    (cluster.work / "bad.yaml").write_text("checks: [{kind: nonsense}]\n")
+    acc = {name: cluster.sbatch("--exclusive=user", *EDITS, str(ROOT / "scripts/slurm/accept.sbatch"),
+                                cluster.work / f"{name}.yaml",
+                                env={"COMMBENCH": COMMBENCH, "ON_FAIL": "drain" if name == "fail" else "report"})
+           for name in ("pass", "fail", "bad")}
     try:
-        job = cluster.sbatch("--exclusive=user", *EDITS, str(ROOT / "scripts/slurm/accept.sbatch"),
-                             cluster.work / "stalled.yaml", env={"COMMBENCH": COMMBENCH, "ON_FAIL": "drain"})
-        state, code = cluster.wait_job(job, timeout=180)
-        node = cluster.job_nodes(job)[1]   # rank 1's (one rank per node)
-        log = (cluster.work / f"accept-{job}.log").read_text()
+        ends = {"iobench": iob_end, **{name: cluster.wait_job(j, timeout=180)[1] for name, j in acc.items()}}
         reasons = cluster.run("sinfo", "-R", "-h", "-o", "%N|%E").stdout
-        assert code == 1, log
-        verdict = json.loads((cluster.work / f"accept-{job}" / "verdict.json").read_text())
-        assert [(d["node"], d["drained"]) for d in verdict["drained"]] == [(node, True)], verdict
-        drained = dict(line.split("|", 1) for line in reasons.splitlines())
-        assert list(drained) == [node], reasons
-        assert drained[node].startswith("commbench accept: stalled-rank: "), reasons
-        assert f"accept: drained {node}: " in log, log
+        batch, rank1 = cluster.job_nodes(acc["fail"])   # accept's storage check ran on the batch node
     finally:
         cluster.resume()
+    logs = {name: (cluster.work / f"{'iobench' if name == 'iobench' else 'accept'}-{j}.log").read_text()
+            for name, j in {"iobench": iob, **acc}.items()}
+    assert ends == {"iobench": 0, "pass": 0, "fail": 1, "bad": 2}, logs
+    merged = records(cluster.work / f"iobench-{iob}.jsonl")
+    assert sorted(h for r in merged for h in r["hosts"]) == cluster.job_nodes(iob), merged
+    assert f"iobench: every node (2) measured {mounts[0]}" in logs["iobench"]
+    verdicts = {name: json.loads((cluster.work / f"accept-{acc[name]}" / "verdict.json").read_text())
+                for name in ("pass", "fail")}
+    assert verdicts["pass"]["drained"] == []
+    assert [(d["node"], d["check"], d["drained"]) for d in verdicts["fail"]["drained"]] == \
+        [(rank1, "stalled-rank", True), (batch, "checkpoint-io", True)], verdicts["fail"]
+    drained = dict(line.split("|", 1) for line in reasons.splitlines())
+    assert sorted(drained) == sorted([batch, rank1]), reasons
+    assert drained[rank1].startswith("commbench accept: stalled-rank: rank 1 never entered the operation"), reasons
+    assert drained[batch].startswith("commbench accept: checkpoint-io: iobench: measured bw_mbps "), reasons
+    assert f"accept: drained {rank1}: " in logs["fail"] and f"accept: drained {batch}: " in logs["fail"]
     with capsys.disabled():
-        print(f"\n[accept --on-fail drain job, exit {code}]\n" + "\n".join(log.splitlines()[-6:]) +
-              f"\n[sinfo -R]\n{reasons}")
+        for name, log in logs.items():
+            print(f"\n[{name} job log, exit {ends[name]}]\n" + "\n".join(log.splitlines()[-12:]))
+        print(f"[sinfo -R after the failing job]\n{reasons}")
 
 
 PAIRS = """\
@@ -220,7 +200,7 @@ checks:
   - name: links
     kind: pairs
     nodes: 4
-    size: 4M
+    size: 1M
     rounds: 3
     iters: 3
     warmup: 1
@@ -276,8 +256,10 @@ def test_healthcheck_drains_its_own_node_when_its_check_fails(cluster, tmp_path,
     measurement as the reason."""
     failing = tmp_path / "health-fail.yaml"
     shipped = (ROOT / "acceptance/healthcheck.yaml").read_text()
-    # an absolute bound: this CPU node's loopback has no ceiling, so a 'x link peak' bound is n/a here (skipped)
-    failing.write_text(shipped.replace("0.5 x link peak", "1000 GB/s"))
+    # an absolute bound: this CPU node's loopback has no ceiling, so a 'x link peak' bound is n/a here (skipped);
+    # judged at 16M, the spec's second size (256M is half of the shipped run's time)
+    failing.write_text(shipped.replace("0.5 x link peak at 256M", "1000 GB/s at 16M").replace("max_bytes: 256M",
+                                                                                             "max_bytes: 16M"))
     env = {"COMMBENCH": COMMBENCH, "SLURMD_NODENAME": cluster.nodes[1], "PYTHON": str(BIN / "python")}
     try:
         ok = cluster.run(str(ROOT / "scripts/slurm/healthcheck"), node=1, env=env, timeout=120)
@@ -312,52 +294,45 @@ def limited(cluster):
     yield job, out, seen, thread
 
 
-def test_time_limit_and_scancel_keep_records_exit_143(cluster, limited, capsys):
+def test_time_limit_scancel_and_a_dead_slurmd_keep_records_exit_143(cluster, limited, capsys):
     """Slurm's SIGTERM (time limit; scancel): the records kept, the table and one error line, exit 143, and no
-    process left on any node."""
+    process left on their nodes. At the same time, on the other two nodes, a job whose second node's slurmd is
+    killed once its first record is on disk: Slurm marks the node down (SlurmdTimeout 10 s) and ends the job;
+    commbench keeps the records and names the node as Slurm does. Last in the module: that node stays down."""
     job, out, seen, thread = limited
-    cancelled = cluster.sbatch("--exclusive=user", *EDITS, TEMPLATE, env={"COMMBENCH": COMMBENCH, "ARGS": LONG})
-    outs = {job: out, cancelled: cluster.work / f"commbench-{cancelled}.jsonl"}
-    deadline = time.monotonic() + 60
-    while not (outs[cancelled].exists() and measured(outs[cancelled])) and time.monotonic() < deadline:
+    cancelled = cluster.sbatch("--exclusive=user", f"--nodelist={','.join(cluster.nodes[:2])}", *EDITS, TEMPLATE,
+                               env={"COMMBENCH": COMMBENCH, "ARGS": LONG})
+    dead = cluster.sbatch("--no-requeue", "--exclusive=user", f"--nodelist={','.join(cluster.nodes[2:])}", *EDITS,
+                          TEMPLATE, env={"COMMBENCH": COMMBENCH, "ARGS": LONG})
+    outs = {j: cluster.work / f"commbench-{j}.jsonl" for j in (job, cancelled, dead)}
+    deadline = time.monotonic() + 90
+    while not all(outs[j].exists() and measured(outs[j]) for j in (cancelled, dead)) and time.monotonic() < deadline:
         time.sleep(0.3)
     assert cluster.run("scancel", cancelled).returncode == 0
+    node = cluster.job_nodes(dead)[1]
+    with open(f"{cluster.dir}/run/slurmd-{node}.pid") as f:
+        os.kill(int(f.read()), signal.SIGKILL)
     ends = {j: cluster.wait_job(j, timeout=150) for j in outs}
     thread.join(timeout=10)
-    assert ends == {job: ("TIMEOUT", 143), cancelled: ("CANCELLED", 143)}, (
-        ends, cluster.job(job).get("ExitCode"), (cluster.work / f"commbench-{job}.log").read_text()[-3000:])
-    for j, path in outs.items():
-        log = (cluster.work / f"commbench-{j}.log").read_text()
-        assert 1 <= len(measured(path)) < 7 and "#wrong" in log and "error: terminated by SIGTERM" in log, log
-        check_two_nodes(measured(path), cluster, "gloo")
+    logs = {j: (cluster.work / f"commbench-{j}.log").read_text() for j in outs}
+    assert ends == {job: ("TIMEOUT", 143), cancelled: ("CANCELLED", 143), dead: ("NODE_FAIL", 143)}, (
+        ends, cluster.job(job).get("ExitCode"), logs[job][-3000:])
+    for j in (job, cancelled):
+        assert 1 <= len(measured(outs[j])) < 7 and "#wrong" in logs[j] and "error: terminated by SIGTERM" in logs[j], \
+            logs[j]
+        check_two_nodes(measured(outs[j]), cluster, "gloo")
     assert len(measured(out)) >= seen["before"] >= 1
+    assert f"error: Slurm node {node} is down* (Not responding)" in logs[dead], logs[dead]
+    assert measured(outs[dead]) and all(r["wrong"] == 0 for r in measured(outs[dead]))
+    ended = cluster.job_nodes(job) + cluster.job_nodes(cancelled)
     deadline = time.monotonic() + 10
-    while cluster.processes() and time.monotonic() < deadline:
+    while cluster.processes(ended) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert cluster.processes() == []
-    staged = [p for j, path in outs.items() for run in {r["run_id"] for r in measured(path)}
+    assert cluster.processes(ended) == []
+    staged = [p for j in (job, cancelled) for run in {r["run_id"] for r in measured(outs[j])}
               if (p := Path(tempfile.gettempdir(), f"commbench-plan-{run}-{j}.json")).exists()]
     assert staged == []   # the plan file sbcast put on the nodes goes with the job
     with capsys.disabled():
         print(f"\n[time limit] records before SIGTERM {seen['before']}, after {len(measured(out))}; log tail:\n"
-              + "\n".join((cluster.work / f"commbench-{job}.log").read_text().splitlines()[-4:]))
-
-
-def test_dead_slurmd_mid_run_names_the_node(cluster):
-    """The job's second node's slurmd killed once the first record is on disk: Slurm marks the node down
-    (SlurmdTimeout 10 s) and ends the job; commbench keeps the records and names the node as Slurm does. Last: the
-    node stays down."""
-    job = cluster.sbatch("--no-requeue", "--exclusive=user", *EDITS, TEMPLATE,
-                         env={"COMMBENCH": COMMBENCH, "ARGS": LONG})
-    out = cluster.work / f"commbench-{job}.jsonl"
-    deadline = time.monotonic() + 60
-    while not (out.exists() and measured(out)) and time.monotonic() < deadline:
-        time.sleep(0.3)
-    node = cluster.job_nodes(job)[1]
-    with open(f"{cluster.dir}/run/slurmd-{node}.pid") as f:
-        os.kill(int(f.read()), signal.SIGKILL)
-    state, code = cluster.wait_job(job, timeout=90)
-    log = (cluster.work / f"commbench-{job}.log").read_text()
-    assert (state, code) == ("NODE_FAIL", 143), log
-    assert f"error: Slurm node {node} is down* (Not responding)" in log, log
-    assert measured(out) and all(r["wrong"] == 0 for r in measured(out))
+              + "\n".join(logs[job].splitlines()[-4:]) + f"\n[slurmd of {node} killed] log tail:\n"
+              + "\n".join(logs[dead].splitlines()[-2:]))

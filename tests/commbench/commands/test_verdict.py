@@ -52,9 +52,9 @@ def test_work_keys_tell_same_operations_from_different_ones():
 
 
 @pytest.mark.slow
-def test_identical_configs_are_one_group_and_never_ranked_across_five_runs(tmp_path):
-    """Two chunk sizes at or below the threshold run plain's single all_gather: five runs, no winner ever."""
-    for run in range(5):
+def test_identical_configs_are_one_group_and_never_ranked_across_three_runs(tmp_path):
+    """Two chunk sizes at or below the threshold run plain's single all_gather: three runs, no winner ever."""
+    for run in range(3):
         out = tmp_path / f"v{run}.jsonl"
         proc = run_tool("commbench", "compare", "--strategies", "plain,chunked", "--baseline", "plain",
                         "--chunk-size", "1K,2K", "--threshold", "16K", "-b", "4K", "-e", "16K", "-f", 4,
