@@ -44,10 +44,10 @@ def test_selftest_model_passes(tmp_path):
     """Ring all_reduce (2 nodes x 1 rank, 4M-64M, judged at 64M; the default's 256M adds a minute here) and
     hierarchical (2 nodes x 2 local ranks, 16M and 32M, judged at 32M) within 10 % of the prediction from the
     detected topology; fitted beta within 10 % of the rate x the TCP payload ceiling. Two launches a pass; the best
-    of 3 passes judged (other load only slows links: one CI run of the default 2 passes measured 256M at 0.876 of
-    the prediction, the same machine 0.96-0.98 before and after)."""
+    of the default 2 passes judged (other load only slows links: one CI run measured 256M, no longer judged here, at
+    0.876 of the prediction; 64M measured 0.998-0.999 in both passes of a quiet run, hierarchical 32M 0.963)."""
     out = tmp_path / "model.jsonl"
-    proc = run_tool("commbench", "selftest", "model", "-N", 3, "-e", "64M", "--out", out, timeout=900)
+    proc = run_tool("commbench", "selftest", "model", "-e", "64M", "--out", out, timeout=900)
     print(proc.stdout[-3000:])
     verdict = read_records(out)[-1]
     assert verdict["event"] == "verdict" and verdict["check"] == "selftest model"
