@@ -60,6 +60,16 @@ def hang(report, live, writer, ctx):
     os._exit(EXIT_HANG)
 
 
+def peer_died(lines, live, writer):
+    """Rank 0's watchdog found a peer dead while it waited on it: name it and end (records written are kept)."""
+    for line in lines:
+        print(f"commbench-worker: {line}", file=sys.stderr, flush=True)
+    if writer:
+        writer.close()
+    live.end(1)
+    os._exit(1)
+
+
 def read_plan(path):
     """The plan the launcher wrote; one worker line, exit 1, where this host cannot read it (no shared directory,
     no sbcast)."""
@@ -91,6 +101,7 @@ def main(argv=None):
         writes = os.environ.get(RECORD_NODE_ENV, "1") == "1" and ctx.local_rank == 0 and os.environ.get(STATUS_ENV)
         writer = RecordWriter(os.path.join(os.environ[STATUS_ENV], CHANNEL)) if writes else None
         live.on_hang = lambda report: hang(report, live, writer, ctx)
+        live.on_dead = lambda lines: peer_died(lines, live, writer)
 
         def emit(rec):
             if writer:

@@ -18,6 +18,9 @@ Rank 0's heartbeat thread is the watchdog: when its own position has not moved f
 it reads every rank's, reports who is inside the operation waiting on a peer, who never entered it
 (and where it is instead), who stopped beating, and the NCCL/Gloo environment, then ends the run
 with EXIT_HANG; the launcher keeps every record measured before.
+A peer that died (no heartbeat, its probe port refused, and it never said it ended) ends the run as
+soon as rank 0 has waited a few beats on it: Gloo does not always notice a killed peer before its
+timeout.
 """
 import datetime
 import json
@@ -28,6 +31,7 @@ import time
 from pathlib import Path
 
 BEAT_S = 1.0
+DEAD_WAIT_BEATS = 4         # rank 0 stuck this many beats: it looks for a peer that died
 STORE_TIMEOUT_S = 5.0
 PROBE_TIMEOUT_S = 2.0
 STATUS_ENV = "COMMBENCH_STATUS_DIR"       # the launch directory: status files and the record channel
@@ -66,6 +70,10 @@ def info_key(rank):
     return f"commbench/info/{rank}"
 
 
+def end_key(rank):
+    return f"commbench/end/{rank}"
+
+
 def probe(addr, port, timeout=PROBE_TIMEOUT_S):
     """'alive' (a process holds the port), 'dead' (the host refuses) or 'unreachable' (no answer)."""
     try:
@@ -91,7 +99,7 @@ def describe(rank, info, verdict):
 
 
 class Liveness:
-    def __init__(self, hostname, hang_timeout=None, on_hang=None):
+    def __init__(self, hostname, hang_timeout=None, on_hang=None, on_dead=None):
         env = os.environ
         self.rank = int(env.get("RANK", "0"))
         self.world = int(env.get("WORLD_SIZE", "1"))
@@ -103,7 +111,7 @@ class Liveness:
         self.last_ok = time.monotonic()   # last heartbeat the store took
         self.rank0 = None                 # rank 0's info: whom to name when the store is gone
         self.position = Position()
-        self.hang_timeout, self.on_hang = hang_timeout, on_hang   # the watchdog (rank 0)
+        self.hang_timeout, self.on_hang, self.on_dead = hang_timeout, on_hang, on_dead   # the watchdog (rank 0)
         self._moved = (None, time.monotonic())
         self._beat_store = self._query_store = None
         self._stopped = threading.Event()
@@ -160,15 +168,34 @@ class Liveness:
             self._stopped.wait(BEAT_S)
 
     def _watch(self):
-        """Rank 0: report a hang once its position has not moved for hang_timeout."""
+        """Rank 0: end the run once it has waited DEAD_WAIT_BEATS on a peer that died, report a hang once its
+        position has not moved for hang_timeout."""
         if self.rank != 0 or not self.on_hang or not self.hang_timeout:
             return
         state = self.position.state()
         key = (state["what"], state["step"], state["entered"], state["left"])
         if key != self._moved[0]:
             self._moved = (key, time.monotonic())
-        elif time.monotonic() - self._moved[1] > self.hang_timeout:
-            self.on_hang(self.hang_report(time.monotonic() - self._moved[1]))
+            return
+        stuck = time.monotonic() - self._moved[1]
+        if stuck > self.hang_timeout:
+            self.on_hang(self.hang_report(stuck))
+        elif stuck > DEAD_WAIT_BEATS * BEAT_S and self.on_dead:
+            dead = self.dead_peers()
+            if dead:
+                self.on_dead(dead)
+
+    def dead_peers(self):
+        """Lines naming the peers that stopped beating without saying they ended, and whose process is gone."""
+        store, now, lines = self._query_store, time.time(), []
+        for r in range(1, self.world):
+            if not store.check([hb_key(r)]) or store.check([end_key(r)]) or \
+                    now - float(store.get(hb_key(r))) <= 3 * BEAT_S:
+                continue
+            info = json.loads(store.get(info_key(r)))
+            if probe(info["addr"], info["port"]) == "dead":
+                lines.append(describe(r, info, "dead"))
+        return lines
 
     def hang_report(self, stuck_s):
         """(lines, per-rank states): where every rank is, told apart: inside the operation (waiting on a peer),
@@ -247,4 +274,9 @@ class Liveness:
         self._stopped.set()
         if self.enabled:
             self._thread.join(timeout=2 * BEAT_S)
+            if self._beat_store is not None and not self._thread.is_alive():
+                try:  # before the probe port closes: rank 0's watchdog must not take this end for a death
+                    self._beat_store.set(end_key(self.rank), str(exit_code))
+                except Exception:
+                    pass  # the store is gone: nobody is left to watch
         self.listener.close()

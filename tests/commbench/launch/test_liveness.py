@@ -1,9 +1,11 @@
 """Hang diagnosis: a rank that stops participating is named within --hang-timeout + 10 s, with where every rank
 is; the run ends with exit code 4, the records measured before are kept, a stopped process is cleaned up."""
+import datetime
 import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -80,3 +82,52 @@ def test_rank_zero_stopped_is_reported_by_the_launcher(tmp_path):
     assert errors(stderr)[0].startswith(f"rank 0 on") and f"(pid {pid}) was stopped (SIGSTOP" in errors(stderr)[0]
     assert not Path(f"/proc/{pid}").exists()
     assert [r["size_bytes"] for r in read_records(out)][:1] == [1024]
+
+
+PEER = """
+import sys, time
+from commbench.launch.liveness import Liveness
+live = Liveness("peer-host")
+print("ready", flush=True)
+if sys.argv[1] == "ends":
+    time.sleep(1.5)
+    live.close(0)
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("how", ["killed", "ends"])
+def test_rank_zero_waiting_on_a_peer_that_died_names_it_within_seconds(how, monkeypatch):
+    """Gloo does not always notice a killed peer before its timeout: rank 0's watchdog, stuck, probes the peers
+    that stopped beating and ends the run on one whose process is gone; a peer that said it ended is not one."""
+    import torch.distributed as dist
+
+    from commbench.launch.liveness import BEAT_S, DEAD_WAIT_BEATS, Liveness
+
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    env = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store.port),
+           "COMMBENCH_LOCAL_ADDR": "127.0.0.1"}
+    peer = subprocess.Popen([sys.executable, "-c", PEER, how], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, **env})
+    try:
+        assert peer.stdout.readline() == "ready\n"
+        for key, value in {**env, "RANK": "0"}.items():
+            monkeypatch.setenv(key, value)
+        seen = []
+        live = Liveness("rank0-host", hang_timeout=60, on_hang=seen.append, on_dead=seen.append)
+        store.wait(["commbench/hb/1"], datetime.timedelta(seconds=60))   # the peer beats (torch imported)
+        if how == "killed":
+            peer.kill()
+        t0 = time.monotonic()
+        limit = DEAD_WAIT_BEATS * BEAT_S + 3 * BEAT_S + 4   # stale past 3 beats, then a beat and a probe
+        while not seen and time.monotonic() - t0 < limit:
+            time.sleep(0.1)
+        live.close(0)
+        if how == "killed":
+            assert seen == [[f"rank 1 on peer-host (127.0.0.1, pid {peer.pid}) died: its heartbeat stopped and its "
+                             "process is gone"]], seen
+        else:
+            assert seen == [] and peer.poll() is None   # ended its run, not dead: nothing to report
+    finally:
+        peer.kill()
+        peer.wait()
