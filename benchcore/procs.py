@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 
 PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
 STOP_GRACE_S = 10
 
 
@@ -66,6 +67,20 @@ def proc_cmdline(pid):
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return None
+
+
+def set_name(name):
+    """This process's name in /proc/<pid>/comm and ps (15 bytes at most): a forked process keeps its parent's argv."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, name.encode()[:15])
+
+
+def proc_name(pid):
+    """pid's name (/proc/<pid>/comm), or None."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().rstrip("\n")
     except OSError:
         return None
 

@@ -14,12 +14,12 @@ import sys
 
 import torch.distributed as dist
 
-from benchcore import schema
+from benchcore import procs, schema
 from benchcore.records import RecordWriter, hostname
 from commbench.cases.registry import CASES
 from commbench.context import Context
 from commbench.launch import mpirun
-from commbench.launch.liveness import CHANNEL, EXIT_HANG, RECORD_NODE_ENV, STATUS_ENV, Liveness
+from commbench.launch.liveness import CHANNEL, EXIT_HANG, RECORD_NODE_ENV, STATUS_ENV, WORKER_NAME, Liveness
 from commbench.plan import Plan
 from commbench.timing import measure_case
 from commbench.transports import mpi
@@ -51,13 +51,17 @@ def hang(report, live, writer, ctx):
     """Rank 0's watchdog fired (on the heartbeat thread): the report as worker lines and a `hang` record, then the
     run ends with EXIT_HANG (the main thread is stuck in the collective; records already written are kept)."""
     lines, ranks = report
-    for line in lines + [f"environment in effect: {json.dumps(ctx.env, sort_keys=True)}"]:
-        print(f"commbench-worker: {line}", file=sys.stderr, flush=True)
-    if writer:
-        writer.write(schema.event("commbench", "hang", lines[0], run_id=ctx.plan.run_id, ranks=ranks, env=ctx.env))
-        writer.close()
-    live.end(EXIT_HANG)
-    os._exit(EXIT_HANG)
+    try:
+        for line in lines + [f"environment in effect: {json.dumps(ctx.env, sort_keys=True)}"]:
+            print(f"commbench-worker: {line}", file=sys.stderr, flush=True)
+        if writer:
+            writer.write(schema.event("commbench", "hang", lines[0], run_id=ctx.plan.run_id, ranks=ranks, env=ctx.env))
+            writer.close()
+    except (OSError, ValueError):  # the main thread's timeout came first and closed the writer: still a hang
+        pass
+    finally:
+        live.end(EXIT_HANG)
+        os._exit(EXIT_HANG)
 
 
 def peer_died(lines, live, writer):
@@ -85,6 +89,7 @@ def read_plan(path):
 
 
 def main(argv=None):
+    procs.set_name(WORKER_NAME)   # forked by the agent, a rank shares its command line
     parser = argparse.ArgumentParser(prog="commbench.worker")
     parser.add_argument("--plan-file", required=True, help="JSON plan file written by the commbench launcher")
     plan = read_plan(parser.parse_args(argv).plan_file)

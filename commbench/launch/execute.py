@@ -31,7 +31,8 @@ from benchcore.records import hostname, new_output
 from benchcore.report import console
 from commbench.launch import local, mpirun, slurm, torchrun
 from commbench.launch.channel import Channel
-from commbench.launch.liveness import ADDR_ENV, CHANNEL, EXIT_HANG, PROBE_TIMEOUT_S, STATUS_ENV, probe
+from commbench.launch.liveness import (ADDR_ENV, CHANNEL, EXIT_HANG, PROBE_TIMEOUT_S, STATUS_ENV, WORKER_NAME,
+                                       probe)
 from commbench.launch.torchrun import split_endpoint
 
 STOP_GRACE_S = 5   # a rank stopped past --hang-timeout + this is killed (rank 0's watchdog reports it first)
@@ -122,8 +123,7 @@ def rank_status(logdir):
 
 def worker_state(pid):
     """State letter of a commbench worker process ('R', 'S', 'T' = stopped, ...), None if there is none."""
-    argv = procs.proc_cmdline(pid) or []
-    if "commbench.worker" not in argv or "torch.distributed.run" in argv:
+    if procs.proc_name(pid) != WORKER_NAME:
         return None  # gone, and the pid reused by someone else
     st = procs.proc_stat(pid)
     return st.state if st else None

@@ -38,6 +38,7 @@ STATUS_ENV = "COMMBENCH_STATUS_DIR"       # the launch directory: status files a
 ADDR_ENV = "COMMBENCH_LOCAL_ADDR"
 RECORD_NODE_ENV = "COMMBENCH_RECORD_NODE"  # "1" on the node whose local rank 0 hands records back
 CHANNEL = "records.jsonl"                  # in the launch directory, appended per record
+WORKER_NAME = "commbench-rank"             # every worker's process name (ps, /proc/<pid>/comm)
 
 
 EXIT_HANG = 4   # a rank's (and commbench's) exit status after a hang report
@@ -113,6 +114,7 @@ class Liveness:
         self.position = Position()
         self.hang_timeout, self.on_hang, self.on_dead = hang_timeout, on_hang, on_dead   # the watchdog (rank 0)
         self._moved = (None, time.monotonic())
+        self._probed = {}                 # rank: the last beat at which the watchdog probed it
         self._beat_store = self._query_store = None
         self._stopped = threading.Event()
         self.listener = socket.socket()
@@ -186,12 +188,16 @@ class Liveness:
                 self.on_dead(dead)
 
     def dead_peers(self):
-        """Lines naming the peers that stopped beating without saying they ended, and whose process is gone."""
+        """Lines naming the peers that stopped beating without saying they ended, and whose process is gone. A peer
+        that answers the probe, or does not (unreachable: up to PROBE_TIMEOUT_S), is probed once per last beat."""
         store, now, lines = self._query_store, time.time(), []
         for r in range(1, self.world):
-            if not store.check([hb_key(r)]) or store.check([end_key(r)]) or \
-                    now - float(store.get(hb_key(r))) <= 3 * BEAT_S:
+            if not store.check([hb_key(r)]) or store.check([end_key(r)]):
                 continue
+            beat = float(store.get(hb_key(r)))
+            if now - beat <= 3 * BEAT_S or self._probed.get(r) == beat:
+                continue
+            self._probed[r] = beat
             info = json.loads(store.get(info_key(r)))
             if probe(info["addr"], info["port"]) == "dead":
                 lines.append(describe(r, info, "dead"))

@@ -13,6 +13,7 @@ import pytest
 
 from benchcore import procs
 from commbench.launch import netns
+from commbench.launch.liveness import WORKER_NAME
 from tests.conftest import BIN, ROOT, read_records
 
 NETNS_CLUSTER = ROOT / "scripts" / "netns-cluster"
@@ -66,12 +67,11 @@ class Pair:
                               "--node-rank", node, *args)
 
     def worker_pid(self, node, timeout=60):
-        """The commbench.worker process (not torchrun, whose argv names the module too) in node."""
+        """The commbench worker process in node (forked by the agent, it has the agent's argv, not its name)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for pid in netns.ns_pids(self.ns(node)):
-                argv = procs.proc_cmdline(pid) or []
-                if "commbench.worker" in argv and "torch.distributed.run" not in argv:
+                if procs.proc_name(pid) == WORKER_NAME:
                     return pid
             time.sleep(0.1)
         raise AssertionError(f"no worker in {self.ns(node)} after {timeout} s")
