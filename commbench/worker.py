@@ -51,27 +51,25 @@ def hang(report, live, writer, ctx):
     """Rank 0's watchdog fired (on the heartbeat thread): the report as worker lines and a `hang` record, then the
     run ends with EXIT_HANG (the main thread is stuck in the collective; records already written are kept)."""
     lines, ranks = report
+    end_run(lines + [f"environment in effect: {json.dumps(ctx.env, sort_keys=True)}"], live, writer, EXIT_HANG,
+            schema.event("commbench", "hang", lines[0], run_id=ctx.plan.run_id, ranks=ranks, env=ctx.env))
+
+
+def end_run(lines, live, writer, code, record=None):
+    """From the watchdog (a hang, a peer that died): the lines for the user, the record, then exit `code` while the
+    main thread is still inside the collective (records already written are kept)."""
     try:
-        for line in lines + [f"environment in effect: {json.dumps(ctx.env, sort_keys=True)}"]:
+        for line in lines:
             print(f"commbench-worker: {line}", file=sys.stderr, flush=True)
         if writer:
-            writer.write(schema.event("commbench", "hang", lines[0], run_id=ctx.plan.run_id, ranks=ranks, env=ctx.env))
+            if record:
+                writer.write(record)
             writer.close()
-    except (OSError, ValueError):  # the main thread's timeout came first and closed the writer: still a hang
+    except (OSError, ValueError):  # the main thread's timeout came first and closed the writer: it still ends here
         pass
     finally:
-        live.end(EXIT_HANG)
-        os._exit(EXIT_HANG)
-
-
-def peer_died(lines, live, writer):
-    """Rank 0's watchdog found a peer dead while it waited on it: name it and end (records written are kept)."""
-    for line in lines:
-        print(f"commbench-worker: {line}", file=sys.stderr, flush=True)
-    if writer:
-        writer.close()
-    live.end(1)
-    os._exit(1)
+        live.end(code)
+        os._exit(code)
 
 
 def read_plan(path):
@@ -106,7 +104,7 @@ def main(argv=None):
         writes = os.environ.get(RECORD_NODE_ENV, "1") == "1" and ctx.local_rank == 0 and os.environ.get(STATUS_ENV)
         writer = RecordWriter(os.path.join(os.environ[STATUS_ENV], CHANNEL)) if writes else None
         live.on_hang = lambda report: hang(report, live, writer, ctx)
-        live.on_dead = lambda lines: peer_died(lines, live, writer)
+        live.on_dead = lambda lines: end_run(lines, live, writer, 1)
 
         def emit(rec):
             if writer:
