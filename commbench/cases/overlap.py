@@ -35,6 +35,7 @@ torch = lazy("torch", globals())
 
 PHASES = ("comm", "compute", "sequential", TOTAL)
 TRACE_STEPS = 64       # an iteration of at most this many steps is traced for the timeline (per rank, host clock)
+FLOOR_NOISE = 0.05     # an overlapped time at most this far under its longer part alone is noise (see hidden)
 CALIBRATION_RUNS = 3   # communication-alone runs timed to size the compute (after one warm-up run)
 
 
@@ -278,15 +279,31 @@ def trace(ctx, steps, kernel, run, depth):
     return events
 
 
+def hidden(comm, comp, over):
+    """{exposed_comm_us, overlap_efficiency[, overlap_note]} of an overlapped time against its parts alone. The
+    overlapped run cannot beat its longer part alone (its floor); measured under it, that part ran slower alone
+    than beside the other (noise between phases): within FLOOR_NOISE the figures are taken at the floor
+    (efficiency 1, the note says by how much it was under), beyond it they are n/a (a disturbed phase)."""
+    floor = max(comm, comp)
+    if over >= floor:
+        return {"exposed_comm_us": over - comp, "overlap_efficiency": (comm + comp - over) / min(comm, comp)}
+    part = "communication" if comm >= comp else "compute"
+    under = 1 - over / floor
+    note = f"overlapped {100 * under:.1f} % under its {part} alone"
+    if under > FLOOR_NOISE:
+        return {"exposed_comm_us": None, "overlap_efficiency": None,
+                "overlap_note": f"{note}: a phase was disturbed, beyond {100 * FLOOR_NOISE:.0f} % noise; not figured"}
+    return {"exposed_comm_us": floor - comp, "overlap_efficiency": 1.0,
+            "overlap_note": f"{note} (noise between phases): taken at that floor, fully hidden"}
+
+
 def figures(ctx, cfg, kernel, records, per_call, per_span, ahead, depth, steps):
     """The overlap figures of one measured set (records by phase), rank-averaged where measured per rank."""
     comm, comp, seq, over = (records[p]["time_us"] for p in PHASES)
-    hidden = comm + comp - over
     mean = lambda v: None if v is None else sum(x for x, in ctx.comm.gather_floats([v])) / ctx.world_size  # noqa
     alone, inside = mean(per_call.get("compute")), mean(per_call.get(TOTAL))
     span_alone, span_inside = mean(per_span.get("comm")), mean(per_span.get(TOTAL))
-    out = {"comm_us": comm, "compute_us": comp, "sequential_us": seq, "overlapped_us": over,
-           "exposed_comm_us": over - comp, "overlap_efficiency": hidden / min(comm, comp),
+    out = {"comm_us": comm, "compute_us": comp, "sequential_us": seq, "overlapped_us": over, **hidden(comm, comp, over),
            "sequential_efficiency": (comm + comp - seq) / min(comm, comp),
            "compute_slowdown": inside / alone if alone and inside else None,
            "comm_slowdown": span_inside / span_alone if span_alone and span_inside else None,

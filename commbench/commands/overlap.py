@@ -66,6 +66,9 @@ def print_overlap(records):
         print_table(table, COLUMNS, title=f"payload {format_size(size)}: {first['backend']}, {first['world_size']} "
                     f"ranks on {first['nodes']} node(s); exposed = overlapped - compute alone (median of n repeats)")
     out = console()
+    for rec in records:
+        if rec.get("overlap_note") and rec.get("phase") == TOTAL:
+            out.print(f"note: {record_label(rec)} at {format_size(rec['size_bytes'])}: {rec['overlap_note']}")
     for check, title in (("overlap", f"verdicts on exposed communication ({stats.METHOD}):"),
                          ("chunked overlap", "the answer:")):
         notes = [r["reason"] for r in records if r.get("event") == "verdict" and r.get("check") == check]

@@ -64,7 +64,7 @@ def _row(rec):
     pred = replayed(rec)
     ratio = rec["overlapped_us"] / pred
     ok = (MODEL_RANGE[0] <= ratio <= MODEL_RANGE[1]
-          and rec["overlap_efficiency"] >= MIN_EFFICIENCY and rec["sequential_efficiency"] < CONTROL_MAX
+          and (rec["overlap_efficiency"] or 0) >= MIN_EFFICIENCY and rec["sequential_efficiency"] < CONTROL_MAX
           and rec["wrong"] == 0)
     return {"kind": rec["pattern"], "size": format_size(rec["size_bytes"]), "size_bytes": rec["size_bytes"],
             "comm_us": rec["comm_us"], "compute_us": rec["compute_us"], "overlapped_us": rec["overlapped_us"],

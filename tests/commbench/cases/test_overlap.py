@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from commbench.cases import compute
-from commbench.cases.overlap import PHASES, simulate
+from commbench.cases.overlap import PHASES, hidden, simulate
 from tests.conftest import assert_one_line_error, read_records, run_tool
 
 
@@ -25,6 +25,21 @@ def test_the_schedule_model_against_hand_computed_values():
     assert simulate(False, [2, 2, 2], [1, 1, 1], 1) == 7
     # one step: nothing overlaps, the sum
     assert simulate(True, [2], [1], 1) == 3 and simulate(False, [2], [1], 1) == 3
+
+
+def test_efficiency_never_claims_more_than_fully_hidden():
+    # comm 100, compute 50: overlapped 120 hides 30 of the 50 (0.6), 20 us exposed
+    assert hidden(100, 50, 120) == {"exposed_comm_us": 70, "overlap_efficiency": 0.6}
+    # 2 % under the communication alone (noise between phases): taken at the floor, said in the note
+    got = hidden(100, 50, 98)
+    assert got["overlap_efficiency"] == 1.0 and got["exposed_comm_us"] == 50
+    assert got["overlap_note"].startswith("overlapped 2.0 % under its communication alone (noise")
+    # compute the longer part
+    assert hidden(40, 100, 99)["overlap_note"].startswith("overlapped 1.0 % under its compute alone")
+    # 10 % under: a disturbed phase, no figure rather than a wrong one
+    got = hidden(100, 50, 90)
+    assert got["overlap_efficiency"] is None and got["exposed_comm_us"] is None
+    assert "beyond 5 % noise; not figured" in got["overlap_note"]
 
 
 def _ctx():
