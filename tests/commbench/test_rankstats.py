@@ -51,6 +51,7 @@ def test_notes_say_consistent_only_for_most_measurements_never_nan_and_name_nobo
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_a_rank_slowed_by_a_hook_is_named_and_nothing_is_named_without_it(tmp_path):
     """COMMBENCH_TEST_SLOW_RANK makes rank 2 of 3 sleep 8 ms before each timed iteration."""
     slow, plain = tmp_path / "slow.jsonl", tmp_path / "plain.jsonl"

@@ -10,7 +10,7 @@ from commbench.launch import netns
 from tests.conftest import ROOT, run_tool
 from tests.netns.conftest import RATE, needs_netns
 
-pytestmark = [pytest.mark.slow, needs_netns]
+pytestmark = [pytest.mark.slow, pytest.mark.root, needs_netns]
 SPEC = ROOT / "acceptance" / "netns-2node.yaml"
 
 

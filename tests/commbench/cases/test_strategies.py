@@ -48,6 +48,7 @@ def test_every_strategy_exact_in_and_out_of_place(tmp_path, nproc, size):
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_inflight_really_overlaps_and_compare_runs_on_two_nodes(tmp_path):
     """2 emulated nodes; K=4 in-flight reaches more than one outstanding chunk op."""
     out = tmp_path / "c.jsonl"

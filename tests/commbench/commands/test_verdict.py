@@ -68,6 +68,7 @@ def test_identical_configs_are_one_group_and_never_ranked_across_three_runs(tmp_
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_a_real_difference_is_named_with_an_interval_excluding_one(tmp_path):
     """A test-only sleep of 5 ms inside every ring run: plain wins, the interval lies below 1, and the
     speed-up column says faster."""
@@ -85,6 +86,7 @@ def test_a_real_difference_is_named_with_an_interval_excluding_one(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_chunked_answers_which_settings_and_from_which_size(tmp_path):
     """ring and plain slowed by 30 ms per run (test hook): chunking (threshold 4K, so every payload is chunked)
     must be recommended from the smallest payload, with its intervals; the answer is a verdict record."""

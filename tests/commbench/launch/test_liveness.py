@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import BIN, read_records
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 HANG_S = 4
 # per size: 1 warm-up + 3 timed operations, so timed operation 7 is in the second size (2K)
 ARGS = ["run", "--nproc-per-node", "3", "-b", "1K", "-e", "4K", "-n", "3", "-w", "1", "--hang-timeout", str(HANG_S)]

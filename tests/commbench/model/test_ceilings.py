@@ -129,6 +129,7 @@ def gloo_run(path, out, *args, backend="gloo"):
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_calibrate_writes_ceilings_that_runs_use(calibrated, tmp_path):
     """`topo --calibrate --out` measures this machine (memory copy, loopback TCP streams) into a file --topology
     takes; Gloo on 1 node and on 2 emulated nodes then predicts the same and measures alike, MPI uses the

@@ -113,6 +113,7 @@ def test_compare_backends_side_by_side_and_diff_never_pools_them(tmp_path):
     assert joined, report.stdout
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_p2p_latency_and_bandwidth_on_both_transports(tmp_path):
     """One table, both transports; every record positive and checked, with the median and 99th percentile of its
     iterations (latency: beside the average in the table); bandwidth rises with size."""
