@@ -42,6 +42,15 @@ def assert_one_line_error(proc, needle):
     assert needle in lines[0], lines[0]
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """For scripts/test's two workers (--dist loadgroup): a file's tests go to one worker (its fixtures run once),
+    and every host_mount test to one worker, so that two never wait on one file system's iobench lock."""
+    for item in items:
+        group = "host_mount" if item.get_closest_marker("host_mount") else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture
 def tool():
     return run_tool

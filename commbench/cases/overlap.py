@@ -280,16 +280,13 @@ def trace(ctx, steps, kernel, run, depth):
 
 
 def hidden(comm, comp, over):
-    """{exposed_comm_us, overlap_efficiency[, overlap_note]} of an overlapped time against its parts alone. The
-    overlapped run cannot beat its longer part alone (its floor); measured under it, that part ran slower alone
-    than beside the other (noise between phases): within FLOOR_NOISE the figures are taken at the floor
-    (efficiency 1, the note says by how much it was under), beyond it they are n/a (a disturbed phase)."""
-    floor = max(comm, comp)
-    if over >= floor:
+    """{exposed_comm_us, overlap_efficiency[, overlap_note]} of an overlapped time against its parts alone. It
+    cannot beat its longer part alone (its floor): measured under it, that part ran slower alone (noise between
+    phases); within FLOOR_NOISE the figures are taken at the floor and the note says so, beyond it they are n/a."""
+    floor, under = max(comm, comp), 1 - over / max(comm, comp)
+    if under <= 0:
         return {"exposed_comm_us": over - comp, "overlap_efficiency": (comm + comp - over) / min(comm, comp)}
-    part = "communication" if comm >= comp else "compute"
-    under = 1 - over / floor
-    note = f"overlapped {100 * under:.1f} % under its {part} alone"
+    note = f"overlapped {100 * under:.1f} % under its {'communication' if comm >= comp else 'compute'} alone"
     if under > FLOOR_NOISE:
         return {"exposed_comm_us": None, "overlap_efficiency": None,
                 "overlap_note": f"{note}: a phase was disturbed, beyond {100 * FLOOR_NOISE:.0f} % noise; not figured"}

@@ -13,6 +13,8 @@ from benchcore import records, results
 from benchcore.inputs import name
 from tests.conftest import assert_one_line_error, read_records, run_tool
 
+pytestmark = pytest.mark.host_mount   # runs iobench on a host file system (its lock: one at a time)
+
 FOREIGN = Path(__file__).resolve().parent.parent / "fixtures" / "foreign"
 LOG = FOREIGN / "nccl-tests-2.13-tag-output.log"
 GIB = 1 << 30

@@ -32,7 +32,7 @@ def side_by_side(tmp_path_factory, loop_xfs):
     shutil.rmtree(xfs_root)
 
 
-pytestmark = [pytest.mark.slow, pytest.mark.root]
+pytestmark = [pytest.mark.slow, pytest.mark.root, pytest.mark.host_mount]
 
 
 def test_every_profile_on_both_mounts(side_by_side):

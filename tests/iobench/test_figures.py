@@ -10,6 +10,8 @@ from benchcore import thresholds
 from benchcore.fiojson import TIME_FIGURES
 from tests.conftest import read_records, run_tool
 
+pytestmark = pytest.mark.host_mount   # runs iobench on a host file system (its lock: one at a time)
+
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 

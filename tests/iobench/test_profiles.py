@@ -9,6 +9,8 @@ from benchcore.errors import UserError
 from iobench.profiles import PROFILES, build_job, job_file, parse_profiles, space_needed, unlink_when_done
 from tests.conftest import assert_one_line_error
 
+pytestmark = pytest.mark.host_mount   # runs iobench on a host file system (its lock: one at a time)
+
 
 def test_issue_profiles_are_registered():
     assert list(PROFILES) == ["small-random-write", "shard-write", "restore-read", "metadata"]

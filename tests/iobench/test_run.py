@@ -8,6 +8,8 @@ import pytest
 from tests.conftest import assert_one_line_error, read_records
 from tests.iobench.conftest import assert_failed_run, leftovers
 
+pytestmark = pytest.mark.host_mount   # runs iobench on a host file system (its lock: one at a time)
+
 MIXED = "[global]\nioengine=psync\nsize=4m\n\n[mixed]\nrw=randrw\nbs=4k\ntime_based=1\nruntime=1s\n"
 
 

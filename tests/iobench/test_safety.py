@@ -14,6 +14,8 @@ from iobench.safety import MARKER, read_marker
 from tests.conftest import BIN, assert_one_line_error, read_records
 from tests.iobench.conftest import assert_failed_run, leftovers, plant_sentinels, snapshot
 
+pytestmark = pytest.mark.host_mount   # runs iobench on a host file system (its lock: one at a time)
+
 LONG = ["--profile", "small-random-write", "--runtime", "60", "--size", "8M"]
 
 

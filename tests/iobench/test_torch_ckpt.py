@@ -10,6 +10,8 @@ from iobench.torchckpt import PROFILE_NAMES, tensor_bytes
 from tests.conftest import assert_one_line_error, read_records
 from tests.iobench.conftest import assert_failed_run, leftovers
 
+pytestmark = pytest.mark.host_mount   # runs iobench on a host file system (its lock: one at a time)
+
 
 def test_verification_catches_a_flipped_bit_and_a_missing_tensor():
     plan = tensor_plan(4 << 20)

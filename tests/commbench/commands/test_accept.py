@@ -16,6 +16,8 @@ from commbench.commands.accept import spec as accept_spec
 from tests import browser
 from tests.conftest import BIN, ROOT, assert_one_line_error, read_records, run_tool
 
+pytestmark = pytest.mark.host_mount   # runs iobench on a host file system (its lock: one at a time)
+
 SPECS = ROOT / "acceptance"
 LOCALHOST = SPECS / "localhost.yaml"
 

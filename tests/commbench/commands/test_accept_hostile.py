@@ -16,6 +16,8 @@ from commbench.commands.accept import spec as accept_spec
 from tests.commbench.commands.test_accept import GOOD
 from tests.conftest import ROOT, assert_one_line_error, run_tool
 
+pytestmark = pytest.mark.host_mount   # runs iobench on a host file system (its lock: one at a time)
+
 GiB = 1 << 30
 MARKER = "SECRET-MARKER-7f3a"
 TOPOLOGY = (ROOT / "topologies" / "dgx-h100.yaml").read_text()   # init needs ceilings (localhost has none)
