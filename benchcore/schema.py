@@ -195,9 +195,9 @@ EXTENSIONS["commbench"].update(
     sequential_us="overlap: kernels and communication in turn, nothing overlapped",
     overlapped_us="overlap: the pattern's schedule (the total phase's time_us)",
     exposed_comm_us="overlap: overlapped - compute alone: the time communication adds to the step",
-    overlap_efficiency="overlap: (comm + compute - overlapped) / min(comm, compute): 1 when the shorter is hidden; "
-                       "never above 1 (an overlapped time under its longer part alone is taken at that floor within "
-                       "5 %, null beyond; overlap_note says which)",
+    overlap_efficiency="overlap: (comm + compute - overlapped) / min(comm, compute): 1 when the shorter is hidden, "
+                       "below 0 when together costs more than in turn; never above 1 (an overlapped time under its "
+                       "longer part alone is taken at that floor within 5 %, null beyond; overlap_note says which)",
     overlap_note="overlap: why efficiency and exposed_comm_us are taken at the floor max(comm, compute) or null",
     sequential_efficiency="overlap: the same for the sequential run (the negative control: about 0)",
     compute_slowdown="overlap: a kernel's mean time inside the overlapped run / alone, averaged over ranks",
