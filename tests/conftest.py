@@ -1,8 +1,10 @@
 """Shared test helpers: run the real console scripts in subprocesses."""
+import fcntl
 import os
 import resource
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -42,13 +44,16 @@ def assert_one_line_error(proc, needle):
     assert needle in lines[0], lines[0]
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items):
-    """For scripts/test's two workers (--dist loadgroup): a file's tests go to one worker (its fixtures run once),
-    and every host_mount test to one worker, so that two never wait on one file system's iobench lock."""
-    for item in items:
-        group = "host_mount" if item.get_closest_marker("host_mount") else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+@pytest.fixture(scope="module", autouse=True)
+def one_host_mount_module_at_a_time(request):
+    """iobench lets one run at a time measure a file system: under scripts/test's two workers, a host_mount module
+    (its module fixtures included) waits on a file lock for the other worker's to end, so neither meets iobench's."""
+    if not request.node.get_closest_marker("host_mount") or not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    with open(Path(tempfile.gettempdir()) / "commbench-tests-host-mount.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 @pytest.fixture
