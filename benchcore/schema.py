@@ -94,6 +94,7 @@ EVENT_EXTENSIONS = {
                   "seconds": "how long it ran", "check": "verdict: which check", "passed": "verdict: outcome",
                   "rate_bps": "selftest link: the shaped rate", "ceiling_fraction": "selftest link: TCP ceiling",
                   "pass_range": "selftest link: accepted fraction of the ceiling", "rows": "verdict: per-size rows",
+                  "cycles": "selftest verdict: the -N cycles measured (the first with which the check passes ends them)",
                   "repeat": "sweep: the round", "winner": "verdict: the faster config (null: no significant difference)",
                   "versus": "verdict: what the winner beat", "ratio": "verdict: winner's time / the other's",
                   "ratio_low": "verdict: 95% interval, low end", "ratio_high": "verdict: 95% interval, high end",

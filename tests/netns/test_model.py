@@ -44,14 +44,16 @@ def test_selftest_model_passes(tmp_path):
     """Ring all_reduce (2 nodes x 1 rank, 4M-64M, judged at 64M; the default's 256M adds a minute here) and
     hierarchical (2 nodes x 2 local ranks, 16M and 32M, judged at 32M) within 10 % of the prediction from the
     detected topology; fitted beta within 10 % of the rate x the TCP payload ceiling. Two launches a pass; the best
-    of the default 2 passes judged (other load only slows links: one CI run measured 256M, no longer judged here, at
-    0.876 of the prediction; 64M measured 0.998-0.999 in both passes of a quiet run, hierarchical 32M 0.963)."""
+    of up to the default 2 passes judged, the first with which the check passes ending them (other load only slows
+    links: one CI run measured 256M, no longer judged here, at 0.876 of the prediction; 64M measured 0.998-0.999 in
+    both passes of a quiet run, hierarchical 32M 0.963)."""
     out = tmp_path / "model.jsonl"
     proc = run_tool("commbench", "selftest", "model", "-e", "64M", "--out", out, timeout=900)
     print(proc.stdout[-3000:])
     verdict = read_records(out)[-1]
     assert verdict["event"] == "verdict" and verdict["check"] == "selftest model"
     assert proc.returncode == 0 and verdict["passed"], proc.stdout + proc.stderr
+    assert verdict["cycles"] in (1, 2)
     rows = verdict["rows"]
     judged = [r for r in rows if r["verdict"] != "info"]
     assert {r["kind"] for r in judged} == {"all_reduce", "hierarchical", "fitted inter-node beta"}

@@ -10,9 +10,10 @@ pytestmark = [pytest.mark.root, needs_netns]
 
 @pytest.mark.slow
 def test_selftest_overlap_passes(tmp_path):
-    """ddp and pipelined at 16M on the default 500 Mbit/s link (the default's 32M adds 40 s here), best of the
-    default 2 cycles: the overlapped time within 0.85-1.15 of the schedule replayed with its own phases, efficiency
-    >= 0.8 and never above its reference 1, the sequential control below 0.2, every record exact."""
+    """ddp and pipelined at 16M on the default 500 Mbit/s link (the default's 32M adds 40 s here), best of up to 3
+    cycles (the first that passes ends them): the overlapped time within 0.85-1.15 of the schedule replayed with its
+    own phases, efficiency >= 0.8 and never above its reference 1, the sequential control below 0.2, every record
+    exact."""
     out = tmp_path / "overlap.jsonl"
     proc = run_tool("commbench", "selftest", "overlap", "-b", "16M", "-e", "16M", "--out", out, timeout=600)
     print(proc.stdout[-3000:])
@@ -25,6 +26,7 @@ def test_selftest_overlap_passes(tmp_path):
     for row in rows:
         assert 0.85 <= row["ratio"] <= 1.15 and 0.8 <= row["efficiency"] <= 1 and row["control_efficiency"] < 0.2
     measured = [r for r in records if not r.get("event")]
-    assert {r["cycle"] for r in measured} == {0, 1} and all(r["wrong"] == 0 for r in measured)
+    # up to -N 3 cycles, the first with which the check passes ends them
+    assert {r["cycle"] for r in measured} == set(range(verdict["cycles"])) and all(r["wrong"] == 0 for r in measured)
     assert all(r["overlap_efficiency"] is None or r["overlap_efficiency"] <= 1 for r in measured if r.get("pattern")
                and r.get("phase") == "total")

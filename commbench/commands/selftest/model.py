@@ -17,8 +17,8 @@ from benchcore.values import SECONDS
 from commbench.cases.case import TOTAL
 from commbench.cases.registry import record_label
 from commbench.commands.model import fit
-from commbench.commands.selftest.nodes import (JUDGED, PrivateNodes, best_of_cycles, check_ports, launch,
-                                               need_namespaces, save)
+from commbench.commands.selftest.nodes import (JUDGED, PrivateNodes, best_of_cycles, check_ports, cycles_run,
+                                               launch, need_namespaces, save)
 from commbench.launch import netns
 from commbench.model.topology import from_dict
 
@@ -46,6 +46,35 @@ def _model_row(rec, judged):
             "ratio": ratio, "tier": rec.get("link_tier"), "verdict": ("ok" if ok else "OFF") if judged else "info"}
 
 
+def judge(records, topo, bits):
+    """(best record per case and size, rows, the fitted inter-node row or None, fit errors) of the cycles so far."""
+    best = best_of_cycles(records)
+    rows = [_model_row(r, (r["collective"] == JUDGED and not r.get("strategy") and r["size_bytes"] >= MODEL_JUDGED_MIN)
+                       or (r.get("strategy") == "hierarchical" and r.get("phase") == TOTAL
+                           and r["size_bytes"] >= HIER_JUDGED_MIN)) for r in best.values()]
+    fitted, fit_row, errors = None, None, []
+    ring = [r for r in best.values() if r["collective"] == JUDGED and not r.get("strategy")]
+    if ring and topo:
+        try:
+            tiers, _ = fit(ring, topo)
+            fitted = next((t for t in tiers if t["tier"] == "inter-node"), None)
+        except UserError as exc:
+            errors.append(str(exc))
+    if fitted and fitted["gbps"]:
+        expect = bits / 8e9 * topo.payload_fraction
+        ratio = fitted["gbps"] / expect
+        fit_row = {"alpha_us": fitted["alpha_us"], "fitted_gbps": fitted["gbps"], "expected_gbps": expect,
+                   "ratio": ratio, "verdict": "ok" if MODEL_RANGE[0] <= ratio <= MODEL_RANGE[1] else "OFF"}
+    return best, rows, fit_row, errors
+
+
+def good(rows, fit_row):
+    """Every judged row and the fitted beta within the range."""
+    judged = [r for r in rows if r["verdict"] != "info"]
+    return bool(judged) and all(r["verdict"] == "ok" for r in judged) and fit_row is not None and \
+        fit_row["verdict"] == "ok"
+
+
 @click.command("model")
 @click.option("--rate", default="1gbit", show_default=True, help="tbf rate of the link between the nodes.")
 @click.option("--lo-rate", default="500mbit", show_default=True,
@@ -58,8 +87,8 @@ def _model_row(rec, judged):
 @click.option("-n", "--iters", type=int, default=3, show_default=True)
 @click.option("-w", "--warmup", type=int, default=1, show_default=True)
 @click.option("-N", "--cycles", type=int, default=2, show_default=True,
-              help="Measure everything this many times, each its own launch, and judge the best (other load "
-                   "only slows links down).")
+              help="Measure everything up to this many times, each its own launch, and judge the best (other load "
+                   "only slows links down); stops at the first cycle with which the check passes.")
 @click.option("--timeout", type=SECONDS, default=120, show_default=True, help="Process-group timeout (s).")
 @click.option("--rdzv-timeout", type=SECONDS, default=60, show_default=True)
 @click.option("--port", type=int, default=29420, show_default=True,
@@ -113,35 +142,21 @@ def model_check(rate, lo_rate, hierarchical_sizes, out, fmt, port, **args):
                 f"selftest model: 2 namespaces, eth0 shaped to {netns.format_rate(bits)}, lo to "
                 f"{netns.format_rate(lo_bits)} (up in {took:.2f} s); node 0 detects: intra-node {topo.fabric} "
                 f"{topo.intra_gbps:g} GB/s, inter-node {topo.nic_gbps:g} GB/s x {topo.payload_fraction:.4f} payload")
-        errors += launch(["all_reduce"], port, ring_args, tmp, prefix, deadline)
+        passes = lambda recs: good(*judge(recs, topo, bits)[1:3])  # noqa: E731
+        errors += launch(["all_reduce"], port, ring_args, tmp, prefix, deadline, passes)
         if not errors:
-            errors += launch(["hierarchical"], port + 1, hier_args, tmp, prefix, deadline)
+            errors += launch(["hierarchical"], port + 1, hier_args, tmp, prefix, deadline, passes)
     errors += run.errors
     records = run.records
-    best = best_of_cycles(records)
-    rows = [_model_row(r, (r["collective"] == JUDGED and not r.get("strategy") and r["size_bytes"] >= MODEL_JUDGED_MIN)
-                       or (r.get("strategy") == "hierarchical" and r.get("phase") == TOTAL
-                           and r["size_bytes"] >= HIER_JUDGED_MIN)) for r in best.values()]
-    fitted, fit_row = None, None
-    ring = [r for r in best.values() if r["collective"] == JUDGED and not r.get("strategy")]
-    if ring and topo:
-        try:
-            tiers, _ = fit(ring, topo)
-            fitted = next((t for t in tiers if t["tier"] == "inter-node"), None)
-        except UserError as exc:
-            errors.append(str(exc))
-    if fitted and fitted["gbps"]:
-        expect = bits / 8e9 * topo.payload_fraction
-        ratio = fitted["gbps"] / expect
-        fit_row = {"alpha_us": fitted["alpha_us"], "fitted_gbps": fitted["gbps"], "expected_gbps": expect,
-                   "ratio": ratio, "verdict": "ok" if MODEL_RANGE[0] <= ratio <= MODEL_RANGE[1] else "OFF"}
+    best, rows, fit_row, fit_errors = judge(records, topo, bits)
+    errors += fit_errors
     judged = [r for r in rows if r["verdict"] != "info"]
-    passed = (not errors and bool(judged) and all(r["verdict"] == "ok" for r in judged) and fit_row is not None
-              and fit_row["verdict"] == "ok" and not any(r.get("wrong") for r in best.values()))
+    passed = not errors and good(rows, fit_row) and not any(r.get("wrong") for r in best.values())
     verdict = schema.event("commbench", "verdict", "; ".join(errors) or None,
                            run_id=records[0]["run_id"] if records else None, check="selftest model", passed=passed,
                            rate_bps=bits, ceiling_fraction=topo.payload_fraction if topo else None,
                            pass_range=list(MODEL_RANGE), seconds=round(time.monotonic() - t0, 1),
+                           cycles=cycles_run(records),
                            rows=[{k: r[k] for k in ("kind", "size_bytes", "busbw_gbps", "predicted_busbw_gbps",
                                                      "ratio", "tier", "verdict")} for r in rows] +
                            ([{"kind": "fitted inter-node beta", **fit_row}] if fit_row else []))
@@ -149,7 +164,8 @@ def model_check(rate, lo_rate, hierarchical_sizes, out, fmt, port, **args):
         print_table(rows, [("kind", "case", None), ("size", "size", None), ("busbw_gbps", "busbw GB/s", ".4f"),
                            ("predicted_busbw_gbps", "predicted GB/s", ".4f"), ("ratio", "measured / predicted", ".3f"),
                            ("tier", "bound by", None), ("verdict", "verdict", None)],
-                    title=f"measured against the model (best of {args['cycles']}; pass {MODEL_RANGE[0]:.2f}-"
+                    title=f"measured against the model (best of {cycles_run(records)} of at most {args['cycles']}; "
+                          f"pass {MODEL_RANGE[0]:.2f}-"
                           f"{MODEL_RANGE[1]:.2f})")
         if fit_row:
             click.echo(f"fitted inter-node: alpha {fit_row['alpha_us']:.1f} us, 1/beta {fit_row['fitted_gbps']:.4f} "
