@@ -1,4 +1,5 @@
 """Shared test helpers: run the real console scripts in subprocesses."""
+import contextlib
 import fcntl
 import os
 import resource
@@ -44,15 +45,25 @@ def assert_one_line_error(proc, needle):
     assert needle in lines[0], lines[0]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_host_mount_module_at_a_time(request):
-    """iobench lets one run at a time measure a file system: under scripts/test's two workers, a host_mount module
-    (its module fixtures included) waits on a file lock for the other worker's to end, so neither meets iobench's."""
-    if not request.node.get_closest_marker("host_mount") or not os.environ.get("PYTEST_XDIST_WORKER"):
+@contextlib.contextmanager
+def host_mount_lock():
+    """iobench lets one run at a time measure a file system: under scripts/test's two workers, whatever runs iobench
+    on a host file system holds this file lock, so that it never meets the other worker's iobench."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
         yield
         return
     with open(Path(tempfile.gettempdir()) / "commbench-tests-host-mount.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def one_host_mount_test_at_a_time(request):
+    """Each host_mount test under host_mount_lock (module fixtures that run iobench take it themselves)."""
+    if request.node.get_closest_marker("host_mount"):
+        with host_mount_lock():
+            yield
+    else:
         yield
 
 

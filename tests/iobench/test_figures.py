@@ -8,7 +8,7 @@ import pytest
 
 from benchcore import thresholds
 from benchcore.fiojson import TIME_FIGURES
-from tests.conftest import read_records, run_tool
+from tests.conftest import host_mount_lock, read_records, run_tool
 
 pytestmark = pytest.mark.host_mount   # runs iobench on a host file system (its lock: one at a time)
 
@@ -19,8 +19,9 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 def run(tmp_path_factory):
     d = tmp_path_factory.mktemp("figures")
     (d / "data").mkdir()
-    proc = run_tool("iobench", "ckpt", d / "data", "--profile", "shard-write,metadata", "--quick", "--size", "8M",
-                    "--ranks", "2", "--out", d / "r.jsonl", env={"COLUMNS": "250"})
+    with host_mount_lock():
+        proc = run_tool("iobench", "ckpt", d / "data", "--profile", "shard-write,metadata", "--quick", "--size", "8M",
+                        "--ranks", "2", "--out", d / "r.jsonl", env={"COLUMNS": "250"})
     assert proc.returncode == 0, proc.stderr
     recs = read_records(d / "r.jsonl")
     return proc.stdout, {r["profile"]: r for r in recs}, recs, d / "r.jsonl"

@@ -14,7 +14,7 @@ from benchcore import records, schema, thresholds
 from commbench.commands.accept import run as accept
 from commbench.commands.accept import spec as accept_spec
 from tests import browser
-from tests.conftest import BIN, ROOT, assert_one_line_error, read_records, run_tool
+from tests.conftest import BIN, ROOT, assert_one_line_error, host_mount_lock, read_records, run_tool
 
 pytestmark = pytest.mark.host_mount   # runs iobench on a host file system (its lock: one at a time)
 
@@ -162,7 +162,8 @@ def outcome(case):
 def localhost(tmp_path_factory):
     out = tmp_path_factory.mktemp("accept") / "out"
     t0 = time.monotonic()
-    proc = run_tool("commbench", "accept", "--spec", LOCALHOST, "--out", out, timeout=600, cwd=ROOT)
+    with host_mount_lock():
+        proc = run_tool("commbench", "accept", "--spec", LOCALHOST, "--out", out, timeout=600, cwd=ROOT)
     return proc, out, time.monotonic() - t0
 
 
@@ -280,8 +281,9 @@ def failing(localhost, tmp_path_factory):
             base.append(json.dumps(rec))
     (tmp / "baseline.jsonl").write_text("\n".join(base) + "\n")
     spec = write_spec(tmp, FAILING.replace("{tmp}", str(tmp)))
-    proc = run_tool("commbench", "accept", "--spec", spec, "--out", tmp / "out", "--baseline", tmp / "baseline.jsonl",
-                    timeout=600)
+    with host_mount_lock():
+        proc = run_tool("commbench", "accept", "--spec", spec, "--out", tmp / "out", "--baseline",
+                        tmp / "baseline.jsonl", timeout=600)
     print(proc.stderr + proc.stdout)
     return proc, tmp / "out"
 
