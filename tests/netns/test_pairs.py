@@ -1,6 +1,7 @@
 """commbench pairs across four network-namespace nodes, as an accept check (its verdict and its links against their
-median judged): the node whose link runs at a third of the others' is named, exactly, and the check fails; with
-every link alike, nothing is named and it passes."""
+median judged): the node whose link runs at a third of the others' is named, exactly, and the check fails. With
+every link alike nothing is named and it passes: tests/slurm (the same accept check on 4 nodes through sbatch) runs
+that case, so it is not run twice."""
 import json
 import os
 import statistics
@@ -95,9 +96,3 @@ def test_the_slow_node_is_named_and_only_it(quad):
     # with Gloo's send posted before its receive, 0.51 in every round
     assert statistics.median(fast) >= 0.65 * RATE / 8e9 * 1448 / 1514, fast
 
-
-def test_with_every_link_alike_nothing_is_named(quad):
-    prefix, logdir = quad
-    code, verdict, _, found = run_pairs(prefix, logdir, 29561, "even")
-    assert found["bad_nodes"] == [] and found["bad_links"] == [] and found["passed"] is True, found["reason"]
-    assert code == 0 and all(t["passed"] and not t["skipped"] for t in outcomes(verdict).values()), verdict
