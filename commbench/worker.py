@@ -113,6 +113,7 @@ def main(argv=None):
         try:
             code = EXIT_WRONG if run_plan(ctx, emit) else 0
         finally:
+            live.wait_for_watchdog()
             if writer:
                 writer.close()
     except Exception as exc:  # one line for the user; the launcher shows it

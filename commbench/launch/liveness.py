@@ -117,6 +117,7 @@ class Liveness:
         self._probed = {}                 # rank: the last beat at which the watchdog probed it
         self._beat_store = self._query_store = None
         self._stopped = threading.Event()
+        self.ending = threading.Event()   # the watchdog is ending the run: it writes its record and exits
         self.listener = socket.socket()
         try:
             self.listener.bind((self.addr, 0))
@@ -181,11 +182,19 @@ class Liveness:
             return
         stuck = time.monotonic() - self._moved[1]
         if stuck > self.hang_timeout:
+            self.ending.set()          # before the report: its probes take seconds, a timeout may come meanwhile
             self.on_hang(self.hang_report(stuck))
         elif stuck > DEAD_WAIT_BEATS * BEAT_S and self.on_dead:
             dead = self.dead_peers()
             if dead:
+                self.ending.set()
                 self.on_dead(dead)
+
+    def wait_for_watchdog(self):
+        """The main thread, ending too (a timeout beside a hang the watchdog reports): let the watchdog write its
+        record and end the process first; go on after a bound (its probes: PROBE_TIMEOUT_S per rank at most)."""
+        if self.ending.is_set():
+            time.sleep(self.world * PROBE_TIMEOUT_S + 2 * STORE_TIMEOUT_S)
 
     def dead_peers(self):
         """Lines naming the peers that stopped beating without saying they ended, and whose process is gone. A peer
