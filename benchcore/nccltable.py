@@ -64,6 +64,9 @@ def value(tok):
 def read_row(layout, line, toks):
     """{in_place: {column: value}} and the leading values of one table row, or None when it is not whole."""
     lead, places, width = len(layout.prefix), layout.places, layout.width
+    if len(toks) == width - 1 and "op" in layout.prefix and NUMBER.match(toks[layout.prefix.index("op")]):
+        i = layout.prefix.index("op")         # 2.0 - 2.12 alltoall: its redop column printed blank
+        toks = toks[:i] + ["none"] + toks[i:]
     if len(toks) < width:
         if len(places) != 2 or len(toks) != lead + len(places[1][1]):
             return None

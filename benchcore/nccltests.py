@@ -13,8 +13,9 @@ The generations (from NVIDIA/nccl-tests' and ROCm/rccl-tests' sources):
 
 The table is read from its own header, so columns are found by name and values by whitespace (a value that
 overflows its column still has its own token). Logs as people keep them: mpirun --tag-output and srun --label
-prefixes, NCCL INFO/WARN and other lines interleaved (also inside a row, as stdout buffering leaves them),
-Markdown indentation, header lines without '#', elided rows ('...'), zero-byte rows, footers with or without unit.
+prefixes, NCCL INFO/WARN and other lines interleaved (also inside a row, as stdout buffering leaves them), Markdown
+indentation and quotes ('> '), header lines without '#', elided rows and device lists ('...': then the log does not
+say the world size), zero-byte rows, footers with or without unit.
 A table that ends before its footer keeps its complete rows and adds an `event: "truncated"` record.
 """
 import functools
@@ -36,8 +37,9 @@ DTYPES = {"float": ("float32", 4), "half": ("float16", 2), "bfloat16": ("bfloat1
           "f8e4m3": ("float8_e4m3fn", 1), "fp8_e4m3": ("float8_e4m3fn", 1),
           "f8e5m2": ("float8_e5m2", 1), "fp8_e5m2": ("float8_e5m2", 1)}
 OWN = ("size_bytes", "count", "dtype", "op", "in_place", "time_us", "algbw_gbps", "busbw_gbps", "wrong")  # per row
-# mpirun --tag-output and srun --label prefixes, after the newline before them (a block's lines are untagged at once)
-TAG = re.compile(r"\n(?:\[\d+,\d+\]<(?:stdout|stderr)>:|[^\S\n]*\d+: )")
+# mpirun --tag-output and srun --label prefixes and Markdown's quote '> ', after the newline before them (a block's
+# lines are untagged at once)
+TAG = re.compile(r"\n(?:\[\d+,\d+\]<(?:stdout|stderr)>:|[^\S\n]*(?:\d+: |>(?=[ \n])))")
 # host:pid:tid [dev] NCCL INFO (the host starts with a letter: inside a row it follows a digit)
 NCCL_LOG = re.compile(r"[A-Za-z][\w.-]*:\d+:\d+ \[\d+\] (?:[\w.]+:\d+ )?(?:NCCL|RCCL) (?:INFO|WARN|TRACE|ABORT)")
 DEVICE = re.compile(r"#*\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S+)\s+device\s+(\d+)")
@@ -62,6 +64,7 @@ class Context:
     """What the log says around the tables: binary, devices, versions, settings."""
     program: str = None
     devices: list = field(default_factory=list)  # its '#  Rank N ... on HOST device D' lines, read when needed
+    elided: bool = False                          # '...' in the device list: world size and hosts unknown
     versions: dict = field(default_factory=dict)
     env: dict = field(default_factory=dict)
     settings: dict = field(default_factory=dict)
@@ -90,6 +93,8 @@ class Table:
     last: int = None                              # line of the last complete row
     ended: bool = False                           # its footer was seen
     cut: int = None                               # line of a row cut mid-way
+    misfits: int = 0                              # rows that do not fit the header (cut ones too)
+    misfit: tuple = None                          # (line, text) of the first
     failed: int = None                            # Out of bounds values : N FAILED
     footer_line: int = None
     cycle: int = 0                                # rccl-tests' '# Testing N cycle.'
@@ -175,7 +180,8 @@ def stream(blocks, source_file, run_id, collective=None):
             if toks[0].isdigit() and (len(toks) == 1 or toks[1].isdigit()):
                 values = read_row(current.layout, line, toks)
                 if values is None or unterminated:
-                    current.cut = n
+                    current.cut, current.misfits = n, current.misfits + 1
+                    current.misfit = current.misfit or (n, line[:EXCERPT])
                 else:
                     current.add(n, values)
                     if len(current.rows) >= MAX_ROWS:
@@ -238,6 +244,7 @@ def stream(blocks, source_file, run_id, collective=None):
             labels = None
             continue
         if current is None:
+            ctx.elided = ctx.elided or (line in ("...", "\u2026") and bool(ctx.devices))
             continue
         m = CYCLE.search(line) if "Testing" in line else None
         if m:
@@ -301,6 +308,8 @@ def _collective(ctx, hint, source):
 def _hosts(ctx):
     if ctx.commbench:
         return ctx.commbench[3]
+    if ctx.elided:
+        return None
     return list(dict.fromkeys(ranks(tuple(ctx.devices)).values())) or None
 
 
@@ -311,7 +320,7 @@ def _records(table, source):
     if collective is None:
         raise UserError(names.unnamed(source.file, source.named, "the log has no '# Collective test starting/"
                                       "concluded' line or *_perf command that names one"))
-    devices = ranks(tuple(ctx.devices))
+    devices = ranks(tuple(ctx.devices)) if not ctx.elided else None
     world = max(devices) + 1 if devices else None
     hosts = _hosts(ctx)
     backend = "nccl"
@@ -335,7 +344,7 @@ def _records(table, source):
         size, kind, op, root = row["size"], row["type"], row["op"], row["root"]
         dtype, word = DTYPES.get(kind, (kind, None))
         key = (kind, op, root, size)
-        repeat = seen.get(key, -1) + 1 if not cycle else cycle
+        repeat = cycle or (seen.get(key, -1) + 1 if size else 0)  # 0 B rows repeat per size under 1 element
         seen[key] = repeat
         count = size // word if word else row["count"]
         op = None if op == "none" else op
@@ -376,6 +385,10 @@ def _events(table):
         out.append(("truncated", reason + (f"; the log says: {why}" if why else
                                            "; the log shows no reason"),
                     table.cut or table.last or table.line, name, hosts))
+    lost = table.misfits - (1 if table.cut and not table.ended else 0)   # not the last row of a cut table
+    if lost:
+        out.append(("skipped", f"{lost} row(s) of the {name or 'the'} table fit no header and are not read; the "
+                               f"first, line {table.misfit[0]}: {table.misfit[1]}", table.misfit[0], name, hosts))
     if table.failed:
         out.append(("failed", f"nccl-tests: Out of bounds values : {table.failed} FAILED ({name})", table.footer_line,
                     name, hosts))

@@ -341,3 +341,76 @@ def test_one_command_does_not_import_the_others():
     for command in COMMANDS:
         assert cli.get_command(ctx, command).name == command
     assert set(COMMANDS) | {"import", "diff", "report"} == set(cli.list_commands(ctx))
+
+
+# Classes found importing public nccl-tests/rccl-tests logs (issue 25, item 15); each test's log is a short
+# synthetic one of the same shape.
+HEAD_2X = """#       size         count    type   redop     time   algbw   busbw  error     time   algbw   busbw  error
+#        (B)    (elements)                     (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+"""
+ROWS_NEW = """#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+        1024           256     float     sum      -1    11.00    0.09    0.16      0    10.50    0.10    0.17      0
+     1048576        262144     float     sum      -1    40.00   26.21   45.87      0    39.00   26.89   47.05      0
+# Out of bounds values : 0 OK
+"""
+
+
+def _load(tmp_path, name, text, collective=None):
+    (tmp_path / name).write_text(text)
+    return list(results.records_of(str(tmp_path / name), collective)[1])
+
+
+def test_a_log_quoted_in_markdown(tmp_path):
+    """A log pasted as a Markdown quote ('> ' before each line, the fence quoted too) under its command."""
+    quoted = "".join("> " + line + "\n" if line else ">\n" for line in
+                     ("```", "# nThread 1 nGpus 4 minBytes 1024 maxBytes 1048576 step: 2(factor) warmup iters: 5 "
+                      "iters: 20 validation: 1", "#", "#   Rank  0 Pid  100 on   gpu1 device  0 [0x1a] GPU",
+                      "#   Rank  1 Pid  100 on   gpu1 device  1 [0x1b] GPU", "", *ROWS_NEW.splitlines(), "```"))
+    recs = _load(tmp_path, "results.md", "Run:\n\n```\n./build/all_reduce_perf -b 1K -e 1M -g 2\n```\n\n" + quoted)
+    assert rows(recs) == [(1024, False, 11.0, 0.09, 0.16), (1024, True, 10.5, 0.1, 0.17),
+                          (1048576, False, 40.0, 26.21, 45.87), (1048576, True, 39.0, 26.89, 47.05)]
+    assert {(r["collective"], r["world_size"], r["source_line"] > 10) for r in recs} == {("all_reduce", 2, True)}
+
+
+def test_2_x_alltoall_prints_its_redop_column_blank(tmp_path):
+    recs = _load(tmp_path, "a2a.log", HEAD_2X +
+                 "           0             0   float             1.63    0.00    0.00    N/A     1.38    0.00    0.00    N/A\n"
+                 "     1048576         32768   float            87.42   11.99   10.50    N/A    88.90   11.79   10.32    N/A\n"
+                 "# Out of bounds values : 0 OK\n", "all_to_all")
+    assert rows(recs) == [(0, False, 1.63, 0.0, 0.0), (0, True, 1.38, 0.0, 0.0),
+                          (1048576, False, 87.42, 11.99, 10.5), (1048576, True, 88.9, 11.79, 10.32)]
+    assert {(r["op"], r["dtype"], r["count"], r["collective"]) for r in recs} == \
+        {(None, "float32", 0, "all_to_all"), (None, "float32", 262144, "all_to_all")}
+
+
+def test_rows_that_fit_no_header_are_an_event_not_silence(tmp_path):
+    """A table whose rows do not fit its header loses them: the import says how many and quotes the first."""
+    text = ROWS_NEW.replace("     sum      -1    11.00", "     sum      -1    11.00 x").replace(
+        "     sum      -1    40.00", "     sum      -1    40.00 x")
+    recs = _load(tmp_path, "odd.log", text, "all_reduce")
+    ((kind, reason),) = events(recs)
+    assert rows(recs) == [] and kind == "skipped"
+    assert reason.startswith("2 row(s) of the all_reduce table fit no header and are not read; the first, line 2: "
+                             "1024           256     float     sum      -1    11.00 x")
+    good_then_bad = ROWS_NEW.replace("     sum      -1    40.00", "     sum      -1    40.00 x")
+    recs = _load(tmp_path, "odd.log", good_then_bad.replace("# Out of bounds values : 0 OK\n", ""), "all_reduce")
+    assert [kind for kind, _ in events(recs)] == ["truncated"]      # the last row of a cut table: not skipped too
+
+
+def test_an_elided_device_list_says_no_world_size(tmp_path):
+    """'...' among the device lines (a log shortened for a page): the ranks listed are not the world."""
+    devices = "#   Rank  0 Pid  1 on w-0 device  0 [0x27] GPU\n#   Rank  1 Pid  2 on w-0 device  1 [0x2a] GPU\n"
+    recs = _load(tmp_path, "a.log", devices + "...\n" + ROWS_NEW, "all_reduce")
+    assert len(rows(recs)) == 4
+    assert {(r["world_size"], r["nodes"], r["hosts"]) for r in recs} == {(None, None, None)}
+    recs = _load(tmp_path, "a.log", devices + ROWS_NEW, "all_reduce")
+    assert {(r["world_size"], r["nodes"], tuple(r["hosts"])) for r in recs} == {(2, 1, ("w-0",))}
+
+
+def test_repeated_zero_byte_rows_are_not_cycles(tmp_path):
+    """-b 1: the sizes below one element each print a 0-byte row; they are not repeats of a sweep."""
+    zero = "           0             0   float     sum    34.27    0.00    0.00    N/A    33.57    0.00    0.00    N/A\n"
+    recs = _load(tmp_path, "ag.log", HEAD_2X + zero * 3 + zero.replace("0             0", "32             8", 1)
+                 + "# Out of bounds values : 0 OK\n", "all_gather")
+    assert [r[0] for r in rows(recs)] == [0, 0, 0, 0, 0, 0, 32, 32]
+    assert all("cycle" not in r for r in recs)
