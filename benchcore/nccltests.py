@@ -50,7 +50,7 @@ STARTING = re.compile(r"Collective test (?:starting|concluded): (\S+)")
 OOB = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?")
 AVG = re.compile(r"Avg bus bandwidth\s*:\s*(\S+)\s*(GB/s)?")
 CYCLE = re.compile(r"# Testing (\d+) cycle")
-ENV = re.compile(r"NCCL INFO (\w+) set by environment to (\S+)")
+ENV = re.compile(r"NCCL INFO (\w+) set by environment to (\S+?)\.?(?=\s|$)")   # NCCL ends it with a period
 VERSIONS = (("nccl", re.compile(r"NCCL version (\S+)")), ("rccl", re.compile(r"RCCL version (\S+)")),
             ("nccl-tests", re.compile(r"nccl-tests version (\S+)")),
             ("rccl-tests", re.compile(r"rccl-tests: Version (\S+)")))

@@ -414,3 +414,11 @@ def test_repeated_zero_byte_rows_are_not_cycles(tmp_path):
                  + "# Out of bounds values : 0 OK\n", "all_gather")
     assert [r[0] for r in rows(recs)] == [0, 0, 0, 0, 0, 0, 32, 32]
     assert all("cycle" not in r for r in recs)
+
+
+def test_environment_values_without_the_period_nccl_ends_the_line_with(tmp_path):
+    info = ("h1:7:9 [0] NCCL INFO NCCL_IB_TC set by environment to 160.\n"
+            "h1:7:9 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to bond0\n"
+            "h1:7:9 [0] NCCL INFO NCCL_IB_HCA set by environment to =mlx5_0.1,mlx5_1.\n")
+    recs = _load(tmp_path, "a.log", info + ROWS_NEW, "all_reduce")
+    assert recs[0]["env"] == {"NCCL_IB_TC": "160", "NCCL_SOCKET_IFNAME": "bond0", "NCCL_IB_HCA": "=mlx5_0.1,mlx5_1"}
