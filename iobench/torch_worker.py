@@ -6,9 +6,10 @@ system can compress or deduplicate them). `torch-save` writes one file per rank 
 Files are fsynced, then their directory by rank 0, before the write clock stops (durable); they are
 dropped from the page cache (posix_fadvise DONTNEED) before the buffered read, and every tensor read
 back is compared exactly with a regenerated copy. Each format is written and read --repeats times,
-each repeat's files removed before the next (unless --keep). With --fio-jobs, rank 0 runs fio's reference
-(job files the parent wrote) at the start of every repeat, and once untimed before the first, while the
-other ranks wait: fio and the checkpoints take turns. Rank 0 counts the bytes the mount's disks move in
+each repeat's files removed before the next (unless --keep), after one untimed warm-up of each (a format's first
+save and load pay one-time costs: dcp's first write ran at a tenth of its later ones). With --fio-jobs, rank 0 runs
+fio's reference (job files the parent wrote) at the start of every repeat, and once untimed before the warm-up,
+while the other ranks wait: fio and the checkpoints take turns. Rank 0 counts the bytes the mount's disks move in
 each timed run (--disks) and writes the results as JSON to --result.
 """
 import argparse
@@ -33,6 +34,7 @@ from iobench.mounts import disk_bytes
 from iobench.profiles import fio_directory
 
 DTYPES = (torch.float32, torch.bfloat16)
+LISTS = ("write_s", "read_s", "device_write_bytes", "device_read_bytes")   # per timed repeat
 COLS = 1024
 
 
@@ -199,10 +201,10 @@ def main():
     payload = rank_sum(sum(t.numel() * t.element_size() for t in state.values()))
     formats = args.formats.split(",")
     results = {fmt: {"ckpt_format": fmt, "payload_bytes": payload, "tensors": len(plan) * world, "wrong": 0,
-                     "write_s": [], "read_s": [], "device_write_bytes": [], "device_read_bytes": []} for fmt in formats}
+                     **{k: [] for k in LISTS}} for fmt in formats}
     fio_runs, jobs = [], [j for j in args.fio_jobs.split(",") if j]
     # fio's reference and the checkpoints take turns, so each repeat's ratio pairs runs moments apart
-    for repeat in range(-1 if jobs else 0, args.repeats):  # -1: fio once untimed (warm-up), then every repeat
+    for repeat in range(-1, args.repeats):  # -1: warm-up, untimed: fio and each format once (first calls are slow)
         failed = reference(jobs, args, repeat, disks, fio_runs) if rank == 0 else None
         failed, = broadcast([failed])
         if failed:
@@ -210,9 +212,12 @@ def main():
                 Path(args.result).write_text(json.dumps({"error": failed}))
             dist.destroy_process_group()
             return
-        for fmt in formats if repeat >= 0 else ():
-            checkpoint(results[fmt], FORMATS[fmt], Path(args.dir) / fmt / str(repeat), state, plan, mesh, disks,
-                       args.keep)
+        for fmt in formats:
+            counted = repeat >= 0
+            res = results[fmt] if counted else {**results[fmt], **{k: [] for k in LISTS}}
+            checkpoint(res, FORMATS[fmt], Path(args.dir) / fmt / (str(repeat) if counted else "warm-up"), state, plan,
+                       mesh, disks, args.keep and counted)
+            results[fmt]["wrong"] = res["wrong"]   # the warm-up's tensors are checked too
     if rank == 0:
         Path(args.result).write_text(json.dumps({"results": list(results.values()), "fio": fio_runs,
                                                  "torch_version": torch.__version__, "world_size": world}))

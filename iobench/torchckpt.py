@@ -124,7 +124,8 @@ def run(path, size, ranks, formats, fio_ceiling, timeout, keep, writer, run_id, 
         repeats=DEFAULT_REPEATS):
     """fio's reference and the real checkpoints in turns, `repeats` times: each repeat runs fio's write and read
     (in a directory of its own), then each format's write and read, so a repeat's ratio pairs runs moments apart;
-    fio runs once more before the first repeat, untimed (the first write to fresh storage is slow)."""
+    fio and each format run once more before the first repeat, untimed (first writes to fresh storage and a format's
+    first save and load are slow)."""
     jobs = reference_jobs(size, ranks, keep) if fio_ceiling else []
     need = space_needed(size, formats, repeats, keep)
     target, = bench.check_targets([path], need, run_id, writer)

@@ -72,6 +72,8 @@ def check_round_trip(proc, data, out):
         assert rec["fio_profile"] == {"write": "shard-write", "read": "restore-read-buffered"}[rec["rw"]]
     fio_dir, kept = sorted(data.glob("iobench-*"))  # --keep keeps both: fio's and the checkpoints'
     assert kept.name == fio_dir.name + "-torch" and (fio_dir / "shard-write.fio").exists()
+    for fmt in ("torch-save", "dcp"):  # each format's untimed warm-up checkpoint is not kept, not counted
+        assert sorted(p.name for p in (kept / fmt).iterdir()) == ["0", "1"]
     for repeat in ("0", "1"):
         assert sorted(p.name for p in (kept / "torch-save" / repeat).iterdir()) == ["rank00000.pt", "rank00001.pt"]
         assert (kept / "dcp" / repeat / ".metadata").exists()
