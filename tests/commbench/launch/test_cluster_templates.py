@@ -47,6 +47,7 @@ def test_sbatch_templates_have_their_directives_and_parse(name):
     assert text.startswith("#!/bin/bash\n")
     directives = dict(re.findall(r"^#SBATCH --([\w-]+)(?:=(\S+))?", text, re.M))
     assert {"job-name", "nodes", "ntasks-per-node", "partition", "account", "time", "output"} <= set(directives)
+    assert "no-requeue" in directives   # a node lost mid-run ends the job (tests/slurm), not a rerun under its id
     assert directives["ntasks-per-node"] == "1"          # one task per node
     assert re.search(r"^#SBATCH --partition=\S+\s+# EDIT", text, re.M)
     assert re.search(r"^#SBATCH --account=\S+\s+# EDIT", text, re.M)
