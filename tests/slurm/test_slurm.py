@@ -5,6 +5,7 @@ a cut link), and accept draining the nodes its checks name (a hung rank, a stora
 nodes)."""
 import json
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -71,34 +72,36 @@ def test_nodelist_parser_agrees_with_scontrol(cluster, nodelist):
     assert done.returncode == 0 and expand_nodelist(nodelist) == done.stdout.split()
 
 
-def test_ring_in_salloc_gloo_and_sbatch_wait_mpi(cluster):
-    """Both at once, each on two of the four nodes."""
+def test_ring_in_salloc_beside_the_template_and_sbatch_wait_mpi(cluster, capsys):
+    """At once: `salloc -N2 commbench ring` (Gloo) and commbench.sbatch as shipped on the same two nodes (each job's
+    rendezvous on the first node at its own port; the port's class of collision: test_nodelist.py), and an MPI ring
+    through `sbatch --wait` on the other two."""
     gloo, mpi = cluster.work / "gloo.jsonl", cluster.work / "mpi.jsonl"
+    pair, other = (f"--nodelist={','.join(cluster.nodes[i:i + 2])}" for i in (0, 2))
     wrap = " ".join([COMMBENCH, "ring", "--backend", "mpi", *SHORT, "--out", str(mpi)])
-    sbatch = cluster.spawn("sbatch", "--wait", "-N2", "--output", cluster.work / "mpi.log", "--wrap", wrap, log="mpi")
+    sbatch = cluster.spawn("sbatch", "--wait", "-N2", other, "--output", cluster.work / "mpi.log", "--wrap", wrap,
+                           log="mpi")
+    env = {"COMMBENCH": COMMBENCH, "ARGS": "--collective all_reduce " + " ".join(SHORT[:10])}
+    template = cluster.sbatch("--exclusive=user", pair, *EDITS, TEMPLATE, env=env)
     try:
-        done = cluster.run("salloc", "-N2", COMMBENCH, "ring", *SHORT, "--out", gloo, timeout=120)
+        done = cluster.run("salloc", "-N2", "--exclusive=user", pair, COMMBENCH, "ring", *SHORT, "--out", gloo,
+                           timeout=120)
+        end = cluster.wait_job(template)
         assert sbatch.wait(timeout=180) == 0, ((cluster.work / "mpi.out").read_text(),
                                               (cluster.work / "mpi.log").read_text())
     finally:
         sbatch.kill()
-    assert done.returncode == 0, done.stderr
+    log = (cluster.work / f"commbench-{template}.log").read_text()
+    assert done.returncode == 0 and end == ("COMPLETED", 0), (done.stderr, log)
+    allocation = cluster.job(int(re.search(r"Granted job allocation (\d+)", done.stderr).group(1)))
+    shipped = cluster.job(template)
+    assert allocation["StartTime"] < shipped["EndTime"] and shipped["StartTime"] < allocation["EndTime"]  # at once
+    assert allocation["NodeList"] == shipped["NodeList"]
     check_two_nodes(measured(gloo), cluster, "gloo")
+    check_two_nodes(measured(cluster.work / f"commbench-{template}.jsonl"), cluster, "gloo")
     check_two_nodes(measured(mpi), cluster, "mpi")
-
-
-def test_template_two_jobs_at_once_on_the_same_nodes(cluster, capsys):
-    """Each job's rendezvous on node 0 at its own port (the port's class of collision: test_nodelist.py)."""
-    env = {"COMMBENCH": COMMBENCH, "ARGS": "--collective all_reduce " + " ".join(SHORT[:10])}
-    jobs = [cluster.sbatch("--exclusive=user", *EDITS, TEMPLATE, env=env) for _ in range(2)]
-    ends = [cluster.wait_job(j) for j in jobs]
-    infos = [cluster.job(j) for j in jobs]
-    assert ends == [("COMPLETED", 0)] * 2, [(cluster.work / f"commbench-{j}.log").read_text() for j in jobs]
-    assert infos[1]["StartTime"] < infos[0]["EndTime"]  # they ran at the same time
-    for j in jobs:
-        check_two_nodes(measured(cluster.work / f"commbench-{j}.jsonl"), cluster, "gloo")
     with capsys.disabled():
-        print(f"\n[commbench.sbatch job {jobs[0]} log]\n" + (cluster.work / f"commbench-{jobs[0]}.log").read_text())
+        print(f"\n[commbench.sbatch job {template} log]\n" + log)
 
 
 SPEC = """\
