@@ -1,10 +1,12 @@
-"""scripts/slurm and scripts/k8s: the files parse (sbatch directives, bash syntax, Kubernetes kinds) and every
-option their commbench/iobench commands use is one the CLI's --help lists."""
+"""scripts/slurm and scripts/k8s: the files parse (sbatch directives, bash syntax; the Kubernetes manifests against
+the schemas of their kinds) and every option their commbench/iobench commands use is one the CLI's --help lists."""
 import re
 import subprocess
 
+import kubernetes.client
 import pytest
 import yaml
+from kubeflow.training import models as kubeflow_models
 
 from tests.commbench.commands.test_accept import help_options
 from tests.conftest import ROOT
@@ -62,15 +64,76 @@ def test_commbench_sbatch_runs_commbench_once_and_the_launcher_takes_the_allocat
     assert "srun" not in (SCRIPTS / "slurm/commbench.sbatch").read_text().split("set -euo pipefail")[1]
 
 
-def test_kubernetes_manifests_load_with_their_kinds():
+PRIMITIVE = {"str": str, "int": int, "bool": bool, "float": (int, float), "object": object}
+QUANTITY = (str, int, float)   # a resource limit or request: Kubernetes' Quantity is a number or a string
+
+
+def as_schema(value, kind, path="", quantity=False):
+    """A manifest's YAML value as the OpenAPI type `kind` of the SDKs generated from the schemas (Kubernetes'
+    client for the core kinds, Kubeflow's training SDK for PyTorchJob, whose pod templates are Kubernetes' own).
+    AssertionError naming the path of a field its kind does not have, a value of the wrong type, or a required
+    field missing."""
+    if kind.startswith("dict("):
+        assert isinstance(value, dict), f"{path}: not a map ({kind})"
+        return {k: as_schema(v, kind[kind.index(",") + 1:-1].strip(), f"{path}.{k}", quantity) for k, v in value.items()}
+    if kind.startswith("list["):
+        assert isinstance(value, list), f"{path}: not a list ({kind})"
+        return [as_schema(v, kind[5:-1], f"{path}[{i}]") for i, v in enumerate(value)]
+    if kind in PRIMITIVE:
+        assert isinstance(value, QUANTITY if quantity else PRIMITIVE[kind]) and \
+            not (isinstance(value, bool) and kind != "bool"), f"{path}: {value!r} is not {kind}"
+        return value
+    cls = getattr(kubeflow_models, kind, None) or getattr(kubernetes.client, kind)
+    assert isinstance(value, dict), f"{path}: not an object ({kind})"
+    field = {name: attr for attr, name in cls.attribute_map.items()}
+    assert set(value) <= set(field), f"{path}: {kind} has no field {sorted(set(value) - set(field))}"
+    try:   # the generated constructors refuse a required field that is missing, or a value outside its enum
+        return cls(**{field[k]: as_schema(v, cls.openapi_types[field[k]], f"{path}.{k}",
+                                          kind == "V1ResourceRequirements") for k, v in value.items()})
+    except ValueError as exc:
+        raise AssertionError(f"{path or kind}: {exc}") from None
+
+
+MANIFESTS = {"k8s/commbench-pytorchjob.yaml": ("kubeflow.org/v1", "PyTorchJob", "KubeflowOrgV1PyTorchJob"),
+             "k8s/iobench-job.yaml": ("batch/v1", "Job", "V1Job")}
+
+
+@pytest.mark.parametrize("name", list(MANIFESTS))
+def test_kubernetes_manifests_match_the_schemas_of_their_kinds(name):
+    doc = yaml.safe_load((SCRIPTS / name).read_text())
+    api, kind, schema = MANIFESTS[name]
+    assert (doc["apiVersion"], doc["kind"]) == (api, kind)
+    as_schema(doc, schema)
+
+
+BROKEN = [  # (manifest, a change a user might make by mistake, what the check says)
+    ("k8s/iobench-job.yaml", lambda d: d["spec"]["template"]["spec"].update(restartpolicy="Never"),
+     "V1PodSpec has no field ['restartpolicy']"),
+    ("k8s/iobench-job.yaml", lambda d: d["spec"].update(backoffLimit="0"), ".spec.backoffLimit: '0' is not int"),
+    ("k8s/iobench-job.yaml", lambda d: d["spec"]["template"]["spec"]["containers"][0].pop("name"),
+     "Invalid value for `name`, must not be `None`"),
+    ("k8s/commbench-pytorchjob.yaml", lambda d: d["spec"]["pytorchReplicaSpecs"]["Worker"].update(replica=2),
+     "KubeflowOrgV1ReplicaSpec has no field ['replica']"),
+    ("k8s/commbench-pytorchjob.yaml", lambda d: d["spec"]["runPolicy"].update(cleanPodPolicy=["Running"]),
+     ".spec.runPolicy.cleanPodPolicy: ['Running'] is not str"),
+]
+
+
+@pytest.mark.parametrize("name, change, said", BROKEN)
+def test_the_schema_check_refuses_a_misspelt_field_a_wrong_type_and_a_missing_name(name, change, said):
+    doc = yaml.safe_load((SCRIPTS / name).read_text())
+    change(doc)
+    with pytest.raises(AssertionError, match=re.escape(said)):
+        as_schema(doc, MANIFESTS[name][2])
+
+
+def test_kubernetes_manifests_as_the_operator_and_the_volume_need():
     job = yaml.safe_load((SCRIPTS / "k8s/commbench-pytorchjob.yaml").read_text())
-    assert (job["apiVersion"], job["kind"]) == ("kubeflow.org/v1", "PyTorchJob")
     specs = job["spec"]["pytorchReplicaSpecs"]
     assert specs["Master"]["replicas"] == 1 and specs["Worker"]["replicas"] >= 1
     for role in ("Master", "Worker"):
         assert specs[role]["template"]["spec"]["containers"][0]["name"] == "pytorch"
     io = yaml.safe_load((SCRIPTS / "k8s/iobench-job.yaml").read_text())
-    assert (io["apiVersion"], io["kind"]) == ("batch/v1", "Job")
     pod = io["spec"]["template"]["spec"]
     claim = next(v for v in pod["volumes"] if "persistentVolumeClaim" in v)
     mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == claim["name"])
