@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from commbench.cases import compute
-from commbench.cases.overlap import PHASES, hidden, simulate
+from commbench.cases.overlap import FLOOR_NOISE, PHASES, hidden, simulate
 from tests.conftest import assert_one_line_error, read_records, run_tool
 
 
@@ -82,6 +82,7 @@ def test_every_pattern_gives_its_four_timings_exact_from_one_launch(tmp_path):
                     "--chunk-size", "512K", "--buckets", "4", "--out", out, "--format", "json", timeout=300)
     assert done.returncode == 0, done.stderr
     recs = [r for r in read_records(out) if not r.get("event")]
+    figured = 0
     for pattern in ("ddp", "pipelined", "pipelined-rs"):
         mine = [r for r in recs if r.get("pattern") == pattern]
         assert sorted(r["phase"] for r in mine) == sorted(PHASES * 2)     # four timings x 2 repeats, one launch
@@ -89,12 +90,24 @@ def test_every_pattern_gives_its_four_timings_exact_from_one_launch(tmp_path):
         assert all(r["wrong"] == 0 and r["compute_wrong"] == 0 and r["compute_check"] == "exact" for r in mine)
         for total in (r for r in mine if r["phase"] == "total"):
             assert total["steps"] == 4 and total["compute_threads"] == 1
-            assert math.isclose(total["exposed_comm_us"], total["overlapped_us"] - total["compute_us"])
-            assert math.isclose(total["overlap_efficiency"], (total["comm_us"] + total["compute_us"] -
-                                                              total["overlapped_us"]) / min(total["comm_us"],
-                                                                                            total["compute_us"]))
+            # the figures of its own three timings: exact above the floor (max of the parts alone), taken at the
+            # floor within the noise allowance, n/a beyond it (a phase disturbed on 2 shared cores; CI saw one)
+            comm, comp, over = total["comm_us"], total["compute_us"], total["overlapped_us"]
+            if over >= max(comm, comp):
+                assert "overlap_note" not in total
+                assert math.isclose(total["exposed_comm_us"], over - comp)
+                assert math.isclose(total["overlap_efficiency"], (comm + comp - over) / min(comm, comp))
+                figured += 1
+            elif over >= (1 - FLOOR_NOISE) * max(comm, comp):
+                assert "noise between phases" in total["overlap_note"] and total["overlap_efficiency"] == 1.0
+                assert math.isclose(total["exposed_comm_us"], max(comm, comp) - comp)
+                figured += 1
+            else:
+                assert "not figured" in total["overlap_note"]
+                assert total["exposed_comm_us"] is None and total["overlap_efficiency"] is None
             assert total["gemm_m"] == total["gemm_n"] == total["gemm_k"] and total["gemm_m"] % compute.ALIGN == 0
             assert total["compute_tflops"] > 0 and total["compute_slowdown"] > 0
+    assert figured >= 3, "most of the 6 measured sets must be figured"
     verdicts = [r for r in read_records(out) if r.get("event") == "verdict"]
     assert verdicts and all(r["check"] == "overlap" for r in verdicts)
 
