@@ -86,7 +86,7 @@ def save_torch(state, directory, rank, mesh):
         os.fsync(f.fileno())
 
 
-def load_torch(plan, directory, rank, mesh):
+def load_torch(target, directory, rank):
     return torch.load(Path(directory) / f"rank{rank:05d}.pt", map_location="cpu", weights_only=True)
 
 
@@ -95,14 +95,19 @@ def save_dcp(state, directory, rank, mesh):
     dcp.save(sharded, storage_writer=dcp.FileSystemWriter(directory, sync_files=True, overwrite=False))
 
 
-def load_dcp(plan, directory, rank, mesh):
-    target = {name: DTensor.from_local(torch.zeros((rows, COLS), dtype=dtype), mesh, [Shard(0)], run_check=False)
-              for name, dtype, rows in plan}
+def dcp_target(plan, mesh):
+    """The state dict dcp loads into, allocated before the clock (a training job loads into its model's tensors)."""
+    return {name: DTensor.from_local(torch.zeros((rows, COLS), dtype=dtype), mesh, [Shard(0)], run_check=False)
+            for name, dtype, rows in plan}
+
+
+def load_dcp(target, directory, rank):
     dcp.load(target, storage_reader=dcp.FileSystemReader(directory))
     return {k: v.to_local() for k, v in target.items()}
 
 
-FORMATS = {"torch-save": (save_torch, load_torch), "dcp": (save_dcp, load_dcp)}
+# format: (save, what load reads into (made before its clock), load); torch.load allocates as it reads
+FORMATS = {"torch-save": (save_torch, lambda plan, mesh: None, load_torch), "dcp": (save_dcp, dcp_target, load_dcp)}
 
 
 def timed(fn, *args, then=None, disks=()):
@@ -135,14 +140,14 @@ def wrong_tensors(loaded, rank, plan):
 def checkpoint(res, fmt, directory, state, plan, mesh, disks, keep):
     """One repeat of one format into res: a durable write (every file fsynced by its rank, then the directory by
     rank 0, inside the clock), the cache dropped, the read, the check."""
-    save, load = fmt
+    save, prepare, load = fmt
     rank = dist.get_rank()
     if rank == 0:
         directory.mkdir(parents=True)
     dist.barrier()
     write_s, _, wrote = timed(save, state, directory, rank, mesh, then=lambda: fsync_dir(directory), disks=disks)
     drop_cache(directory)
-    read_s, loaded, read = timed(load, plan, directory, rank, mesh, disks=disks)
+    read_s, loaded, read = timed(load, prepare(plan, mesh), directory, rank, disks=disks)
     res["wrong"] += rank_sum(wrong_tensors(loaded, rank, plan))
     del loaded
     res["file_bytes"] = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())

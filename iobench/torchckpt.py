@@ -29,6 +29,7 @@ MAX_TENSOR_BYTES = 64 << 20
 # Checkpoint formats (implemented in torch_worker.FORMATS) and the profile name of their records.
 PROFILE_NAMES = {"torch-save": "torch-save", "dcp": "torch-dcp"}
 DEFAULT_REPEATS = 3
+SHORT_RUN_S = 1.0     # timed runs shorter than this: the ratio range is mostly noise (said under the table)
 
 
 def tensor_bytes(per_rank_bytes):
@@ -193,3 +194,8 @@ def print_torch(records):
         out.print(f"{mount}: ratio = median GB/s over fio's median (write: shard-write, read: restore-read-buffered); "
                   f"range: lowest..highest ratio of one repeat to fio's run just before it; device x: bytes the "
                   f"mount's device moved in that direction during the timed run / the payload (sysfs)")
+        short = [r["runtime_s"] for r in torch_rows + fio_rows if r["mount"] == mount and r.get("runtime_s")]
+        if short and min(short) < SHORT_RUN_S:
+            out.print(f"{mount}: the shortest timed run took {min(short):.2f} s: runs under {SHORT_RUN_S:.0f} s "
+                      f"are dominated by the storage's moment-to-moment noise, which widens the ratio range "
+                      f"(a larger --size narrows it)")

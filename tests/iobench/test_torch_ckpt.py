@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from iobench.torch_worker import FORMATS, make_tensor, tensor_plan, wrong_tensors
-from iobench.torchckpt import PROFILE_NAMES, tensor_bytes
+from iobench.torchckpt import PROFILE_NAMES, print_torch, tensor_bytes
 from tests.conftest import assert_one_line_error, read_records
 from tests.iobench.conftest import assert_failed_run, leftovers
 
@@ -108,3 +108,17 @@ def test_bad_format_and_size(tool, tmp_path):
     assert_one_line_error(tool("iobench", "torch-ckpt", tmp_path, "--size", "1M", "--ranks", "4"),
                           "at least 1 MiB")
 
+
+
+@pytest.mark.parametrize("runtime, said", [(0.4, True), (2.5, False)])
+def test_short_runs_are_said_to_widen_the_range(capsys, runtime, said):
+    """Under the table: a timed run under a second is mostly the storage's noise (1G on the loop XFS here gives
+    ranges within +-15 %, 256M twice that: scripts/bench-iobench torch-ckpt)."""
+    common = dict(mount="/mnt/x", numjobs=2, repeats=3, size_bytes=1 << 30)
+    fio = dict(common, profile="shard-write", rw="write", repeat=0, bw_mbps=700.0, runtime_s=runtime + 0.1)
+    ckpt = dict(common, profile="torch-save", ckpt_format="torch-save", rw="write", bw_gbps=0.6, ratio_to_fio=0.86,
+                ratio_min=0.8, ratio_max=0.9, runtime_s=runtime, tensors=8, wrong=0)
+    print_torch([fio, ckpt])
+    text = capsys.readouterr().out
+    assert "0.80-0.90" in text
+    assert (f"the shortest timed run took {runtime:.2f} s" in text) is said
