@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from benchcore import procs, thresholds
 from benchcore.errors import UserError
@@ -319,6 +320,13 @@ def run(spec, out, baseline_path, programs, allocation=None):
     return code
 
 
+def given(*names):
+    """The options among names (parameter names) that the command line set, as the user spelled them (--flag)."""
+    ctx = click.get_current_context()
+    return [p.opts[0] for p in ctx.command.params
+            if p.name in names and ctx.get_parameter_source(p.name) is ParameterSource.COMMANDLINE]
+
+
 @click.command("accept")
 @click.option("--spec", "spec_path", default=None, metavar="FILE", help="The acceptance spec (YAML).")
 @click.option("--out", default=None, metavar="DIR",
@@ -347,10 +355,18 @@ def accept(spec_path, out, baseline, dry_run, init, topology, nodes, on_fail):
       commbench accept --spec acceptance/localhost.yaml --out accept-today/ --baseline accept-last/results.jsonl
     """
     if init:
-        if not topology or spec_path:
-            raise UserError("--init needs --topology (and no --spec): commbench accept --init --topology dgx-h100")
+        if not topology:
+            raise UserError("--init needs --topology: commbench accept --init --topology dgx-h100 --nodes 2 > spec.yaml")
+        misplaced = given("spec_path", "out", "baseline", "dry_run", "on_fail")
+        if misplaced:
+            example = f"commbench accept --init --topology {shown(shlex.quote(topology), 300)} --nodes {nodes} > spec.yaml"
+            raise UserError(f"{', '.join(misplaced)}: not with --init, which prints a starting spec to stdout and runs "
+                            f"nothing ({example})")
         click.echo(init_text(topology, nodes), nl=False)
         return
+    misplaced = given("topology", "nodes")
+    if misplaced:
+        raise UserError(f"{', '.join(misplaced)}: only with --init (a spec names its own topology and nodes)")
     if not spec_path:
         raise UserError("give --spec FILE (or --init --topology NAME to write one)")
     spec = load_spec(spec_path)

@@ -8,9 +8,10 @@ from commbench.cases.registry import CASES
 from commbench.commands.accept import spec as accept_spec
 from commbench.model import topology
 from commbench.model.alphabeta import predict
-from tests.conftest import run_tool
+from tests.conftest import ROOT, assert_one_line_error, run_tool
 
 H100 = topology.resolve("dgx-h100")
+LOCALHOST = ROOT / "acceptance" / "localhost.yaml"
 CFG = {"case": "all_reduce", "dtype": "float32", "op": "sum", "root": 0, "in_place": True}
 
 
@@ -54,3 +55,16 @@ def test_init_thresholds_are_stated_margins_under_the_model(tmp_path):
     assert time.expected(record(small, 8)) == pytest.approx(time.value * small.time_us)
     assert f"8-byte time is {small.time_us:.1f} us, NCCL {small.algo}" in proc.stdout
     assert f"Margin: {time.value:g} x the model's time" in proc.stdout
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--init", "--topology", "dgx-h100", "--out", "spec.yaml"], "--out: not with --init, which prints"),
+    (["--init", "--topology", "dgx-h100", "--spec", "s.yaml", "--dry-run"], "--spec, --dry-run: not with --init"),
+    (["--init", "--nodes", "2"], "--init needs --topology"),
+    (["--spec", str(LOCALHOST), "--topology", "dgx-h100", "--dry-run"], "--topology: only with --init"),
+    (["--spec", str(LOCALHOST), "--nodes", "2"], "--nodes: only with --init"),
+])
+def test_options_of_init_and_of_a_run_are_never_silently_ignored(tmp_path, args, needle):
+    """`--init --out spec.yaml` wrote nothing and said nothing; --topology beside --spec was ignored."""
+    assert_one_line_error(run_tool("commbench", "accept", *args, cwd=tmp_path), needle)
+    assert list(tmp_path.iterdir()) == []
