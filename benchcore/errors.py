@@ -42,3 +42,23 @@ def run_cli(group):
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)
+
+
+def given(*names):
+    """The options among names (parameter names) that the command line set, as the user spelled them (--flag;
+    -r/--root where the first spelling is a letter); [] outside a click command."""
+    import click
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return []
+    return ["/".join(p.opts[:2]) if not p.opts[0].startswith("--") else p.opts[0] for p in ctx.command.params
+            if p.name in names and ctx.get_parameter_source(p.name) is ParameterSource.COMMANDLINE]
+
+
+def refuse_given(names, why):
+    """Options the command line set that would be silently ignored: UserError '--a, --b: why' (one line)."""
+    found = given(*names)
+    if found:
+        raise UserError(f"{', '.join(found)}: {why}")

@@ -18,6 +18,7 @@ starts, so nothing is said about lateness there. A slow link slows every rank of
 import os
 import statistics
 
+from benchcore.errors import UserError
 from benchcore.report import console, print_table
 from commbench.cases.registry import record_label
 
@@ -118,8 +119,11 @@ def print_stats(records):
         print_table(rows, STATS_COLUMNS, title="per-iteration statistics over every rank (commbench/rankstats.py)")
 
 
-def with_stats(table_fn, show):
-    """table_fn, then (with --stats) the statistics table, then the straggler notes."""
+def with_stats(table_fn, show, fmt="table"):
+    """table_fn, then (with --stats) the statistics table, then the straggler notes. --stats is a table: with
+    --format json, csv or nccl-tests it would be shown nowhere, and is refused."""
+    if show and fmt != "table":
+        raise UserError(f"--stats shows a table: not with --format {fmt} (the records hold the same figures)")
     def tables(records):
         table_fn(records)
         if show:

@@ -11,7 +11,8 @@ from benchcore.errors import UserError
 from benchcore.records import RecordWriter, hostname, output_file
 from benchcore.units import format_size
 from commbench import rankstats
-from commbench.cases.registry import record_label
+from commbench.cases.case import ReadOptions, refuse_unread
+from commbench.cases.registry import CASES, record_label
 from commbench.launch.execute import execute
 from commbench.launch.spec import gpu_memories, spec_from_options
 from commbench.launch.torchrun import check_endpoint
@@ -131,13 +132,14 @@ def measure(names, kw, table_fn=print_collective_tables, label="measuring", plot
         spec, plan = rounds[0]
     else:
         spec = spec_from_options(kw)
-        plan = build_plan(names, take(kw, MeasureOptions), take(kw, CaseOptionsText).parse(), spec,
-                          kw.pop("repeats", 1))
+        case_opts = ReadOptions(take(kw, CaseOptionsText).parse())
+        plan = build_plan(names, take(kw, MeasureOptions), case_opts, spec, kw.pop("repeats", 1))
+        refuse_unread(case_opts, [CASES[n] for n in names])
         rounds = None
     if reshape:  # the command splits or adjusts the launches (p2p: OSU's iteration counts per size class)
         rounds = reshape(rounds or [(spec, plan)])
     out, fmt, plot = kw.pop("out"), kw.pop("fmt"), kw.pop("plot", None)
-    table_fn = rankstats.with_stats(table_fn, kw.pop("show_stats"))
+    table_fn = rankstats.with_stats(table_fn, kw.pop("show_stats"), fmt)
     no_leftovers(kw)
     run_plan(spec, plan, out, fmt, table_fn, label, plot, plot_fn, judge, rounds)
 
@@ -153,8 +155,10 @@ def backend_rounds(names, kw, backends):
         specs.append(spec_from_options(mine))
     for key in set(kw) - set(mine):  # the launch options every spec took
         kw.pop(key)
-    measure_opts, case_opts, repeats = take(kw, MeasureOptions), take(kw, CaseOptionsText).parse(), kw.pop("repeats")
+    measure_opts, case_opts = take(kw, MeasureOptions), ReadOptions(take(kw, CaseOptionsText).parse())
+    repeats = kw.pop("repeats")
     plans = [build_plan(names, measure_opts, case_opts, spec) for spec in specs]
+    refuse_unread(case_opts, [CASES[n] for n in names])
     plans = [dataclasses.replace(p, run_id=plans[0].run_id) for p in plans]
     pairs = list(zip(specs, plans))
     return [(s, dataclasses.replace(p, tags={**p.tags, "repeat": r}) if repeats > 1 else p)

@@ -5,7 +5,7 @@ from pathlib import Path
 import click
 
 from benchcore import commands
-from benchcore.errors import UserError, run_cli
+from benchcore.errors import UserError, refuse_given, run_cli
 from benchcore.records import PLOT_SUFFIXES, RecordWriter, new_output, new_output_option, new_run_id, output_file
 from benchcore.report import FORMATS, emit
 from benchcore.units import format_size, parse_size
@@ -17,6 +17,7 @@ from iobench.profiles import PROFILES, build_job, parse_profiles, space_needed, 
 from iobench.safety import clean as clean_dirs
 
 DEFAULT_TIMEOUT = 1800
+DRY_RUN = "not with --dry-run, which prints what would run and runs nothing"
 
 
 def positive(what):
@@ -125,6 +126,16 @@ def ckpt(paths, profiles, quick, runtime, size, bs, iodepth, jobs, ranks, direct
       iobench ckpt /mnt/nvme --dry-run > ckpt.fio
     """
     selected = parse_profiles(profiles)
+    if dry_run:
+        refuse_given(["out", "fmt", "keep_json", "plot"], DRY_RUN)
+    if not any(p.direct_option for p in selected):
+        refuse_given(["direct"], "goes with shard-write (the profile that writes buffered), not with "
+                     + ", ".join(p.name for p in selected))
+    if jobs is not None:
+        refuse_given(["ranks"], "not with --jobs, which sets numjobs of every profile")
+    elif not any(p.ranks for p in selected):
+        refuse_given(["ranks"], "goes with shard-write and restore-read (a shard file per rank), not with "
+                     + ", ".join(p.name for p in selected))
     check_timeout(timeout, runtime)
     job_list = unlink_when_done([build_job(p, quick=quick, size=size, runtime=runtime, bs=bs, iodepth=iodepth,
                                            jobs=jobs, ranks=ranks, direct=direct) for p in selected], keep)
@@ -176,6 +187,8 @@ def run_cmd(jobfile, path, dry_run, out, fmt, timeout, keep, keep_json, concurre
     Example:
       iobench run mixed.fio --directory /mnt/nvme --out results.jsonl
     """
+    if dry_run:
+        refuse_given(["out", "fmt", "keep_json", "keep"], DRY_RUN)
     jobpath = os.path.abspath(jobfile)
     _, sections = read_job_file(jobpath)
     run_id = new_run_id()
@@ -237,6 +250,8 @@ def torch_ckpt(path, size, ranks, ckpt_formats, repeats, fio_ceiling, out, fmt, 
       iobench torch-ckpt /mnt/cephfs --size 8G --ranks 8 --ckpt-format dcp --out results.jsonl --format json
     """
     formats = torchckpt.parse_formats(ckpt_formats)
+    if not fio_ceiling:
+        refuse_given(["keep_json"], "keeps fio's JSON: not with --no-fio, which runs no fio")
     if size < ranks << 20:
         raise UserError(f"--size must give every rank at least 1 MiB ({ranks} ranks)")
     run_id = new_run_id()

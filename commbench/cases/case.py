@@ -8,7 +8,7 @@ needs. Built on one rank for one payload it gives a Timed: the functions the one
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional, Tuple
 
-from benchcore.errors import UserError
+from benchcore.errors import UserError, given
 
 TOTAL = "total"
 
@@ -47,6 +47,47 @@ class CaseOptions:
     gemm: Optional[Tuple[int, int, int]] = None   # overlap: M, N, K instead of a ratio
     compute_kernel: str = "gemm"
     compute_threads: int = 1                   # torch intra-op threads per rank on CPU
+
+
+# CaseOptions field -> (its click parameter, what takes it): a given option that none of a run's cases reads would be
+# silently ignored, and is refused instead (refuse_unread)
+READERS = {"places": ("place", "the cases with in- and out-of-place variants: collectives, rs-ag, plain, chunked"),
+           "chunk_sizes": ("chunk_sizes", "the chunked strategy and the pipelined overlap patterns"),
+           "thresholds": ("threshold", "the chunked strategy"),
+           "inflights": ("inflight", "the chunked strategy and the pipelined overlap patterns"),
+           "compress": ("compress", "the compressed strategy"),
+           "buckets": ("buckets", "the ddp overlap pattern"),
+           **{f: (p, "the overlap patterns") for f, p in (("compute_ratios", "compute_ratio"), ("gemm", "gemm"),
+                                                          ("compute_kernel", "compute_kernel"),
+                                                          ("compute_threads", "compute_threads"))}}
+
+
+class ReadOptions:
+    """CaseOptions that note which of their fields the cases' configs() read (`read`)."""
+
+    def __init__(self, opts):
+        self.opts, self.read = opts, set()
+
+    def __getattr__(self, name):
+        value = getattr(self.opts, name)
+        self.read.add(name)
+        return value
+
+
+def refuse_unread(options, cases):
+    """One UserError line for an option of the command line that none of cases (Case rows) uses: a case option
+    their configs() never read (options: ReadOptions, or None), -r/--root where none has a root, -o/--op where
+    none reduces, --compute-ratio beside --gemm (which sizes the compute instead)."""
+    names, s, have = ", ".join(c.name for c in cases), "s" * (len(cases) == 1), "has" if len(cases) == 1 else "have"
+    for field_name, (param, goes_with) in READERS.items():
+        if options is not None and field_name not in options.read and given(param):
+            raise UserError(f"{given(param)[0]}: {names} take{s} no {given(param)[0]} (it goes with {goes_with})")
+    if not any(c.rooted for c in cases) and given("root"):
+        raise UserError(f"-r/--root: {names} {have} no root (it goes with broadcast and reduce)")
+    if not any(c.reduces for c in cases) and given("op"):
+        raise UserError(f"-o/--op: {names} take{s} no reduction op (it goes with all_reduce, reduce_scatter and reduce)")
+    if given("gemm") and given("compute_ratio"):
+        raise UserError("--compute-ratio: not with --gemm, which sizes the compute itself (instead of a ratio)")
 
 
 @dataclass(frozen=True)

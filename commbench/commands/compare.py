@@ -9,7 +9,7 @@ import statistics
 import click
 
 from benchcore import schema, stats
-from benchcore.errors import UserError
+from benchcore.errors import UserError, refuse_given
 from benchcore.records import PLOT_SUFFIXES, new_output_option
 from benchcore.report import console, line_plot, print_table
 from benchcore.units import format_size
@@ -259,6 +259,8 @@ def chunked(repeats, overlap, **kw):
     """
     kw["repeats"] = repeats
     if overlap:
+        refuse_given(["buckets"], "chunked --overlap measures one all_reduce after the compute (ddp with 1 bucket); "
+                                  "buckets go with commbench overlap --patterns ddp")
         run_chunked_overlap(kw)
         return
     for name, default in (("compute_ratio", "1"), ("gemm", None), ("compute_kernel", "gemm"), ("compute_threads", 1),

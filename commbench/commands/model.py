@@ -6,12 +6,12 @@ import math
 import click
 
 from benchcore import inputs, values
-from benchcore.errors import UserError
+from benchcore.errors import UserError, refuse_given
 from benchcore.inputs import shown
 from benchcore.records import dumps, read_records
 from benchcore.report import console, print_table
 from benchcore.units import format_size, parse_size, size_range
-from commbench.cases.case import TOTAL, label, work_key
+from commbench.cases.case import TOTAL, ReadOptions, label, refuse_unread, work_key
 from commbench.cases.collectives import DTYPES
 from commbench.cases.registry import CASES, case_of, parse_names, record_label
 from commbench.commands.overlap import model_rows
@@ -181,6 +181,13 @@ def model(topology, nodes, nproc_per_node, collectives, strategies, patterns, mi
       commbench model --topology dgx-h100 --nodes 2 --overlap ddp,pipelined -b 64M -e 4G -f 4 --compute-ratio 1
       commbench model --fit results.jsonl
     """
+    if fit_file:
+        refuse_given(["nodes", "nproc_per_node", "collectives", "strategies", "patterns", "min_bytes", "max_bytes",
+                      "step_factor", "backend", *case_kw], "not with --fit, which fits the model to the records' "
+                     "own sizes and cases (--topology names the tiers)")
+    # the model takes every config in place, and sizes compute as --compute-ratio x its predicted communication
+    refuse_given(["place", "gemm", "compute_kernel", "compute_threads"], "the model does not tell it apart "
+                 "(it predicts in place, and compute as --compute-ratio x the predicted communication)")
     topo = _topology(topology)
     if fit_file:
         return _print_fit(fit_file, topo, fmt)
@@ -190,14 +197,17 @@ def model(topology, nodes, nproc_per_node, collectives, strategies, patterns, mi
              parse_names(collectives or "all_reduce", "collective", "--collective"))
     local = nproc_per_node or topo.gpus_per_node or 2
     sizes = size_range(parse_size(min_bytes, "-b/--min-bytes"), parse_size(max_bytes, "-e/--max-bytes"), step_factor)
-    opts = CaseOptionsText(**case_kw).parse()
+    opts = ReadOptions(CaseOptionsText(**case_kw).parse())
     backend = backend or ("nccl" if topo.gpus_per_node else "gloo")
     if patterns:
-        rows = model_rows(topo, parse_names(patterns, "overlap", "--overlap"), sizes, nodes, local, backend, opts)
+        names = parse_names(patterns, "overlap", "--overlap")
+        rows = model_rows(topo, names, sizes, nodes, local, backend, opts)
+        refuse_unread(opts, [CASES[n] for n in names])
         return _print_rows(rows, OVERLAP_COLUMNS, f"model of overlap: {topo.name}, {nodes} node(s) x {local} ranks, "
                            f"{backend}; compute = ratio x the communication's predicted time", topo, nodes, local,
                            backend, fmt)
     rows = predictions(topo, names, sizes, nodes, local, backend, opts)
+    refuse_unread(opts, [CASES[n] for n in names])
     if fmt == "json":
         for row in rows:
             click.echo(dumps({"topology": topo.name, "nodes": nodes, "world_size": nodes * local,

@@ -4,7 +4,7 @@ import dataclasses
 import click
 from click.core import ParameterSource
 
-from benchcore.errors import UserError
+from benchcore.errors import UserError, refuse_given
 from benchcore.inputs import finite
 from benchcore.report import print_table
 from benchcore.units import format_size
@@ -119,6 +119,9 @@ def p2p(click_ctx, modes, backends, window, budget, **kw):
         raise UserError(f"--mode takes {', '.join(MODES)}, got {modes!r}")
     if kw["nproc_per_node"] is None:  # one link: 2 ranks on one node, else one per node
         kw["nproc_per_node"] = 2 if (kw["nodes"] or 1) == 1 else 1
+    refuse_given(["dtype"], "p2p moves bytes (uint8, as OSU's MPI_CHAR)")
+    if set(names) == {case_name("latency")}:
+        refuse_given(["window"], "goes with --mode bw and bibw (latency is a ping-pong, one message at a time)")
     kw["dtype"] = "uint8"  # bytes, as OSU's MPI_CHAR
     if backends is not None:
         kw["backends"] = parse_backends(backends)

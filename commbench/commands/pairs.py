@@ -14,13 +14,14 @@ import statistics
 import click
 
 from benchcore import schema
-from benchcore.errors import UserError
+from benchcore.errors import UserError, refuse_given
 from benchcore.records import PLOT_SUFFIXES, new_output_option
 from benchcore.report import console, print_table
 from benchcore.units import parse_size
 from benchcore.values import FRACTION
-from commbench.cases.case import CaseOptions
+from commbench.cases.case import CaseOptions, refuse_unread
 from commbench.cases.pairs import FULL_COVERAGE_UP_TO, tournament
+from commbench.cases.registry import CASES
 from commbench.launch.spec import launch_options, spec_from_options
 from commbench.plan import MeasureOptions, build_plan, measure_options, no_leftovers, take
 from commbench.runner import run_plan
@@ -185,10 +186,12 @@ def pairs(rounds, size, min_fraction, plot, **kw):
                         "the schedule, and the records of every pair, operation and round stay in memory for the "
                         f"verdict): at most --rounds {max(1, PAIR_SLOTS_MAX // spec.world_size)} here")
     plan = build_plan(["pair"], take(kw, MeasureOptions), CaseOptions(), spec)
+    refuse_unread(None, [CASES["pair"]])
     configs = [{**cfg, "round": r, "partner": partner}
                for r, partner in enumerate(tournament(spec.world_size, rounds)) for cfg in plan.configs]
     plan = dataclasses.replace(plan, configs=configs, iter_stats=True)   # pairs need every rank's own time
-    out, fmt, show_stats = kw.pop("out"), kw.pop("fmt"), kw.pop("show_stats")
+    out, fmt, _ = kw.pop("out"), kw.pop("fmt"), kw.pop("show_stats")
+    refuse_given(["show_stats"], "pairs shows its node x node matrix, not the per-rank statistics table")
     no_leftovers(kw)
     run_plan(spec, plan, out, fmt, print_pairs, "pairs", plot, plot_matrix,
              judge=lambda recs: verdict(recs, min_fraction, plan.run_id), derive=pair_records)

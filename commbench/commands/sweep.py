@@ -12,14 +12,14 @@ import click
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from benchcore import inputs, schema, stats
-from benchcore.errors import UserError
+from benchcore.errors import UserError, refuse_given
 from benchcore.records import PLOT_SUFFIXES, RecordWriter, new_output_option, new_run_id, output_file, read_records
 from benchcore.report import console, line_plot, print_table
 from benchcore.units import format_size
 from benchcore.values import SECONDS
 from commbench import rankstats
-from commbench.cases.case import TOTAL
-from commbench.cases.registry import COLLECTIVE_NAMES, STRATEGY_NAMES, parse_names, record_label
+from commbench.cases.case import TOTAL, ReadOptions, refuse_unread
+from commbench.cases.registry import CASES, COLLECTIVE_NAMES, STRATEGY_NAMES, parse_names, record_label
 from commbench.commands import verdict
 from commbench.launch.execute import execute
 from commbench.launch.spec import launch_options, spec_from_options
@@ -201,9 +201,14 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
     swept = {name for config in configs for name in config}
     for name in sorted(swept & set(os.environ)):  # the baseline means: none of the swept variables set
         console(stderr=True).print(f"note: {name}={os.environ.pop(name)} from the shell is not used by the sweep")
+    if strategy:
+        refuse_given(["collectives"], "not with --strategy, which sweeps a strategy instead")
     names = parse_names(strategy, "strategy", "--strategy") if strategy else \
         parse_names(collectives, "collective", "--collective")
-    plan = build_plan(names, take(kw, MeasureOptions), take(kw, CaseOptionsText).parse(), spec)
+    case_opts = ReadOptions(take(kw, CaseOptionsText).parse())
+    plan = build_plan(names, take(kw, MeasureOptions), case_opts, spec)
+    refuse_unread(case_opts, [CASES[n] for n in names])
+    table_fn = rankstats.with_stats(lambda _: print_ranking(outcomes, found, failed, notes), show_stats, fmt)
     no_leftovers(kw)
     backend = "nccl" if spec.may_use_nccl() else "gloo"
     ignored = sorted(name for name in swept if backend not in read_by(name))
@@ -238,8 +243,7 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
             for rec in found:
                 writer.write(rec)
     notes = [f"{', '.join(ignored)}: ignored by {backend}"] if ignored else []
-    render(good if fmt == "nccl-tests" else records + found, fmt,
-           rankstats.with_stats(lambda _: print_ranking(outcomes, found, failed, notes), show_stats))
+    render(good if fmt == "nccl-tests" else records + found, fmt, table_fn)
     if plot:
         plot_sweep(good, plot)
     if failed:

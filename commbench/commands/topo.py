@@ -31,6 +31,8 @@ def topo(as_json, link, calibrate, out):
     if out and not calibrate:
         raise UserError("--out goes with --calibrate (the topology file it writes)")
     if calibrate:
+        if as_json:
+            raise UserError("--json: not with --calibrate, which prints a topology file (YAML)")
         return write_calibration(link, out)
     found = detect(link)
     fields = found["fields"]

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import click
 
 from benchcore import procs
-from benchcore.errors import UserError
+from benchcore.errors import UserError, given, refuse_given
 from benchcore.units import format_size
 from benchcore.values import SECONDS
 from commbench.launch import mpirun
@@ -95,6 +95,9 @@ def spec_from_options(kw):
                       node_rank=kw.pop("node_rank"), backend=kw.pop("backend"), timeout=kw.pop("timeout"),
                       rdzv_timeout=kw.pop("rdzv_timeout"), dry_run=kw.pop("dry_run"), verbose=kw.pop("verbose"),
                       hang_timeout=kw.pop("hang_timeout", 60))
+    if spec.dry_run:   # what would be written or shown after the run (sweep's --resume reads --out: kept)
+        refuse_given(["plot", "show_stats", "fmt"] + ([] if given("resume") else ["out"]),
+                     "not with --dry-run, which prints the launch command lines and runs nothing")
     allocation = int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or 0)
     if spec.nodes is None:
         spec.nodes = allocation if allocation and spec.launcher in ("auto", "slurm") else 1
@@ -116,6 +119,7 @@ def spec_from_options(kw):
     spec.hang_timeout = min(spec.hang_timeout, spec.timeout * 0.8)   # reported before the process group gives up
     if spec.backend == "mpi" or spec.launcher == "mpirun":
         mpirun.resolve(spec)
+    chosen = spec.launcher
     if spec.launcher == "auto":
         spec.launcher = ("slurm" if os.environ.get("SLURM_JOB_ID") else
                          "torchrun" if spec.rdzv_endpoint else "local")
@@ -127,6 +131,9 @@ def spec_from_options(kw):
             raise UserError(f"--node-rank must be in 0..{spec.nodes - 1}, got {spec.node_rank}")
     elif spec.node_rank is not None:
         raise UserError("--node-rank only applies with --rdzv-endpoint (--launcher torchrun)")
+    elif spec.rdzv_endpoint:   # local and slurm rendezvous where they start the nodes
+        raise UserError(f"--rdzv-endpoint is the rendezvous of --launcher torchrun: not with --launcher {spec.launcher}"
+                        + (" (auto's choice inside this Slurm allocation)" if chosen == "auto" else ""))
     cores = len(os.sched_getaffinity(0))
     if not gpus and spec.launcher == "local" and spec.world_size > cores:
         spec.notes.append(f"{spec.world_size} ranks on {cores} cores: they compete for the CPU and the numbers "

@@ -20,10 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
-from click.core import ParameterSource
 
 from benchcore import procs, thresholds
-from benchcore.errors import UserError
+from benchcore.errors import UserError, given
 from benchcore.inputs import name, shown
 from benchcore.records import RecordWriter, new_run_id, read_records
 from benchcore.report import console
@@ -318,13 +317,6 @@ def run(spec, out, baseline_path, programs, allocation=None):
                f"{passed} of {len(results)} checks passed; {name(directory)}/verdict.json, junit.xml, report.html")
     written.check()
     return code
-
-
-def given(*names):
-    """The options among names (parameter names) that the command line set, as the user spelled them (--flag)."""
-    ctx = click.get_current_context()
-    return [p.opts[0] for p in ctx.command.params
-            if p.name in names and ctx.get_parameter_source(p.name) is ParameterSource.COMMANDLINE]
 
 
 @click.command("accept")
