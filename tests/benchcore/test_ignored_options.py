@@ -66,6 +66,8 @@ CASES = [
      "--gemm: the model does not tell it apart"),
     ("commbench", ["model", "--fit", "{tmp}/r.jsonl", "--collective", "all_gather"], "--collective: not with --fit"),
     ("commbench", ["topo", "--calibrate", "--json"], "--json: not with --calibrate"),
+    ("commbench", ["selftest", "link", "--rate", "1gbit", "--collective", "all_reduce,ring", "--threshold", "8M"],
+     "--threshold: goes with chunked in --collective"),
     # iobench --dry-run prints the job file or fio's command
     ("iobench", ["ckpt", "{tmp}", "--dry-run", "--out", "{tmp}/r.jsonl"], "--out: " + DRY),
     ("iobench", ["ckpt", "{tmp}", "--dry-run", "--plot", "{tmp}/p.png"], "--plot: " + DRY),

@@ -14,7 +14,7 @@ import time
 import click
 
 from benchcore import schema
-from benchcore.errors import UserError
+from benchcore.errors import UserError, refuse_given
 from benchcore.records import output_file
 from benchcore.report import console, print_table
 from benchcore.units import format_size, parse_size, size_range
@@ -93,6 +93,8 @@ def link(rate, collectives, out, fmt, port, **args):
     bad = [k for k in kinds if k not in KINDS]
     if bad or not kinds:
         raise UserError(f"unknown collective {bad[0] if bad else collectives!r}; known: {', '.join(KINDS)}")
+    if "chunked" not in kinds:
+        refuse_given(["chunk_size", "threshold"], "goes with chunked in --collective (the one strategy that reads it)")
     sizes = size_range(parse_size(args["min_bytes"], "-b/--min-bytes"), parse_size(args["max_bytes"], "-e/--max-bytes"),
                        args["step_factor"])
     need_namespaces("selftest link")
