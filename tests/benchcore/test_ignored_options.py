@@ -88,7 +88,8 @@ CASES = [
 
 @pytest.mark.parametrize("tool, args, needle", CASES, ids=[f"{t}-{'-'.join(map(str, a))}"[:80] for t, a, _ in CASES])
 def test_an_option_that_would_be_ignored_is_refused_in_one_line(tmp_path, tool, args, needle):
-    done = run_tool(tool, *[str(a).format(tmp=tmp_path) for a in args], timeout=60, memory_limit=4 * GIB)
+    done = run_tool(tool, *[str(a).format(tmp=tmp_path) for a in args], timeout=60, memory_limit=4 * GIB,
+                    cwd=tmp_path)   # a default output (commbench-sweep.jsonl) would land here, and fail the test
     assert_one_line_error(done, needle)
     assert done.returncode == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == []   # nothing written, nothing run
