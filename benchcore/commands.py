@@ -90,7 +90,9 @@ def _convert(path, writer, to_stdout, collective):
     for rec in found_records:
         if write:
             write(rec)
-        if rec.get("event"):
+        if type(rec) is str:                      # a table row's record, as its JSON line
+            found += 1
+        elif rec.get("event"):
             events.append(shown(f"{rec['event']}: {rec['reason']}", 300))
         elif rec.get("tool") in tools:
             found += 1

@@ -1,5 +1,8 @@
 """The tables of nccl-tests and rccl-tests logs: a header line read into a Layout (columns found by name, so
-every generation's columns are read from its own header), a row read into its values by whitespace."""
+every generation's columns are read from its own header), a row read into its values by whitespace, or read
+whole by its Layout's pattern where it is as nccl-tests prints it; either into its cells' JSON text."""
+import functools
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -10,6 +13,10 @@ COLUMNS = {"size": "size", "bytes": "size", "count": "count", "n": "count", "typ
 
 NUMBER = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
 TYPE = re.compile(r"[A-Za-z]\w*$")
+# a row as nccl-tests 2.x prints it, cell by column: each a token that is its value's JSON text as well
+DECIMAL = r"(-?(?:0|[1-9]\d*)\.\d+)"
+CELLS = {"size": r"(0|[1-9]\d*)", "count": r"(\d+)", "type": r"([A-Za-z]\w*)", "op": r"([A-Za-z]\w*)",
+         "root": r"(-?\d+)", "time": DECIMAL, "algbw": DECIMAL, "busbw": DECIMAL, "wrong": r"(0|[1-9]\d*|N/A)"}
 
 
 def words(line):
@@ -24,13 +31,25 @@ class Layout:
     time_us: float = 1.0  # us per time unit
     cpu: bool = False     # cputime (-C): host time, not CUDA events
     width: int = field(init=False)   # tokens of a whole row
+    plain: object = field(init=False)  # match of a whole row of JSON-text cells (CELLS) in us, else None
+    cells: list = field(init=False)    # [(in_place, index of its time, algbw, busbw, wrong in a row; -1: none)]
 
     def __post_init__(self):
-        self.width = len(self.prefix) + sum(len(cols) for _, cols in self.places)
+        columns = self.prefix + [c for _, cols in self.places for c in cols]
+        self.width = len(columns)
+        plain = self.time_us == 1.0 and all(c in CELLS for c in columns)
+        self.plain = re.compile(r"\s+".join(CELLS[c] for c in columns) + r"\Z").match if plain else None
+        self.cells, start = [], len(self.prefix)
+        for in_place, cols in self.places:
+            self.cells.append((in_place, tuple(start + cols.index(c) if c in cols else -1
+                                               for c in ("time", "algbw", "busbw", "wrong"))))
+            start += len(cols)
 
 
+@functools.lru_cache(maxsize=64)
 def header(line, labels):
-    """A Layout when line is a table header ('size count type ... time algbw busbw ...'), else None."""
+    """A Layout when line is a table header ('size count type ... time algbw busbw ...'), else None; labels:
+    placement_labels' (a log's tables mostly repeat one header: each is read once, its Layout shared)."""
     toks = [t.lower() for t in words(line)]
     if len(toks) < 5 or COLUMNS.get(toks[0]) != "size" or COLUMNS.get(toks[1]) != "count" or "time" not in \
             [COLUMNS.get(t) for t in toks]:
@@ -48,9 +67,9 @@ def header(line, labels):
 
 
 def placement_labels(line):
-    """[False, True] for 'out-of-place ... in-place', [True] for an in-place-only table; None otherwise."""
+    """(False, True) for 'out-of-place ... in-place', (True,) for an in-place-only table; None otherwise."""
     found = re.findall(r"(?<![\w-])(out-of-place|in-place)", line)
-    return [f == "in-place" for f in found] or None
+    return tuple(f == "in-place" for f in found) or None
 
 
 def value(tok):
@@ -91,3 +110,29 @@ def read_row(layout, line, toks):
         out[in_place] = dict(zip(cols, numbers[i:]))
         i += len(cols)
     return {"size": size, "count": count, "type": kind, "op": prefix.get("op"), "root": root, "places": out}
+
+
+def row_cells(layout, row):
+    """(type, op, root, size, count, [(in_place, JSON texts of its time_us, algbw_gbps, busbw_gbps and wrong,
+    check_error's or None, fields not finite)]) of a row (Layout.plain's groups or read_row's values): a plain
+    row's tokens are their own JSON text (N/A: null); read_row's values are encoded (not finite: null, named)."""
+    if type(row) is tuple:                                   # Layout.plain's groups
+        if "N/A" in row:
+            row = tuple("null" if t == "N/A" else t for t in row)
+        row += ("null",)                                     # a column the table lacks (Layout.cells: -1)
+        prefix = dict(zip(layout.prefix, row))
+        root = prefix.get("root")
+        return (prefix.get("type"), prefix.get("op"), int(root) if root is not None else None, int(prefix["size"]),
+                int(prefix["count"]), [(p, tuple(map(row.__getitem__, at)), None, None) for p, at in layout.cells])
+    places = []
+    for in_place, vals in row["places"].items():
+        time, algbw, busbw, wrong = vals.get("time"), vals.get("algbw"), vals.get("busbw"), vals.get("wrong")
+        if time is None and algbw is None and busbw is None:
+            continue                                         # N/A: this placement was not measured
+        values = {"time_us": time * layout.time_us if time is not None else None, "algbw_gbps": algbw,
+                  "busbw_gbps": busbw, "wrong": int(wrong) if wrong is not None and math.isfinite(wrong) else wrong,
+                  "check_error": vals.get("error")}
+        bad = sorted(k for k, v in values.items() if v is not None and not math.isfinite(v))
+        text = ["null" if k in bad or v is None else repr(v) for k, v in values.items()]
+        places.append((in_place, tuple(text[:4]), text[4] if "error" in vals else None, bad))
+    return row["type"], row["op"], row["root"], row["size"], row["count"], places

@@ -19,15 +19,17 @@ say the world size), zero-byte rows, footers with or without unit.
 A table that ends before its footer keeps its complete rows and adds an `event: "truncated"` record.
 """
 import functools
+import json
 import re
+from json.encoder import encode_basestring_ascii as _json_str
 from dataclasses import dataclass, field
 
 from benchcore import schema
 from benchcore.errors import UserError
 from benchcore import ncclnames as names
 from benchcore.ncclnames import PROGRAM
-from benchcore.nccltable import NUMBER, Layout, header, placement_labels, read_row
-from benchcore.records import Template
+from benchcore.nccltable import NUMBER, Layout, header, placement_labels, read_row, row_cells
+from benchcore.records import row_format
 
 FORMAT = "nccl-tests"
 # nccl-tests' type names -> the suite's (torch) names, and bytes per element
@@ -36,7 +38,8 @@ DTYPES = {"float": ("float32", 4), "half": ("float16", 2), "bfloat16": ("bfloat1
           "uint32": ("uint32", 4), "int64": ("int64", 8), "uint64": ("uint64", 8),
           "f8e4m3": ("float8_e4m3fn", 1), "fp8_e4m3": ("float8_e4m3fn", 1),
           "f8e5m2": ("float8_e5m2", 1), "fp8_e5m2": ("float8_e5m2", 1)}
-OWN = ("size_bytes", "count", "dtype", "op", "in_place", "time_us", "algbw_gbps", "busbw_gbps", "wrong")  # per row
+OWN = ("size_bytes", "count", "dtype", "op", "in_place", "time_us", "algbw_gbps", "busbw_gbps", "wrong",
+       "source_line")  # per row, in the order of a record's fields (row_format's holes, filled in this order)
 # mpirun --tag-output and srun --label prefixes and Markdown's quote '> ', after the newline before them (a block's
 # lines are untagged at once)
 TAG = re.compile(r"\n(?:\[\d+,\d+\]<(?:stdout|stderr)>:|[^\S\n]*(?:\d+: |>(?=[ \n])))")
@@ -155,7 +158,10 @@ def parse(text, source_file, run_id):
     """(records, events) of every table in an nccl-tests/rccl-tests log text; UserError if there is none."""
     records, events = [], []
     for item in stream([text], source_file, run_id):
-        (events if isinstance(item, tuple) else records).append(item)
+        if isinstance(item, tuple):
+            events.append(item)
+        else:
+            records.append(json.loads(item))
     return records, events
 
 
@@ -166,7 +172,8 @@ EXCERPT = 300       # characters of such a line kept (the reason quotes it)
 
 
 def stream(blocks, source_file, run_id, collective=None):
-    """The records of every table in an nccl-tests/rccl-tests log, given as text blocks (logical_lines), as each
+    """The records of every table in an nccl-tests/rccl-tests log, given as text blocks (logical_lines), each as
+    its JSON line (what import writes, at the speed of the log's reading; json.loads makes it a dict), as each
     table ends (a table of more than MAX_ROWS rows in parts), and its events (kind, reason, line, collective, hosts)
     after it: tables cut short and footers that say FAILED. Memory stays bounded whatever the length of the
     log. UserError if there is no table, or a table whose collective neither the log, collective (--collective)
@@ -176,7 +183,13 @@ def stream(blocks, source_file, run_id, collective=None):
     marked, crash = False, (None, None)           # the log says it is nccl-tests; its first line saying why not
     for n, line, unterminated, logged in logical_lines(blocks):
         if current is not None and not current.ended and line[0].isdigit():
-            toks = line.split()                   # a row: the common case, read first
+            plain = current.layout.plain(line) if current.layout.plain and not unterminated else None
+            if plain:                             # a row as nccl-tests prints it: the common case, read first
+                current.add(n, plain.groups())
+                if len(current.rows) >= MAX_ROWS:
+                    yield from _records(current, source)
+                continue
+            toks = line.split()
             if toks[0].isdigit() and (len(toks) == 1 or toks[1].isdigit()):
                 values = read_row(current.layout, line, toks)
                 if values is None or unterminated:
@@ -314,7 +327,7 @@ def _hosts(ctx):
 
 
 def _records(table, source):
-    """The records of the rows the table holds (which it then lets go)."""
+    """The records of the rows the table holds (which it then lets go), each as its JSON line (row_format)."""
     ctx, layout = table.context, table.layout
     collective = table.collective
     if collective is None:
@@ -336,40 +349,32 @@ def _records(table, source):
     if layout.cpu or settings.get("graph"):   # otherwise nccl-tests times on the host around a sync
         common["time_source"] = "cpu" if layout.cpu else "cuda_graph"
     if source.shared is None or source.shared[0] != common:   # tables of one run share all this: made once
-        base = schema.measurement("commbench", **common)       # each record is a copy with its row's values
-        source.shared = (common, Template(base, OWN))
-    template, scale = source.shared[1], layout.time_us
-    seen, out = table.seen, []
+        source.shared = (common, row_format(schema.measurement("commbench", **common), OWN))
+    form, seen, rows = source.shared[1], table.seen, []
     for n, row, cycle in table.rows:
-        size, kind, op, root = row["size"], row["type"], row["op"], row["root"]
-        dtype, word = DTYPES.get(kind, (kind, None))
-        key = (kind, op, root, size)
-        repeat = cycle or (seen.get(key, -1) + 1 if size else 0)  # 0 B rows repeat per size under 1 element
+        cells = row_cells(layout, row)
+        key = cells[:4]                                      # type, op, root, size
+        repeat = cycle or (seen.get(key, -1) + 1 if cells[3] else 0)  # 0 B rows repeat per size under 1 element
         seen[key] = repeat
-        count = size // word if word else row["count"]
-        op = None if op == "none" else op
-        for in_place, vals in row["places"].items():
-            time, algbw, busbw, wrong = vals.get("time"), vals.get("algbw"), vals.get("busbw"), vals.get("wrong")
-            if time is None and algbw is None and busbw is None:
-                continue                                     # N/A: this placement was not measured
-            rec = template.record()
-            rec["size_bytes"], rec["count"], rec["dtype"], rec["op"], rec["in_place"] = size, count, dtype, op, in_place
-            rec["time_us"] = time * scale if time is not None else None
-            rec["algbw_gbps"], rec["busbw_gbps"] = algbw, busbw
-            rec["wrong"], rec["source_line"] = int(wrong) if wrong is not None else None, n
-            if root is not None and root >= 0:
-                rec["root"] = root
-            if "error" in vals:
-                rec["check_error"] = vals["error"]
-            if repeat:
-                rec["cycle"] = repeat
-            out.append(rec)
+        rows.append((n, cells, repeat))
     table.rows = []
-    table.cycled = table.cycled or any("cycle" in r for r in out)
-    if table.cycled:              # as commbench: every record of a multi-cycle run says its cycle
-        for r in out:
-            r.setdefault("cycle", 0)
+    table.cycled = table.cycled or any(repeat for _, _, repeat in rows)
+    out, cycled = [], table.cycled
+    for n, (kind, op, root, size, count, places), repeat in rows:
+        dtype, word = DTYPES.get(kind, (kind, None))
+        head = (str(size), str(size // word if word else count), _string(dtype), _string(None if op == "none" else op))
+        lead = f', "root": {root}' if root is not None and root >= 0 else ""
+        cycle = f', "cycle": {repeat}' if repeat or cycled else ""
+        line = str(n)
+        for in_place, cells, error, bad in places:
+            extra = lead + (f', "check_error": {error}' if error else "") + cycle + \
+                (f', "nonfinite": {json.dumps(bad)}' if bad else "")
+            out.append(form % (*head, "true" if in_place else "false", *cells, line, extra))
     return out
+
+
+def _string(value):
+    return "null" if value is None else _json_str(value)
 
 
 def _events(table):

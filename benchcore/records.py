@@ -7,7 +7,6 @@ import datetime
 import itertools
 import json
 import math
-import operator
 import os
 import socket
 import stat
@@ -129,92 +128,21 @@ def _finite(value):
     return value, []
 
 
-class Template:
-    """The fields a run of records share (the rows of one imported table) encoded once: dumps of a record made by
-    record() then encodes its own fields alone (a 35-field record in a third of the time). A record whose shared
-    fields no longer hold the template's objects, or that lost a field, is encoded in full (as is every record of
-    a base that is not finite JSON)."""
-
-    def __init__(self, base, own):
-        self.base, self.keys = base, [k for k in base if k not in own]
-        self.values = [base[k] for k in self.keys]
-        self.plan, text = [], "{"              # (the text before an own field's value, its key)
-        try:
-            for i, k in enumerate(base):
-                text += (", " if i else "") + _json_str(k) + ": "
-                if k in own:
-                    self.plan.append((text, k))
-                    text = ""
-                else:
-                    text += _ENCODER.encode(base[k])
-        except ValueError:
-            self.plan = None
-        self.tail = text
-
-    def record(self):
-        rec = _Row(self.base)
-        rec.template = self
-        return rec
-
-    def encode(self, rec):
-        """rec as JSON, or None where its shared fields are not the template's or a value is not finite."""
-        size = len(self.base)
-        shared = map(operator.is_, map(rec.get, self.keys, _GONE), self.values)
-        if self.plan is None or len(rec) < size or not all(shared):
-            return None
-        parts = []
-        add = parts.append
-        try:
-            for text, k in self.plan:
-                value = rec[k]
-                kind = type(value)            # the common kinds inline (this runs per record), the rest by _text
-                if kind is float and not value - value:
-                    add(text + float.__repr__(value))
-                elif kind is int:
-                    add(text + int.__repr__(value))
-                elif kind is str:
-                    add(text + _json_str(value))
-                else:
-                    add(text + _text(value))
-            add(self.tail)
-            for k in itertools.islice(rec, size, None):
-                value = rec[k]
-                add(", " + _json_str(k) + ": " + (int.__repr__(value) if type(value) is int else _text(value)))
-        except (KeyError, ValueError):
-            return None
-        return "".join(parts) + "}"
-
-
-class _Row(dict):
-    __slots__ = ("template",)
-
-
-_GONE = itertools.repeat(object())     # what rec.get gives for a field deleted from a record
-
-
-def _text(value):
-    """A value as json writes it; ValueError for a float that is not finite."""
-    if value is None:
-        return "null"
-    kind = type(value)
-    if kind is float:
-        if value - value:                 # NaN or infinite
-            raise ValueError(value)
-        return float.__repr__(value)
-    if kind is int:
-        return int.__repr__(value)
-    if kind is str:
-        return _json_str(value)
-    if kind is bool:
-        return "true" if value else "false"
-    return _ENCODER.encode(value)
+def row_format(base, own):
+    """base (a record) as a %-format with a %s hole for each field in own, in base's order then (those not in base)
+    own's, and a last hole for fields some records add (', "root": 0'): the rows of an imported table become
+    record lines without a dict and an encoding each. ValueError where base is not finite JSON."""
+    text = ""
+    for k, v in itertools.chain(base.items(), ((k, None) for k in own if k not in base)):
+        text += ", " + _json_str(k) + ": " + ("%s" if k in own else _ENCODER.encode(v).replace("%", "%%"))
+    return "{" + text[2:] + "%s}"
 
 
 def dumps(record):
-    """One record as a JSON line: never NaN or Infinity (null instead, the fields named in `nonfinite`)."""
-    text = record.template.encode(record) if type(record) is _Row else None
-    if text is not None:
-        return text
+    """One record as a JSON line: never NaN or Infinity (null instead, the fields named in `nonfinite`). A str is
+    a record already encoded (an imported table row, by row_format) and is its own line."""
+    if type(record) is str:
+        return record
     try:
         return _ENCODER.encode(record)
     except ValueError:          # a float that is not finite somewhere

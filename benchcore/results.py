@@ -94,7 +94,7 @@ def _nccl(path, run_id, collective=None):
 
 def records_of(path, collective=None):
     """(format, records) of one file, records an iterator (an nccl-tests log is read as it is consumed: any
-    length in bounded memory); UserError naming the file and why it is refused, raised before anything is
+    length in bounded memory; its table rows' records come as their JSON lines, see as_record); UserError naming the file and why it is refused, raised before anything is
     read when the file is unusable, else while the records are read. collective: nccl-tests results' collective
     where the file says none (import --collective)."""
     size = regular_file(path, "input").st_size
@@ -136,7 +136,12 @@ def _refusing(path, fmt, head, convert):
 def load(path):
     """Loaded(path, format, records) of one file; UserError naming the file and why it is refused."""
     fmt, records = records_of(path)
-    return Loaded(str(path), fmt, list(records))
+    return Loaded(str(path), fmt, list(map(as_record, records)))
+
+
+def as_record(item):
+    """A record of records_of as a dict (an imported table row comes as its JSON line)."""
+    return json.loads(item) if type(item) is str else item
 
 
 def load_many(paths):

@@ -166,6 +166,11 @@ EXTENSIONS["iobench"].update(IMPORTED, interrupted="import: fio said 'terminatin
 EVENT_EXTENSIONS["commbench"].update(IMPORTED, collective="import: the collective of the table cut short or failed")
 EVENT_EXTENSIONS["iobench"].update(IMPORTED, job="import: the fio job that ended with an error")
 
+# Any record written (benchcore.records.dumps): a value that was not a finite number is written null and named.
+for _tool in ("commbench", "iobench"):
+    EXTENSIONS[_tool]["nonfinite"] = EVENT_EXTENSIONS[_tool]["nonfinite"] = \
+        "the fields written null because their value was NaN or infinite (e.g. an imported '1e999')"
+
 # Point-to-point (commbench p2p, commbench/cases/p2p.py): OSU-style modes; the MPI library is in versions.
 EXTENSIONS["commbench"].update(window="p2p: messages in flight per window (OSU's window size; 1 for latency)")
 
