@@ -94,9 +94,9 @@ def _nccl(path, run_id, collective=None):
 
 def records_of(path, collective=None):
     """(format, records) of one file, records an iterator (an nccl-tests log is read as it is consumed: any
-    length in bounded memory; its table rows' records come as their JSON lines, see as_record); UserError naming the file and why it is refused, raised before anything is
-    read when the file is unusable, else while the records are read. collective: nccl-tests results' collective
-    where the file says none (import --collective)."""
+    length in bounded memory; its table rows' records come as their JSON lines, see as_record); UserError naming
+    the file and why it is refused, raised before anything is read when the file is unusable, else while the
+    records are read. collective: nccl-tests results' collective where the file says none (import --collective)."""
     size = regular_file(path, "input").st_size
     try:
         with open(path, "rb") as f:
