@@ -82,7 +82,7 @@ def import_command(tool):
 def _convert(path, writer, to_stdout, collective):
     """Write one file's records to writer (or stdout, or nowhere) as they are read; (format, measurements,
     'event: reason, ...')."""
-    fmt, found_records = results.records_of(path, collective)
+    fmt, found_records = results.records_of(path, collective, lines=True)
     if fmt == "records":
         raise UserError(f"{name(path)}: already records of the suite (JSONL): nothing to import")
     found, events, tools = 0, [], results.TOOLS

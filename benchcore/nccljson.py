@@ -29,7 +29,7 @@ from benchcore import ncclnames as names
 from benchcore import schema
 from benchcore.errors import UserError
 from benchcore.inputs import read_bytes, shown
-from benchcore.nccltests import DTYPES
+from benchcore.nccltable import DTYPES
 
 NCCL, RCCL, RCCL_CSV = "nccl-tests-json", "rccl-tests-json", "rccl-tests-csv"
 HEADS = {NCCL: re.compile(r'\s*\{\s*"version"\s*:\s*\d+\s*,\s*"start_time"\s*:'),

@@ -4,6 +4,7 @@ whole by its Layout's pattern where it is as nccl-tests prints it; either into i
 import functools
 import math
 import re
+from json.encoder import encode_basestring_ascii as _json_str
 from dataclasses import dataclass, field
 
 # header words -> column; a placement's columns start at its time column
@@ -13,6 +14,12 @@ COLUMNS = {"size": "size", "bytes": "size", "count": "count", "n": "count", "typ
 
 NUMBER = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
 TYPE = re.compile(r"[A-Za-z]\w*$")
+# nccl-tests' type names -> the suite's (torch) names, and bytes per element
+DTYPES = {"float": ("float32", 4), "half": ("float16", 2), "bfloat16": ("bfloat16", 2), "double": ("float64", 8),
+          "int8": ("int8", 1), "char": ("int8", 1), "uint8": ("uint8", 1), "int32": ("int32", 4), "int": ("int32", 4),
+          "uint32": ("uint32", 4), "int64": ("int64", 8), "uint64": ("uint64", 8),
+          "f8e4m3": ("float8_e4m3fn", 1), "fp8_e4m3": ("float8_e4m3fn", 1),
+          "f8e5m2": ("float8_e5m2", 1), "fp8_e5m2": ("float8_e5m2", 1)}
 # a row as nccl-tests 2.x prints it, cell by column: each a token that is its value's JSON text as well
 DECIMAL = r"(-?(?:0|[1-9]\d*)\.\d+)"
 CELLS = {"size": r"(0|[1-9]\d*)", "count": r"(\d+)", "type": r"([A-Za-z]\w*)", "op": r"([A-Za-z]\w*)",
@@ -113,17 +120,19 @@ def read_row(layout, line, toks):
 
 
 def row_cells(layout, row):
-    """(type, op, root, size, count, [(in_place, JSON texts of its time_us, algbw_gbps, busbw_gbps and wrong,
-    check_error's or None, fields not finite)]) of a row (Layout.plain's groups or read_row's values): a plain
-    row's tokens are their own JSON text (N/A: null); read_row's values are encoded (not finite: null, named)."""
+    """((type, op, root, size), JSON texts of its size_bytes, count, dtype, op, [(in_place, JSON texts of its
+    time_us, algbw_gbps, busbw_gbps and wrong, check_error's or None, fields not finite)]) of a row (Layout.plain's
+    groups or read_row's values): a plain row's tokens are their own JSON text (N/A: null); read_row's values are
+    encoded (not finite: null, named)."""
     if type(row) is tuple:                                   # Layout.plain's groups
         if "N/A" in row:
             row = tuple("null" if t == "N/A" else t for t in row)
         row += ("null",)                                     # a column the table lacks (Layout.cells: -1)
         prefix = dict(zip(layout.prefix, row))
         root = prefix.get("root")
-        return (prefix.get("type"), prefix.get("op"), int(root) if root is not None else None, int(prefix["size"]),
-                int(prefix["count"]), [(p, tuple(map(row.__getitem__, at)), None, None) for p, at in layout.cells])
+        key = (prefix.get("type"), prefix.get("op"), int(root) if root is not None else None, int(prefix["size"]))
+        return key, _head(key, int(prefix["count"])), [(p, tuple(map(row.__getitem__, at)), None, None)
+                                                       for p, at in layout.cells]
     places = []
     for in_place, vals in row["places"].items():
         time, algbw, busbw, wrong = vals.get("time"), vals.get("algbw"), vals.get("busbw"), vals.get("wrong")
@@ -135,4 +144,16 @@ def row_cells(layout, row):
         bad = sorted(k for k, v in values.items() if v is not None and not math.isfinite(v))
         text = ["null" if k in bad or v is None else repr(v) for k, v in values.items()]
         places.append((in_place, tuple(text[:4]), text[4] if "error" in vals else None, bad))
-    return row["type"], row["op"], row["root"], row["size"], row["count"], places
+    key = (row["type"], row["op"], row["root"], row["size"])
+    return key, _head(key, row["count"]), places
+
+
+def _head(key, count):
+    """JSON texts of a row's size_bytes, count (as its size and type say, where the type is known), dtype, op."""
+    kind, op, _, size = key
+    dtype, word = DTYPES.get(kind, (kind, None))
+    return str(size), str(size // word if word else count), _string(dtype), _string(None if op == "none" else op)
+
+
+def _string(value):
+    return "null" if value is None else _json_str(value)

@@ -21,7 +21,6 @@ A table that ends before its footer keeps its complete rows and adds an `event: 
 import functools
 import json
 import re
-from json.encoder import encode_basestring_ascii as _json_str
 from dataclasses import dataclass, field
 
 from benchcore import schema
@@ -32,12 +31,6 @@ from benchcore.nccltable import NUMBER, Layout, header, placement_labels, read_r
 from benchcore.records import row_format
 
 FORMAT = "nccl-tests"
-# nccl-tests' type names -> the suite's (torch) names, and bytes per element
-DTYPES = {"float": ("float32", 4), "half": ("float16", 2), "bfloat16": ("bfloat16", 2), "double": ("float64", 8),
-          "int8": ("int8", 1), "char": ("int8", 1), "uint8": ("uint8", 1), "int32": ("int32", 4), "int": ("int32", 4),
-          "uint32": ("uint32", 4), "int64": ("int64", 8), "uint64": ("uint64", 8),
-          "f8e4m3": ("float8_e4m3fn", 1), "fp8_e4m3": ("float8_e4m3fn", 1),
-          "f8e5m2": ("float8_e5m2", 1), "fp8_e5m2": ("float8_e5m2", 1)}
 OWN = ("size_bytes", "count", "dtype", "op", "in_place", "time_us", "algbw_gbps", "busbw_gbps", "wrong",
        "source_line")  # per row, in the order of a record's fields (row_format's holes, filled in this order)
 # mpirun --tag-output and srun --label prefixes and Markdown's quote '> ', after the newline before them (a block's
@@ -82,7 +75,8 @@ class Source:
     run_id: str
     collective: str = None                        # --collective: what the log and its file name do not say
     named: list = field(default_factory=list)     # the collectives the file name names
-    shared: tuple = None                          # (the fields of the last table's records, their Template)
+    lines: bool = False                           # rows' records as their JSON lines (import), else as dicts
+    shared: tuple = None                          # (the last table's common fields, row_format's, its base record)
 
 
 @dataclass
@@ -158,10 +152,7 @@ def parse(text, source_file, run_id):
     """(records, events) of every table in an nccl-tests/rccl-tests log text; UserError if there is none."""
     records, events = [], []
     for item in stream([text], source_file, run_id):
-        if isinstance(item, tuple):
-            events.append(item)
-        else:
-            records.append(json.loads(item))
+        (events if isinstance(item, tuple) else records).append(item)
     return records, events
 
 
@@ -171,15 +162,16 @@ MAX_AFTER = 1000    # lines after a table's last row searched for why it ended e
 EXCERPT = 300       # characters of such a line kept (the reason quotes it)
 
 
-def stream(blocks, source_file, run_id, collective=None):
-    """The records of every table in an nccl-tests/rccl-tests log, given as text blocks (logical_lines), each as
-    its JSON line (what import writes, at the speed of the log's reading; json.loads makes it a dict), as each
+def stream(blocks, source_file, run_id, collective=None, lines=False):
+    """The records of every table in an nccl-tests/rccl-tests log, given as text blocks (logical_lines), as each
     table ends (a table of more than MAX_ROWS rows in parts), and its events (kind, reason, line, collective, hosts)
     after it: tables cut short and footers that say FAILED. Memory stays bounded whatever the length of the
     log. UserError if there is no table, or a table whose collective neither the log, collective (--collective)
-    nor the file name names."""
+    nor the file name names. lines: each row's record as its JSON line (what import writes: no dict made), else
+    a dict whose shared fields are the same objects in every record of a table (a log's records in little
+    memory)."""
     ctx, tables, labels, current, hint = Context(), 0, None, None, None
-    source = Source(source_file, run_id, collective, names.in_file_name(source_file))
+    source = Source(source_file, run_id, collective, names.in_file_name(source_file), lines)
     marked, crash = False, (None, None)           # the log says it is nccl-tests; its first line saying why not
     for n, line, unterminated, logged in logical_lines(blocks):
         if current is not None and not current.ended and line[0].isdigit():
@@ -349,32 +341,36 @@ def _records(table, source):
     if layout.cpu or settings.get("graph"):   # otherwise nccl-tests times on the host around a sync
         common["time_source"] = "cpu" if layout.cpu else "cuda_graph"
     if source.shared is None or source.shared[0] != common:   # tables of one run share all this: made once
-        source.shared = (common, row_format(schema.measurement("commbench", **common), OWN))
+        base = dict(schema.measurement("commbench", **common), source_line=None)
+        source.shared = (common, row_format(base, OWN), base)
     form, seen, rows = source.shared[1], table.seen, []
     for n, row, cycle in table.rows:
-        cells = row_cells(layout, row)
-        key = cells[:4]                                      # type, op, root, size
-        repeat = cycle or (seen.get(key, -1) + 1 if cells[3] else 0)  # 0 B rows repeat per size under 1 element
+        key, head, places = row_cells(layout, row)           # key: type, op, root, size
+        repeat = cycle or (seen.get(key, -1) + 1 if key[3] else 0)  # 0 B rows repeat per size under 1 element
         seen[key] = repeat
-        rows.append((n, cells, repeat))
+        rows.append((n, key[2], head, places, repeat))
     table.rows = []
-    table.cycled = table.cycled or any(repeat for _, _, repeat in rows)
+    table.cycled = table.cycled or any(row[-1] for row in rows)
     out, cycled = [], table.cycled
-    for n, (kind, op, root, size, count, places), repeat in rows:
-        dtype, word = DTYPES.get(kind, (kind, None))
-        head = (str(size), str(size // word if word else count), _string(dtype), _string(None if op == "none" else op))
+    for n, root, head, places, repeat in rows:
         lead = f', "root": {root}' if root is not None and root >= 0 else ""
         cycle = f', "cycle": {repeat}' if repeat or cycled else ""
         line = str(n)
         for in_place, cells, error, bad in places:
             extra = lead + (f', "check_error": {error}' if error else "") + cycle + \
                 (f', "nonfinite": {json.dumps(bad)}' if bad else "")
-            out.append(form % (*head, "true" if in_place else "false", *cells, line, extra))
-    return out
+            out.append((*head, "true" if in_place else "false", *cells, line, extra))
+    return [form % own for own in out] if source.lines else [_record(source.shared[2], own) for own in out]
 
 
-def _string(value):
-    return "null" if value is None else _json_str(value)
+def _record(base, own):
+    """A row's record as a dict: a copy of base (its shared values one object in every record) with the row's
+    JSON texts of OWN, and its extra fields, read in."""
+    rec = dict(base)
+    rec.update(zip(OWN, json.loads("[" + ", ".join(own[:-1]) + "]")))
+    if own[-1]:
+        rec.update(json.loads("{" + own[-1][2:] + "}"))
+    return rec
 
 
 def _events(table):

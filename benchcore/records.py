@@ -4,7 +4,6 @@ Both tools write through RecordWriter and read through read_records, so a file
 can mix commbench and iobench records; readers skip what they do not know.
 """
 import datetime
-import itertools
 import json
 import math
 import os
@@ -129,13 +128,11 @@ def _finite(value):
 
 
 def row_format(base, own):
-    """base (a record) as a %-format with a %s hole for each field in own, in base's order then (those not in base)
-    own's, and a last hole for fields some records add (', "root": 0'): the rows of an imported table become
-    record lines without a dict and an encoding each. ValueError where base is not finite JSON."""
-    text = ""
-    for k, v in itertools.chain(base.items(), ((k, None) for k in own if k not in base)):
-        text += ", " + _json_str(k) + ": " + ("%s" if k in own else _ENCODER.encode(v).replace("%", "%%"))
-    return "{" + text[2:] + "%s}"
+    """base (a record) as a %-format with a %s hole for each of its fields in own (in base's order) and a last
+    hole for fields some records add (', "root": 0'): the rows of an imported table become record lines without
+    a dict and an encoding each. ValueError where base is not finite JSON."""
+    return "{" + ", ".join(_json_str(k) + ": " + ("%s" if k in own else _ENCODER.encode(v).replace("%", "%%"))
+                           for k, v in base.items()) + "%s}"
 
 
 def dumps(record):

@@ -81,10 +81,10 @@ def _fio(path, run_id):
     return out
 
 
-def _nccl(path, run_id, collective=None):
-    """The records and events of an nccl-tests log, streamed line by line."""
+def _nccl(path, run_id, collective=None, lines=False):
+    """The records and events of an nccl-tests log, streamed line by line (lines: see records_of)."""
     with open(path, "rb") as f:
-        for item in nccltests.stream(text_blocks(f), path, run_id, collective):
+        for item in nccltests.stream(text_blocks(f), path, run_id, collective, lines):
             if isinstance(item, tuple):
                 kind, reason, line, collective, hosts = item
                 item = schema.event("commbench", kind, reason, run_id=run_id, collective=collective, hosts=hosts,
@@ -92,11 +92,12 @@ def _nccl(path, run_id, collective=None):
             yield item
 
 
-def records_of(path, collective=None):
+def records_of(path, collective=None, lines=False):
     """(format, records) of one file, records an iterator (an nccl-tests log is read as it is consumed: any
-    length in bounded memory; its table rows' records come as their JSON lines, see as_record); UserError naming
-    the file and why it is refused, raised before anything is read when the file is unusable, else while the
-    records are read. collective: nccl-tests results' collective where the file says none (import --collective)."""
+    length in bounded memory); UserError naming the file and why it is refused, raised before anything is read
+    when the file is unusable, else while the records are read. collective: nccl-tests results' collective where
+    the file says none (import --collective); lines: an nccl-tests log's row records as their JSON lines, made
+    without a dict (import: records.dumps writes them as they are)."""
     size = regular_file(path, "input").st_size
     try:
         with open(path, "rb") as f:
@@ -116,7 +117,8 @@ def records_of(path, collective=None):
     looks_json = text.lstrip().startswith("{") or '"fio version"' in text
     if looks_json:
         return "fio-json", _refusing(path, "fio-json", text, _fio)
-    return nccltests.FORMAT, _refusing(path, nccltests.FORMAT, text, partial(_nccl, collective=collective))
+    return nccltests.FORMAT, _refusing(path, nccltests.FORMAT, text, partial(_nccl, collective=collective,
+                                                                             lines=lines))
 
 
 def _refusing(path, fmt, head, convert):
@@ -136,12 +138,7 @@ def _refusing(path, fmt, head, convert):
 def load(path):
     """Loaded(path, format, records) of one file; UserError naming the file and why it is refused."""
     fmt, records = records_of(path)
-    return Loaded(str(path), fmt, list(map(as_record, records)))
-
-
-def as_record(item):
-    """A record of records_of as a dict (an imported table row comes as its JSON line)."""
-    return json.loads(item) if type(item) is str else item
+    return Loaded(str(path), fmt, list(records))
 
 
 def load_many(paths):

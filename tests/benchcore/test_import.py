@@ -314,7 +314,7 @@ def test_rows_read_as_printed_are_the_records_read_row_gives(tmp_path, monkeypat
     """A row as nccl-tests prints it becomes its record's JSON line straight from its tokens (Layout.plain, no
     dict, no float); any other row goes through read_row and json's encoding. Both must give the same records,
     field for field and in order, for every fixture log and the variants above (N/A, a value that is not finite,
-    a root), every line strict JSON of the schema."""
+    a root), every line strict JSON of the schema, and the dicts load() gives the same again."""
     from benchcore import nccltable
     for name, text in VARIANTS.items():
         (tmp_path / name).write_text(text)
@@ -325,12 +325,16 @@ def test_rows_read_as_printed_are_the_records_read_row_gives(tmp_path, monkeypat
         out = {}
         for log in logs:
             try:
-                fmt, items = results.records_of(str(log))
+                fmt, items = results.records_of(str(log), lines=True)
                 out[log.name] = [r for r in items if type(r) is str]
             except UserError:
                 continue
         return out
     plain = imported()
+    for log in logs:                                # load()'s dicts (what diff and report read) are the same
+        if log.name in plain:
+            dicts = [list(r.items()) for r in results.load(str(log)).records if not r.get("event")]
+            assert dicts == [list(json.loads(line).items()) for line in plain[log.name]], log.name
     monkeypatch.setattr(nccltable, "CELLS", {})          # no layout is plain: every row through read_row
     general = imported()
     nccltable.header.cache_clear()
@@ -387,7 +391,7 @@ ROWS_NEW = """#       size         count      type   redop    root     time   al
 
 def _load(tmp_path, name, text, collective=None):
     (tmp_path / name).write_text(text)
-    return list(map(results.as_record, results.records_of(str(tmp_path / name), collective)[1]))
+    return list(results.records_of(str(tmp_path / name), collective)[1])
 
 
 def test_a_log_quoted_in_markdown(tmp_path):
