@@ -5,7 +5,7 @@ import sys
 
 from rich.console import Console
 
-from benchcore.nccltests import DTYPES
+from benchcore.nccltable import DTYPES
 from benchcore.report import console, emit, print_table
 from benchcore.units import format_size
 from commbench.cases.registry import record_label
