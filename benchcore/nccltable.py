@@ -24,6 +24,7 @@ DTYPES = {"float": ("float32", 4), "half": ("float16", 2), "bfloat16": ("bfloat1
 DECIMAL = r"(-?(?:0|[1-9]\d*)\.\d+)"
 CELLS = {"size": r"(0|[1-9]\d*)", "count": r"(\d+)", "type": r"([A-Za-z]\w*)", "op": r"([A-Za-z]\w*)",
          "root": r"(-?\d+)", "time": DECIMAL, "algbw": DECIMAL, "busbw": DECIMAL, "wrong": r"(0|[1-9]\d*|N/A)"}
+PLAIN_COLUMNS = 32     # a wider header (nccl-tests prints 13) is read row by row by read_row, never compiled
 
 
 def words(line):
@@ -40,20 +41,22 @@ class Layout:
     width: int = field(init=False)   # tokens of a whole row
     plain: object = field(init=False)  # match of a whole row of JSON-text cells (CELLS) in us, else None
     cells: list = field(init=False)    # [(in_place, index of its time, algbw, busbw, wrong in a row; -1: none)]
+    #                                    one per in_place, the last placement of it (as read_row's dict by in_place)
 
     def __post_init__(self):
         columns = self.prefix + [c for _, cols in self.places for c in cols]
         self.width = len(columns)
-        plain = self.time_us == 1.0 and all(c in CELLS for c in columns)
+        plain = self.time_us == 1.0 and len(columns) <= PLAIN_COLUMNS and all(c in CELLS for c in columns)
         self.plain = re.compile(r"\s+".join(CELLS[c] for c in columns) + r"\Z").match if plain else None
-        self.cells, start = [], len(self.prefix)
+        cells, start = {}, len(self.prefix)
         for in_place, cols in self.places:
-            self.cells.append((in_place, tuple(start + cols.index(c) if c in cols else -1
-                                               for c in ("time", "algbw", "busbw", "wrong"))))
+            cells[in_place] = tuple(start + cols.index(c) if c in cols else -1 for c in ("time", "algbw", "busbw",
+                                                                                          "wrong"))
             start += len(cols)
+        self.cells = list(cells.items())
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=8)
 def header(line, labels):
     """A Layout when line is a table header ('size count type ... time algbw busbw ...'), else None; labels:
     placement_labels' (a log's tables mostly repeat one header: each is read once, its Layout shared)."""
@@ -114,7 +117,7 @@ def read_row(layout, line, toks):
         return None
     out, i = {}, 0
     for in_place, cols in places:
-        out[in_place] = dict(zip(cols, numbers[i:]))
+        out[in_place] = dict(zip(cols, numbers[i:i + len(cols)]))
         i += len(cols)
     return {"size": size, "count": count, "type": kind, "op": prefix.get("op"), "root": root, "places": out}
 

@@ -307,6 +307,10 @@ validation: 1 graph: 0
         4096          1024     float     sum      -1    1e999    0.33    0.61       0     13.1    0.31    0.59       0
         8192          2048     float     sum      -1    14.10     N/A    1.10       2    14.00    0.59    1.10       0
 # Out of bounds values : 2 FAILED
+""",
+    "reduce_scatter_perf.log": """#       size   count   type   redop   root    time   algbw   busbw    time   algbw   busbw    time   algbw   busbw
+        1024     256  float     sum     -1   12.50    0.08    0.15   12.40    0.08    0.15   12.30    0.08    0.15
+# Out of bounds values : 0 OK
 """}
 
 
