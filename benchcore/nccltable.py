@@ -12,7 +12,7 @@ COLUMNS = {"size": "size", "bytes": "size", "count": "count", "n": "count", "typ
            "op": "op", "root": "root", "time": "time", "cputime": "time", "algbw": "algbw", "busbw": "busbw",
            "#wrong": "wrong", "wrong": "wrong", "error": "error", "res": "error"}
 
-NUMBER = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
+NUMBER = re.compile(r"^-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?$")   # no two runs of digits to split
 TYPE = re.compile(r"[A-Za-z]\w*$")
 # nccl-tests' type names -> the suite's (torch) names, and bytes per element
 DTYPES = {"float": ("float32", 4), "half": ("float16", 2), "bfloat16": ("bfloat16", 2), "double": ("float64", 8),
@@ -20,10 +20,13 @@ DTYPES = {"float": ("float32", 4), "half": ("float16", 2), "bfloat16": ("bfloat1
           "uint32": ("uint32", 4), "int64": ("int64", 8), "uint64": ("uint64", 8),
           "f8e4m3": ("float8_e4m3fn", 1), "fp8_e4m3": ("float8_e4m3fn", 1),
           "f8e5m2": ("float8_e5m2", 1), "fp8_e5m2": ("float8_e5m2", 1)}
-# a row as nccl-tests 2.x prints it, cell by column: each a token that is its value's JSON text as well
-DECIMAL = r"(-?(?:0|[1-9]\d*)\.\d+)"
-CELLS = {"size": r"(0|[1-9]\d*)", "count": r"(\d+)", "type": r"([A-Za-z]\w*)", "op": r"([A-Za-z]\w*)",
-         "root": r"(-?\d+)", "time": DECIMAL, "algbw": DECIMAL, "busbw": DECIMAL, "wrong": r"(0|[1-9]\d*|N/A)"}
+# a row as nccl-tests 2.x prints it, cell by column: each a token that is its value's JSON text as well, of at
+# most 30 digits (a finite float, an int that int() and json read); any other row is read_row's
+DECIMAL = r"(-?(?:0|[1-9]\d{0,29})\.\d{1,30})"
+INTEGER = r"(0|[1-9]\d{0,29})"
+CELLS = {"size": INTEGER, "count": r"(\d{1,30})", "type": r"([A-Za-z]\w*)", "op": r"([A-Za-z]\w*)",
+         "root": r"(-?\d{1,30})", "time": DECIMAL, "algbw": DECIMAL, "busbw": DECIMAL,
+         "wrong": r"(0|[1-9]\d{0,29}|N/A)"}
 PLAIN_COLUMNS = 32     # a wider header (nccl-tests prints 13) is read row by row by read_row, never compiled
 
 

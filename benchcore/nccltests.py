@@ -36,11 +36,13 @@ OWN = ("size_bytes", "count", "dtype", "op", "in_place", "time_us", "algbw_gbps"
 # mpirun --tag-output and srun --label prefixes and Markdown's quote '> ', after the newline before them (a block's
 # lines are untagged at once)
 TAG = re.compile(r"\n(?:\[\d+,\d+\]<(?:stdout|stderr)>:|[^\S\n]*(?:\d+: |>(?=[ \n])))")
-# host:pid:tid [dev] NCCL INFO (the host starts with a letter: inside a row it follows a digit)
-NCCL_LOG = re.compile(r"[A-Za-z][\w.-]*:\d+:\d+ \[\d+\] (?:[\w.]+:\d+ )?(?:NCCL|RCCL) (?:INFO|WARN|TRACE|ABORT)")
+# host:pid:tid [dev] NCCL INFO (the host starts with a letter: inside a row it follows a digit). Each part is bounded
+# (a host name has at most 253 characters), as NTHREAD's gap below: a search over a line of a MB stays linear.
+NCCL_LOG = re.compile(r"[A-Za-z][\w.-]{0,252}:\d{1,10}:\d{1,10} \[\d{1,6}\] (?:[\w.]{1,64}:\d{1,6} )?(?:NCCL|RCCL) "
+                      r"(?:INFO|WARN|TRACE|ABORT)")
 DEVICE = re.compile(r"#*\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S+)\s+device\s+(\d+)")
 COMMBENCH = re.compile(r"commbench: (\w+), (\d+) ranks on (\d+) node\(s\) \(([^)]*)\)")
-NTHREAD = re.compile(r"nThread (\d+) nGpus (\d+) minBytes (\d+) maxBytes (\d+).*?warmup iters: (\d+) iters: (\d+)"
+NTHREAD = re.compile(r"nThread (\d+) nGpus (\d+) minBytes (\d+) maxBytes (\d+).{0,200}?warmup iters: (\d+) iters: (\d+)"
                      r"(?: agg iters: (\d+))?(?: validation: (\d+))?(?: graph: (\d+))?")
 STARTING = re.compile(r"Collective test (?:starting|concluded): (\S+)")
 OOB = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?")

@@ -4,7 +4,9 @@ import re
 from benchcore.errors import UserError
 
 _SUFFIX = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-_SIZE_RE = re.compile(r"^\s*(-?\d+)\s*([KMGT]?)(I?B)?\s*$", re.IGNORECASE)
+# matched whole against the stripped text (a pattern with blanks at both ends of optional parts backtracks
+# quadratically over a long run of blanks); 30 digits at most (int() refuses thousands)
+_SIZE_RE = re.compile(r"(-?\d{1,30})\s*([KMGT]?)(I?B)?", re.IGNORECASE)
 
 
 def parse_size(text, what="size"):
@@ -12,13 +14,19 @@ def parse_size(text, what="size"):
     if isinstance(text, int):
         value = text
     else:
-        m = _SIZE_RE.match(str(text))
+        m = _SIZE_RE.fullmatch(str(text).strip())
         if not m:
-            raise UserError(f"{what} {text!r} is not a size (examples: 8, 1K, 64M, 1G)")
+            raise UserError(f"{what} {_quoted(text)} is not a size (examples: 8, 1K, 64M, 1G)")
         value = int(m.group(1)) * _SUFFIX[m.group(2).upper()]
     if value <= 0:
-        raise UserError(f"{what} must be positive, got {text!r}")
+        raise UserError(f"{what} must be positive, got {_quoted(text)}")
     return value
+
+
+def _quoted(text):
+    """text as an error quotes it: repr (control characters escaped), at most 100 characters."""
+    text = repr(text)
+    return text if len(text) <= 100 else text[:97] + "..."
 
 
 def format_size(n, approx=False):

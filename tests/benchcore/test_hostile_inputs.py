@@ -191,6 +191,20 @@ def test_tables_of_tens_of_thousands_of_columns_import_in_seconds(tmp_path):
     assert proc.returncode == 0 and "6 measurements (nccl-tests)" in proc.stderr, proc.stderr[-500:]
 
 
+def test_lines_of_hundreds_of_kb_that_almost_match_import_in_seconds(tmp_path):
+    """The patterns a log's lines are searched with are bounded (nccltests.NCCL_LOG's host, NTHREAD's gap, one run
+    of digits in nccltable.NUMBER): a line of 400 KB of host-name characters before ' NCCL INFO', one of 10,000
+    settings lines' starts, and a row whose cell is 100,000 digits and an 'x' import in about a second (each
+    search was quadratic: minutes for the first and last, half a minute for the second)."""
+    log = LOG.read_text()
+    header = next(line for line in log.splitlines() if "#wrong" in line).split(">:", 1)[1]
+    (tmp_path / "all_reduce_perf.log").write_text("a" * 400_000 + " NCCL INFO x\n" + "nThread 1 nGpus 1 minBytes 8 "
+                                                  "maxBytes 8 " * 10_000 + "\n" + log + header + "\n" +
+                                                  "8 2 float sum -1 " + "1" * 100_000 + "x 1.0 1.0 0 1.0 1.0 1.0 0\n")
+    proc = run_tool("commbench", "import", tmp_path / "all_reduce_perf.log", "--out", os.devnull, timeout=20)
+    assert proc.returncode == 0 and "8 measurements (nccl-tests)" in proc.stderr, proc.stderr[-500:]
+
+
 @pytest.mark.slow
 def test_a_log_far_larger_than_its_records_streams_in_bounded_memory(tmp_path):
     """40 MB of nccl-tests log (the fixture's tables, repeated) imported in 320 MiB of address space: read

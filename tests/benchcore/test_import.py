@@ -306,8 +306,10 @@ validation: 1 graph: 0
         1024           256     float     sum       0    12.50    0.08    0.15       0    12.40    0.08    0.15       0
         4096          1024     float     sum      -1    1e999    0.33    0.61       0     13.1    0.31    0.59       0
         8192          2048     float     sum      -1    14.10     N/A    1.10       2    14.00    0.59    1.10       0
+       16384          4096     float     sum      -1    15.10    %s    1.10       0    14.00    0.59    1.10       0
+        %s          4096     float     sum      -1    15.10    1.10    1.10       0    14.00    0.59    1.10       0
 # Out of bounds values : 2 FAILED
-""",
+""" % ("1" * 400 + ".5", "1" * 5000),
     "reduce_scatter_perf.log": """#       size   count   type   redop   root    time   algbw   busbw    time   algbw   busbw    time   algbw   busbw
         1024     256  float     sum     -1   12.50    0.08    0.15   12.40    0.08    0.15   12.30    0.08    0.15
 # Out of bounds values : 0 OK
@@ -358,7 +360,8 @@ def test_rows_read_as_printed_are_the_records_read_row_gives(tmp_path, monkeypat
         (8, False, 5.12, 0.0, None, None, None), (8, True, 5.03, 0.0, None, None, None),
         (1024, False, 12.5, 0.08, 0, 0, None), (1024, True, 12.4, 0.08, 0, 0, None),
         (4096, False, None, 0.33, 0, None, ["time_us"]), (4096, True, 13.1, 0.31, 0, None, None),
-        (8192, False, 14.1, None, 2, None, None), (8192, True, 14.0, 0.59, 0, None, None)]
+        (8192, False, 14.1, None, 2, None, None), (8192, True, 14.0, 0.59, 0, None, None),
+        (16384, False, 15.1, None, 0, None, ["algbw_gbps"]), (16384, True, 14.0, 0.59, 0, None, None)]
 
 
 def _refuse(constant):

@@ -1,4 +1,6 @@
 """benchcore.units: sizes parsed and formatted the one way both tools use."""
+import time
+
 import pytest
 
 from benchcore.errors import UserError
@@ -26,6 +28,16 @@ def test_approximate_formatting_for_messages():
 def test_bad_sizes_are_user_errors(text):
     with pytest.raises(UserError, match="--size"):
         parse_size(text, "--size")
+
+
+@pytest.mark.parametrize("text", ["1" + " " * 100_000 + "x", "1" * 5000, " " * 50_000 + "1" + " " * 50_000 + "Q"])
+def test_a_size_of_100_kb_is_refused_at_once_in_a_short_line(text):
+    """A run of blanks between optional parts once made the pattern backtrack quadratically (100 KB: minutes), and
+    5,000 digits made int() raise its own ValueError; both are one short UserError in milliseconds now."""
+    start = time.monotonic()
+    with pytest.raises(UserError) as err:
+        parse_size(text, "--size")
+    assert time.monotonic() - start < 1 and len(str(err.value)) < 400
 
 
 def test_size_list():
