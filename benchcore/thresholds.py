@@ -24,7 +24,7 @@ from typing import Optional
 
 from benchcore import diff, fiojson, schema, stats, values
 from benchcore.errors import UserError
-from benchcore.inputs import finite
+from benchcore.inputs import finite, shown
 from benchcore.results import TOOL, group_of, identity, label, measurements
 from benchcore.units import format_size, parse_size
 
@@ -113,37 +113,38 @@ def parse(text, tool):
     """Threshold of `text` on records of `tool`; UserError (without position: callers add it) when it is
     not one of the forms or names a field the tool's records do not have."""
     text = " ".join(str(text).split())
+    quoted = shown(repr(text), 120)            # as errors quote it: at most 120 characters
     m = _REGRESSION.match(text)
     if m:
-        return Threshold(text, regression=finite(m.group("pct"), f"threshold {text!r}: the percentage", 0, 999) / 100)
+        return Threshold(text, regression=finite(m.group("pct"), f"threshold {quoted}: the percentage", 0, 999) / 100)
     m = _FORM.match(text)
     if not m:
-        raise UserError(f"threshold {text!r} is not FIELD OP VALUE [UNIT] [x link peak|model|median] "
+        raise UserError(f"threshold {quoted} is not FIELD OP VALUE [UNIT] [x link peak|model|median] "
                         "[at [OP] SIZE] nor 'no regression > N % vs baseline'")
     name = ALIASES[tool].get(m.group("field").lower(), m.group("field"))
     known = set(schema.DESIGN[tool]) | set(schema.EXTENSIONS[tool])
     if name not in known:
-        raise UserError(f"threshold {text!r}: {tool} records have no field {m.group('field')!r} (aliases: "
-                        f"{', '.join(ALIASES[tool])}; or a field of benchcore.schema)")
-    value = finite(m.group("value"), f"threshold {text!r}: the value")
+        raise UserError(f"threshold {quoted}: {tool} records have no field {shown(repr(m.group('field')), 60)} "
+                        f"(aliases: {', '.join(ALIASES[tool])}; or a field of benchcore.schema)")
+    value = finite(m.group("value"), f"threshold {quoted}: the value")
     if m.group("unit"):
         units = UNITS.get(_unit_of(name), {})
         factor = units.get(m.group("unit").lower())
         if factor is None:
-            raise UserError(f"threshold {text!r}: {name} is not in {m.group('unit')}"
+            raise UserError(f"threshold {quoted}: {name} is not in {shown(m.group('unit'), 40)}"
                             + (f" (units: {', '.join(units)})" if units else " (it takes no unit)"))
         value *= factor
     reference = None
     if m.group("ref"):
         reference = REFERENCE_SPELLINGS.get(m.group("ref").strip().lower())
         if reference is None:
-            raise UserError(f"threshold {text!r}: unknown reference {m.group('ref')!r} "
+            raise UserError(f"threshold {quoted}: unknown reference {shown(repr(m.group('ref')), 60)} "
                             "(x link peak, x model, x median)")
         if m.group("unit"):
-            raise UserError(f"threshold {text!r}: a factor of {reference} takes no unit")
+            raise UserError(f"threshold {quoted}: a factor of {reference} takes no unit")
         if not REFERENCES[reference][0](tool, name):
-            raise UserError(f"threshold {text!r}: {name} cannot be compared with the {reference}")
-    at = parse_size(m.group("size"), f"threshold {text!r}: size") if m.group("size") else None
+            raise UserError(f"threshold {quoted}: {name} cannot be compared with the {reference}")
+    at = parse_size(m.group("size"), f"threshold {quoted}: size") if m.group("size") else None
     return Threshold(text, name, m.group("op"), value, reference, m.group("group"),
                      m.group("at_op") or "==" if at else None, at)
 
