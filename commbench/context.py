@@ -6,8 +6,8 @@ import platform
 import torch
 import torch.distributed as dist
 
-from benchcore import schema
-from benchcore.records import git_revision, hostname, timestamp
+from benchcore.results import schema
+from benchcore.results.records import git_revision, hostname, timestamp
 from commbench.cases.case import TOTAL
 from commbench.launch import mpirun
 from commbench.launch.liveness import Position

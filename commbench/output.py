@@ -5,8 +5,8 @@ import sys
 
 from rich.console import Console
 
-from benchcore.nccltable import DTYPES
-from benchcore.report import console, emit, print_table
+from benchcore.importers.nccl_table import DTYPES
+from benchcore.report.render import console, emit, print_table
 from benchcore.units import format_size
 from commbench.cases.registry import record_label
 

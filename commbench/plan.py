@@ -16,8 +16,8 @@ import click
 
 from benchcore.errors import UserError
 from benchcore.inputs import finite
-from benchcore.records import new_run_id
-from benchcore.report import FORMATS
+from benchcore.results.records import new_run_id
+from benchcore.report.render import FORMATS
 from benchcore.units import parse_size, size_list, size_range
 from commbench.cases.case import CaseOptions, fit, fit_sizes
 from commbench.cases.collectives import DTYPES, NCCL_ONLY_OPS, OPS

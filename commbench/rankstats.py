@@ -19,7 +19,7 @@ import os
 import statistics
 
 from benchcore.errors import UserError
-from benchcore.report import console, print_table
+from benchcore.report.render import console, print_table
 from commbench.cases.registry import record_label
 
 Z_LIMIT = 3.5

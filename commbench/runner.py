@@ -6,9 +6,9 @@ import time
 
 import click
 
-from benchcore import procs
+from benchcore.processes import procs
 from benchcore.errors import UserError
-from benchcore.records import RecordWriter, hostname, output_file
+from benchcore.results.records import RecordWriter, hostname, output_file
 from benchcore.units import format_size
 from commbench import rankstats
 from commbench.cases.case import ReadOptions, refuse_unread

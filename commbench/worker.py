@@ -14,8 +14,10 @@ import sys
 
 import torch.distributed as dist
 
-from benchcore import procs, schema
-from benchcore.records import RecordWriter, hostname
+from benchcore.processes import procs
+
+from benchcore.results import schema
+from benchcore.results.records import RecordWriter, hostname
 from commbench.cases.registry import CASES
 from commbench.context import Context
 from commbench.launch import mpirun

@@ -8,10 +8,10 @@ import sys
 
 import click
 
-from benchcore import schema
+from benchcore.results import schema
 from benchcore.errors import UserError
-from benchcore.records import git_revision, hostname, timestamp
-from benchcore.report import console
+from benchcore.results.records import git_revision, hostname, timestamp
+from benchcore.report.render import console
 from benchcore.units import format_size
 from iobench import fio
 from iobench.mounts import Mount, disk_bytes, mount_of
@@ -39,7 +39,7 @@ def progress(text):
 
 
 def record(run_id, target, **fields):
-    """An iobench measurement on target (benchcore.schema): its mount and context, then fields."""
+    """An iobench measurement on target (benchcore.results.schema): its mount and context, then fields."""
     return schema.measurement("iobench", run_id=run_id, mount=target.path, fs_type=target.mount.fs_type,
                               storage_class=target.mount.storage_class, hosts=[hostname()], timestamp=timestamp(),
                               mount_point=target.mount.mount_point, device=target.mount.device,

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import click
 
-from benchcore import commands
+from benchcore.results import commands
 from benchcore.errors import UserError, refuse_given, run_cli
-from benchcore.records import PLOT_SUFFIXES, RecordWriter, new_output, new_output_option, new_run_id, output_file
-from benchcore.report import FORMATS, emit
+from benchcore.results.records import PLOT_SUFFIXES, RecordWriter, new_output, new_output_option, new_run_id, output_file
+from benchcore.report.render import FORMATS, emit
 from benchcore.units import format_size, parse_size
 from iobench import bench, torchckpt
 from iobench.jobfile import read_job_file, space_estimate
@@ -50,7 +50,7 @@ def check_timeout(timeout, runtime):
 
 
 def open_writer(out):
-    """RecordWriter appending to --out (checked by benchcore.records.output_file), or None."""
+    """RecordWriter appending to --out (checked by benchcore.results.records.output_file), or None."""
     path = output_file(out)
     return RecordWriter(path) if path else None
 

@@ -1,4 +1,4 @@
-"""Run the real fio binary and turn its JSON into measurements (benchcore.fiojson reads it, for every fio version).
+"""Run the real fio binary and turn its JSON into measurements (benchcore.importers.fio_json reads it, for every fio version).
 
 Units in fio 3.x JSON: `bw` KiB/s, `bw_bytes` B/s, `lat_ns`/`clat_ns` mean and percentiles in ns,
 `runtime` ms. Measurements use us and MB/s (1e6 B/s). fio may print notes or errors before its
@@ -6,10 +6,10 @@ JSON on stdout, so parsing starts at the JSON object; stderr is kept apart for e
 """
 import shutil
 
-from benchcore import procs
+from benchcore.processes import procs
 from benchcore.errors import UserError
-from benchcore.fiojson import PERCENTILES, measurements, parse_output, percentile  # noqa: F401 (one parser)
-from benchcore.procs import one_line
+from benchcore.importers.fio_json import PERCENTILES, measurements, parse_output, percentile  # noqa: F401 (one parser)
+from benchcore.processes.procs import one_line
 
 INSTALL_HINT = "fio not found on PATH: install it (Debian/Ubuntu: apt-get install fio; RHEL: dnf install fio)"
 

@@ -3,7 +3,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from benchcore.procs import MountEntry, read_mounts
+from benchcore.processes.procs import MountEntry, read_mounts
 
 SYS_DEV_BLOCK = Path("/sys/dev/block")
 SYS_CLASS_BLOCK = Path("/sys/class/block")

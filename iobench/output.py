@@ -1,13 +1,13 @@
 """iobench tables (mounts side by side per profile) and plots."""
 import os
 
-from benchcore.fiojson import TIME_FIGURES
-from benchcore.report import console, print_table
+from benchcore.importers.fio_json import TIME_FIGURES
+from benchcore.report.render import console, print_table
 from benchcore.units import format_size
 
 
 def figure(field):
-    """A table column of a latency or time figure: its one header (benchcore.fiojson.TIME_FIGURES)."""
+    """A table column of a latency or time figure: its one header (benchcore.importers.fio_json.TIME_FIGURES)."""
     header, fmt, _ = TIME_FIGURES[field]
     return field, header, fmt
 
@@ -51,7 +51,7 @@ def side_by_side(records):
 
 def print_results(records, title="iobench"):
     rows = [dict(r, label=r["profile"], clat="clat" if r.get("lat_kind") == "clat" else None)
-            for r in side_by_side(records)]  # label: benchcore.report never cuts it
+            for r in side_by_side(records)]  # label: benchcore.report.render never cuts it
     if not rows:
         console().print("no measurements")
         return

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from benchcore.errors import UserError
-from benchcore.procs import proc_cmdline, proc_stat, signals_blocked
-from benchcore.records import hostname
+from benchcore.processes.procs import proc_cmdline, proc_stat, signals_blocked
+from benchcore.results.records import hostname
 from benchcore.units import format_size
 from iobench.mounts import PSEUDO_FS
 

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from benchcore import records, schema
+from benchcore.results import records, schema
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
 
 def read_records(path, **kw):
-    """The records a tool wrote, each checked against benchcore.schema: exactly its tool's DESIGN
+    """The records a tool wrote, each checked against benchcore.results.schema: exactly its tool's DESIGN
     fields plus documented extensions (events: the event fields plus theirs)."""
     found = records.read_records(path, **kw)
     for rec in found:

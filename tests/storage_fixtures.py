@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from benchcore import procs
-from benchcore.fixture import live_pids
-from scripts.loop_fs import loops_backed_by
+from benchcore.processes import procs
+from benchcore.emulate.skeleton import live_pids
+from benchcore.emulate.loop_fs import loops_backed_by
 
 ROOT = Path(__file__).resolve().parent.parent
 LOOP_FS = ROOT / "scripts" / "loop-fs"

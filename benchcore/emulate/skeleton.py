@@ -1,7 +1,7 @@
 """The skeleton of the fixture scripts (scripts/loop-fs, scripts/cephfs-local, scripts/netns-cluster).
 
 Each brings something real up and down: errors end as one line `PROG: error: ...` and exit 1,
-child processes run through benchcore.procs with a timeout, a fixture kept in a directory records
+child processes run through benchcore.processes.procs with a timeout, a fixture kept in a directory records
 what it created in DIR/state.json, and `status` exits 0 running, 1 partial, 3 stopped.
 
 Standard library only: the scripts run under the system python3, without the virtualenv.
@@ -13,7 +13,7 @@ import shutil
 import sys
 import time
 
-from benchcore import procs
+from benchcore.processes import procs
 from benchcore.errors import UserError
 
 EXIT = {"running": 0, "partial": 1, "stopped": 3}  # `status` exit codes

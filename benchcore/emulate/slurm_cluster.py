@@ -1,5 +1,5 @@
 """A real Slurm cluster on one machine: Debian's slurmctld and one slurmd per network-namespace node
-(commbench/launch/netns.py builds the nodes), authenticated by a munged of its own.
+(benchcore/emulate/netns.py builds the nodes), authenticated by a munged of its own.
 
 Standard library only (scripts/slurm-cluster runs it without the virtualenv). As root:
 
@@ -20,9 +20,9 @@ import shutil
 import signal
 import time
 
-from benchcore import procs
-from benchcore.fixture import Cli, DirFixture, Fail, alive, live_pids
-from commbench.launch import netns
+from benchcore.processes import procs
+from benchcore.emulate.skeleton import Cli, DirFixture, Fail, alive, live_pids
+from benchcore.emulate import netns
 
 PROG = "slurm-cluster"
 DEFAULT_DIR = os.environ.get("SLURM_CLUSTER_DIR", "/tmp/slurm-cluster")

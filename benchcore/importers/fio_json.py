@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from benchcore.errors import UserError
 from benchcore.inputs import shown
-from benchcore.procs import one_line
+from benchcore.processes.procs import one_line
 from benchcore.units import parse_size
 
 # One name, one meaning: every latency or time figure of an iobench record -> (column header in every table and

@@ -25,11 +25,11 @@ import json
 import math
 import re
 
-from benchcore import ncclnames as names
-from benchcore import schema
+from benchcore.importers import nccl_names as names
+from benchcore.results import schema
 from benchcore.errors import UserError
 from benchcore.inputs import read_bytes, shown
-from benchcore.nccltable import DTYPES
+from benchcore.importers.nccl_table import DTYPES
 
 NCCL, RCCL, RCCL_CSV = "nccl-tests-json", "rccl-tests-json", "rccl-tests-csv"
 HEADS = {NCCL: re.compile(r'\s*\{\s*"version"\s*:\s*\d+\s*,\s*"start_time"\s*:'),

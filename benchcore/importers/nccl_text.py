@@ -23,12 +23,12 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from benchcore import schema
+from benchcore.results import schema
 from benchcore.errors import UserError
-from benchcore import ncclnames as names
-from benchcore.ncclnames import PROGRAM
-from benchcore.nccltable import NUMBER, Layout, header, placement_labels, read_row, row_cells
-from benchcore.records import row_format
+from benchcore.importers import nccl_names as names
+from benchcore.importers.nccl_names import PROGRAM
+from benchcore.importers.nccl_table import NUMBER, Layout, header, placement_labels, read_row, row_cells
+from benchcore.results.records import row_format
 
 FORMAT = "nccl-tests"
 OWN = ("size_bytes", "count", "dtype", "op", "in_place", "time_us", "algbw_gbps", "busbw_gbps", "wrong",

@@ -1,6 +1,6 @@
 """torchrun command lines, the agent they run, and the rank helpers both tools' workers use (one implementation).
 
-`python -m benchcore.torchrun ARGS` is torchrun: the same command line (torch's own parser), the same elastic
+`python -m benchcore.processes.torchrun ARGS` is torchrun: the same command line (torch's own parser), the same elastic
 agent, rendezvous, restarts and failure reports. Only the start of a rank differs: the agent imports the worker
 module once and forks every rank from itself (torch's `start_method="fork"`), where torchrun starts each rank as a
 new Python that imports torch again (3-5 s of CPU per rank on a small machine, before the first measurement).
@@ -22,7 +22,7 @@ def torchrun_argv(module, args, nproc_per_node, *, nnodes=1, endpoint=None, rdzv
     Without an endpoint: one node, --standalone. With one: a c10d rendezvous at endpoint
     (rdzv_conf e.g. 'is_host=1,join_timeout=120'), no restarts.
     """
-    argv = [sys.executable, "-m", "benchcore.torchrun", "--nnodes", str(nnodes),
+    argv = [sys.executable, "-m", "benchcore.processes.torchrun", "--nnodes", str(nnodes),
             "--nproc-per-node", str(nproc_per_node)]
     if endpoint is None:
         argv.append("--standalone")

@@ -1,7 +1,7 @@
 """`report RESULTS... --out DIR`: Markdown, a self-contained HTML page, PNG plots and the data (CSV or Parquet)
 for any results of either tool, imported or not, with an optional --baseline overlay.
 
-The data path is one pandas frame of the records (benchcore.results); tables list every measurement as
+The data path is one pandas frame of the records (benchcore.results.read); tables list every measurement as
 recorded, plots draw from the same frame. Nothing in DIR is overwritten: DIR must be new or empty. At most
 MAX_PLOTS plots (the groups with most measurements; the report says so, every group is in the tables).
 A measurement whose metric is not a finite positive number, and a baseline row missing from the results, are
@@ -15,11 +15,13 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchcore import diff, fiojson, stats, values
+from benchcore.results import diff, stats, usable
+
+from benchcore.importers import fio_json as fiojson
 from benchcore.errors import UserError
-from benchcore.plots import plots, run_of, saved
-from benchcore.report import csv_frame
-from benchcore.results import TOOL, group_of, identity, label, measurements
+from benchcore.report.plots import plots, run_of, saved
+from benchcore.report.render import csv_frame
+from benchcore.results.read import TOOL, group_of, identity, label, measurements
 from benchcore.units import format_size
 
 EXPORTS = ("csv", "parquet")
@@ -119,7 +121,7 @@ def _baseline_metric(baseline):
     by = {}
     for rec in measurements(baseline):
         value = rec.get(TOOL[rec["tool"]].metric)
-        if values.usable(value):
+        if usable.usable(value):
             by.setdefault(identity(rec), []).append(value)
     return {k: stats.geometric_mean(v) for k, v in by.items()}
 
@@ -151,7 +153,7 @@ def sections(records, baseline=()):
             if any(k[0] == tool for k in base):
                 metric = TOOL[tool].metric
                 for r in rows:
-                    b, why = base.get(identity(r)), values.flaw(r.get(metric))
+                    b, why = base.get(identity(r)), usable.flaw(r.get(metric))
                     r["baseline"], r["vs_baseline"] = b, (f"{metric} {why}" if why else r[metric] / b if b else None)
                 columns += [("baseline", f"baseline {TOOL[tool].unit}", ".2f"), ("vs_baseline", "new/baseline", ".3f")]
             caption = f"run {runs[0]}" if len(runs) == 1 else f"{len(runs)} runs"
@@ -172,7 +174,7 @@ def value_notes(records, baseline):
         bad = []
         for r in recs:
             metric = TOOL[r["tool"]].metric
-            why = "missing" if metric not in r else values.flaw(r[metric])
+            why = "missing" if metric not in r else usable.flaw(r[metric])
             if why:
                 bad.append(f"{label(r)}: {metric} {why}")
         if bad:
@@ -281,8 +283,8 @@ def write(inputs, records, out, baseline_inputs=(), baseline=(), fmt="csv", titl
     """Write DIR/report.md, DIR/report.html, the plots and DIR/results.<fmt>; returns the files written. Records
     whose identity fields have wrong types are left out with a warning; a report that fails before writing
     anything removes the directories it made (never one the user made)."""
-    records = [r for r in records if r.get("event")] + values.sound(measurements(records), "RESULTS")
-    baseline = values.sound(measurements(baseline), "--baseline")
+    records = [r for r in records if r.get("event")] + usable.sound(measurements(records), "RESULTS")
+    baseline = usable.sound(measurements(baseline), "--baseline")
     if not measurements(records):
         raise UserError("no measurements in " + ", ".join(inputs))
     made = [d for d in [Path(out), *Path(out).parents] if not d.exists()]

@@ -5,10 +5,10 @@ the axes, so they never cover data. The *_figure functions return the matplotlib
 import os
 import re
 
-from benchcore import stats, values
+from benchcore.results import stats, usable
 from benchcore.errors import WriteFailed
 from benchcore.inputs import name as shown_path
-from benchcore.results import group_of, measurements
+from benchcore.results.read import group_of, measurements
 
 MAX_PLOTS = 12          # a report of 1,000 groups draws 12 plots, not 1,000 (each costs ~0.3 s and 50 KB)
 # y axes of a commbench plot: busbw and time always, another field's panel only where a threshold bounds it
@@ -83,12 +83,12 @@ def busbw_figure(title, recs, base_recs, marks=()):
     for recs_, style, tag in ((recs, "-", ""), (base_recs, "--", "baseline ")):
         series = {}
         for r in recs_:
-            if values.usable(r.get("size_bytes")):
+            if usable.usable(r.get("size_bytes")):
                 series.setdefault(tag + series_name(r, several), []).append(r)
         for key, rs in series.items():
             for field, ax in axes.items():
-                sizes = sorted({r["size_bytes"] for r in rs if values.usable(r.get(field))})
-                at = {s: sorted(r[field] for r in rs if r["size_bytes"] == s and values.usable(r.get(field)))
+                sizes = sorted({r["size_bytes"] for r in rs if usable.usable(r.get(field))})
+                at = {s: sorted(r[field] for r in rs if r["size_bytes"] == s and usable.usable(r.get(field)))
                       for s in sizes}
                 if not sizes:
                     continue
@@ -98,7 +98,7 @@ def busbw_figure(title, recs, base_recs, marks=()):
                             fmt=style, marker="o", markersize=3, capsize=2, label=key)
     models = {}
     for r in recs:          # the model per phase, placement and type: the same for every cycle and repeat
-        if values.usable(r.get("predicted_time_us")) and values.usable(r.get("time_us")):
+        if usable.usable(r.get("predicted_time_us")) and usable.usable(r.get("time_us")):
             name = " ".join(str(p) for p in ("model", r.get("phase"), series_name(dict(r, phase=None, cycle=None,
                             repeat=None), several)) if p) + f" ({r.get('topology') or 'alpha-beta'})"
             models.setdefault(name, set()).add((r["size_bytes"], r["predicted_time_us"], r.get("busbw_gbps") and
@@ -109,7 +109,7 @@ def busbw_figure(title, recs, base_recs, marks=()):
         if all(p[2] for p in points):
             axes["busbw_gbps"].plot([p[0] for p in points], [p[2] for p in points], ":", label=name)
     peaks = {(r["link_peak_gbps"], r.get("phase"), r.get("topology"), r.get("link_tier")): r for r in recs
-             if values.usable(r.get("link_peak_gbps"))}
+             if usable.usable(r.get("link_peak_gbps"))}
     for rec in peaks.values():
         axes["busbw_gbps"].axhline(rec["link_peak_gbps"], color="grey", linestyle="-.", linewidth=1,
                                    label=_peak_name(rec))
@@ -140,7 +140,7 @@ def storage_figure(recs, base_recs, marks=()):
 
     def pick(profile, mount, key):
         found = [r.get(key) for r, tag in bars if f"{r.get('profile')} {r.get('direction')}" == profile
-                 and f"{tag}{r.get('mount')}" == mount and values.usable(r.get(key))]
+                 and f"{tag}{r.get('mount')}" == mount and usable.usable(r.get(key))]
         return stats.geometric_mean(found) or 0
 
     def hatch(mount):

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from benchcore.records import dumps
+from benchcore.results.records import dumps
 
 FORMATS = ("table", "json", "csv")
 

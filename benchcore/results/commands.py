@@ -1,6 +1,6 @@
 """`import`, `diff` and `report`: the same three commands in commbench and iobench (each CLI adds them).
 
-Everything they do lives in benchcore.results, benchcore.diff and benchcore.reportpage, imported when a
+Everything they do lives in benchcore.results.read, benchcore.results.diff and benchcore.report.page, imported when a
 command runs, so neither CLI pays for pandas or matplotlib at start.
 """
 import sys
@@ -10,12 +10,12 @@ import click
 from benchcore.errors import UserError
 from benchcore.inputs import name, shown
 from benchcore.lazy import lazy
-from benchcore.records import RecordWriter, dumps, output_file
+from benchcore.results.records import RecordWriter, dumps, output_file
 
-diff = lazy("benchcore.diff", globals(), "diff")
-reportpage = lazy("benchcore.reportpage", globals(), "reportpage")
-results = lazy("benchcore.results", globals(), "results")
-ncclnames = lazy("benchcore.ncclnames", globals(), "ncclnames")
+diff = lazy("benchcore.results.diff", globals(), "diff")
+page = lazy("benchcore.report.page", globals(), "page")
+read = lazy("benchcore.results.read", globals(), "read")
+nccl_names = lazy("benchcore.importers.nccl_names", globals(), "nccl_names")
 
 EXAMPLES = {
     "commbench": ("all_reduce_perf.log rccl-2023.txt", "last-year.log results.jsonl", "results.jsonl old.log"),
@@ -29,10 +29,10 @@ def _refuse(refused):
 
 
 def _load_side(paths, what):
-    loaded, refused = results.load_many(paths)
+    loaded, refused = read.load_many(paths)
     if refused:
         raise UserError("; ".join(refused))
-    if not results.measurements(loaded):
+    if not read.measurements(loaded):
         raise UserError(f"{what} {', '.join(name(p) for p in paths)} holds no measurements")
     return loaded
 
@@ -57,12 +57,12 @@ def import_command(tool):
     @click.option("--collective", default=None, metavar="NAME",
                   help="The collective of nccl-tests/rccl-tests results whose file does not say it (nor its name).")
     def command(paths, out, collective):
-        collective = ncclnames.option(collective) if collective is not None else None
+        collective = nccl_names.option(collective) if collective is not None else None
         path = output_file(out) if out is not None else None
         writer = RecordWriter(path, every=False) if path else None   # one fsync at the end, not one per record
         refused = []
         try:
-            for source in results.expand(paths):
+            for source in read.expand(paths):
                 try:
                     fmt, found, events = _convert(source, writer, out is None, collective)
                 except UserError as exc:
@@ -82,10 +82,10 @@ def import_command(tool):
 def _convert(path, writer, to_stdout, collective):
     """Write one file's records to writer (or stdout, or nowhere) as they are read; (format, measurements,
     'event: reason, ...')."""
-    fmt, found_records = results.records_of(path, collective, lines=True)
+    fmt, found_records = read.records_of(path, collective, lines=True)
     if fmt == "records":
         raise UserError(f"{name(path)}: already records of the suite (JSONL): nothing to import")
-    found, events, tools = 0, [], results.TOOLS
+    found, events, tools = 0, [], read.TOOLS
     write = writer.write if writer else (lambda rec: sys.stdout.write(dumps(rec) + "\n")) if to_stdout else None
     for rec in found_records:
         if write:
@@ -147,7 +147,7 @@ def report_command(tool):
     def command(paths, out, baselines, fmt, title):
         records = _load_side(list(paths), "RESULTS")
         base = _load_side(list(baselines), "--baseline") if baselines else []
-        written = reportpage.write(list(paths), records, out, list(baselines), base, fmt, title)
+        written = page.write(list(paths), records, out, list(baselines), base, fmt, title)
         click.echo(f"wrote {', '.join(written)} in {out}", err=True)
     return command
 

@@ -1,8 +1,8 @@
 """`diff BASELINE NEW`: what changed beyond noise, in the manner of pyperf's compare_to.
 
-Records are joined on their identity (benchcore.results.TOOL). A change is reported when it is beyond the
+Records are joined on their identity (benchcore.results.read.TOOL). A change is reported when it is beyond the
 threshold AND beyond the run-to-run spread. The spread, in order of what the records allow:
-  t-test     several values per side (runs with different run_id, cycles, repeats): benchcore.stats'
+  t-test     several values per side (runs with different run_id, cycles, repeats): benchcore.results.stats'
              Welch t interval of the ratio must exclude 1
   rank range one value per side that carries min/max over ranks (or repeats): the two ranges must not overlap
   threshold  one value per side and no range: the threshold alone, said so on the line
@@ -11,10 +11,10 @@ it fails, named, as does a baseline row with no partner in NEW (missing); neithe
 """
 from dataclasses import dataclass
 
-from benchcore import stats, values
+from benchcore.results import stats, usable
 from benchcore.errors import UserError
 from benchcore.inputs import finite
-from benchcore.results import TOOL, group_of, identity, label, measurements
+from benchcore.results.read import TOOL, group_of, identity, label, measurements
 
 
 @dataclass
@@ -46,7 +46,7 @@ class Line:
 
 def _unusable(records, metric, side):
     """Why some value of metric on this side is not a finite positive number ('' when all are)."""
-    bad = ["missing" if metric not in r else values.flaw(r[metric]) for r in records]
+    bad = ["missing" if metric not in r else usable.flaw(r[metric]) for r in records]
     bad = [b for b in bad if b]
     if not bad:
         return ""
@@ -55,7 +55,7 @@ def _unusable(records, metric, side):
 
 def _range(records, tool):
     lo, hi = tool.spread
-    if all(values.usable(r.get(lo)) and values.usable(r.get(hi)) for r in records):
+    if all(usable.usable(r.get(lo)) and usable.usable(r.get(hi)) for r in records):
         return min(r[lo] for r in records), max(r[hi] for r in records)
     return None
 
@@ -65,7 +65,7 @@ def compare(base_records, new_records, threshold):
     identity fields have wrong types is skipped with a warning (its baseline row then counts as missing)."""
     sides = [{}, {}]
     for side, records, what in zip(sides, (base_records, new_records), ("baseline", "new")):
-        for rec in values.sound(measurements(records), what):
+        for rec in usable.sound(measurements(records), what):
             side.setdefault(identity(rec), []).append(rec)
     pairs = [(k, k) for k in sides[1] if k in sides[0]] + _loose_pairs(sides)
     lines = []

@@ -6,7 +6,7 @@ apply), in that order, then the tool's documented extensions that it has. An eve
 extensions. Building a record with a field that is not documented here is a programming
 error (ValueError): new fields are added to these tables, never renamed.
 """
-from benchcore.records import hostname, timestamp
+from benchcore.results.records import hostname, timestamp
 
 DESIGN = {
     "commbench": ("tool", "run_id", "collective", "strategy", "size_bytes", "count", "dtype", "op", "in_place",
@@ -116,7 +116,7 @@ EVENT_EXTENSIONS = {
 def _unknown(tool, fields, allowed):
     extra = [k for k in fields if k not in allowed]
     if extra:
-        raise ValueError(f"{tool} record field(s) not in benchcore.schema: {', '.join(extra)}")
+        raise ValueError(f"{tool} record field(s) not in benchcore.results.schema: {', '.join(extra)}")
 
 
 _FIELDS = {}     # tool -> its measurement fields, made at its first record (when this module has added them all)
@@ -166,7 +166,7 @@ EXTENSIONS["iobench"].update(IMPORTED, interrupted="import: fio said 'terminatin
 EVENT_EXTENSIONS["commbench"].update(IMPORTED, collective="import: the collective of the table cut short or failed")
 EVENT_EXTENSIONS["iobench"].update(IMPORTED, job="import: the fio job that ended with an error")
 
-# Any record written (benchcore.records.dumps): a value that was not a finite number is written null and named.
+# Any record written (benchcore.results.records.dumps): a value that was not a finite number is written null and named.
 for _tool in ("commbench", "iobench"):
     EXTENSIONS[_tool]["nonfinite"] = EVENT_EXTENSIONS[_tool]["nonfinite"] = \
         "the fields written null because their value was NaN or infinite (e.g. an imported '1e999')"

@@ -10,9 +10,9 @@ Forms (one registry each for fields' aliases, units and references):
       busbw >= 0.7 x median                   relative to the median of the same group and size (pairs' links)
       shard-write MB/s >= 2000                GROUP: a collective, strategy (commbench) or profile (iobench)
       small-random-write P99 <= 2 ms
-  no regression > 5 % vs baseline             benchcore.diff against --baseline (its significance rules)
+  no regression > 5 % vs baseline             benchcore.results.diff against --baseline (its significance rules)
 
-A threshold is judged per measured thing (benchcore.results.identity): repeats and cycles of one thing
+A threshold is judged per measured thing (benchcore.results.read.identity): repeats and cycles of one thing
 are combined by their median first (wrong: the largest). Strategy phases are judged on the total only. It fails when any
 thing misses; the worst one is named with its size, measured against expected. A thing whose value is not a finite
 positive number (NaN, 0, -1, null, missing; `wrong` may be 0) misses, named with why: it never passes, never vanishes.
@@ -22,10 +22,12 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Optional
 
-from benchcore import diff, fiojson, schema, stats, values
+from benchcore.results import diff, schema, stats, usable
+
+from benchcore.importers import fio_json as fiojson
 from benchcore.errors import UserError
 from benchcore.inputs import finite, shown
-from benchcore.results import TOOL, group_of, identity, label, measurements
+from benchcore.results.read import TOOL, group_of, identity, label, measurements
 from benchcore.units import format_size, parse_size
 
 ALIASES = {
@@ -54,7 +56,7 @@ def _unit_of(name):
 def _model_value(rec, name):
     """The model's prediction of field `name` for this record: its time, or a bandwidth at that time."""
     predicted, time_us = rec.get("predicted_time_us"), rec.get("time_us")
-    if not values.usable(predicted) or not values.usable(time_us) or not values.usable(rec.get(name)):
+    if not usable.usable(predicted) or not usable.usable(time_us) or not usable.usable(rec.get(name)):
         return None
     return predicted if name.endswith("_us") else rec[name] * time_us / predicted
 
@@ -62,7 +64,7 @@ def _model_value(rec, name):
 # reference name -> (which fields it applies to, what it is per record, what a record must carry)
 REFERENCES = {
     "link peak": (lambda tool, name: tool == "commbench" and name.endswith("_gbps"),
-                  lambda rec, name: rec.get("link_peak_gbps") if values.usable(rec.get("link_peak_gbps")) else None,
+                  lambda rec, name: rec.get("link_peak_gbps") if usable.usable(rec.get("link_peak_gbps")) else None,
                   "link_peak_gbps"),
     "model": (lambda tool, name: tool == "commbench" and (name.endswith("_gbps") or name.startswith("time_us")),
               _model_value, "predicted_time_us"),
@@ -125,7 +127,7 @@ def parse(text, tool):
     known = set(schema.DESIGN[tool]) | set(schema.EXTENSIONS[tool])
     if name not in known:
         raise UserError(f"threshold {quoted}: {tool} records have no field {shown(repr(m.group('field')), 60)} "
-                        f"(aliases: {', '.join(ALIASES[tool])}; or a field of benchcore.schema)")
+                        f"(aliases: {', '.join(ALIASES[tool])}; or a field of benchcore.results.schema)")
     value = finite(m.group("value"), f"threshold {quoted}: the value")
     if m.group("unit"):
         units = UNITS.get(_unit_of(name), {})
@@ -175,7 +177,7 @@ def _fmt(v):
 
 def _what(name):
     """A field as verdicts name it: with what it measures where fio's figures could be mistaken for one another
-    (per-I/O latency, per-file time, end fsync: benchcore.fiojson.TIME_FIGURES)."""
+    (per-I/O latency, per-file time, end fsync: benchcore.importers.fio_json.TIME_FIGURES)."""
     figure = fiojson.TIME_FIGURES.get(name)
     return f"{name} ({figure[2]})" if figure else name
 
@@ -186,10 +188,10 @@ def _median_by_identity(recs, name):
     by = {}
     for rec in recs:
         by.setdefault(identity(rec), []).append(rec)
-    combine, count = COMBINE.get(name, statistics.median), name in values.COUNTS
+    combine, count = COMBINE.get(name, statistics.median), name in usable.COUNTS
     out = []
     for rs in by.values():
-        bad = [b for b in ("missing" if name not in r else values.flaw(r[name], count, name in values.SIGNED)
+        bad = [b for b in ("missing" if name not in r else usable.flaw(r[name], count, name in usable.SIGNED)
                            for r in rs) if b]
         out.append((rs[0], None, bad[0]) if bad else (rs[0], combine(r[name] for r in rs), None))
     return out
@@ -204,7 +206,7 @@ def judge(threshold, records, baseline=None):
     """Outcome of threshold on a check's records; baseline: the --baseline records (None: not given)."""
     if threshold.regression is not None:
         return _regression(threshold, records, baseline)
-    t, recs = threshold, [r for r in values.sound(measurements(records), "records") if threshold.applies(r)]
+    t, recs = threshold, [r for r in usable.sound(measurements(records), "records") if threshold.applies(r)]
     if t.field not in schema.DESIGN["commbench"] + schema.DESIGN["iobench"]:   # a figure only some phases carry
         recs = [r for r in recs if t.field in r]
     if not recs:
@@ -288,7 +290,7 @@ def _regression(threshold, records, baseline):
 
 
 def plot_marks(outcomes):
-    """Thresholds as benchcore.plots draws them, each on the axis of the field it bounds: {group: [(field, text,
+    """Thresholds as benchcore.report.plots draws them, each on the axis of the field it bounds: {group: [(field, text,
     [(size, expected)])], "storage": [(axis, text, value)]} (MB/s on storage's bandwidth axis, latencies on its
     latency axis)."""
     out = {}

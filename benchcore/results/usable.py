@@ -9,7 +9,7 @@ import click
 
 from benchcore.inputs import finite, shown
 
-# Fields that name what a record measured (benchcore.results identities and labels) -> (type(s), what).
+# Fields that name what a record measured (benchcore.results.read identities and labels) -> (type(s), what).
 _WHOLE = (int,)
 SHAPES = {"size_bytes": (_WHOLE, "a whole number of bytes"), "count": (_WHOLE, "a whole number"),
           "world_size": (_WHOLE, "a whole number of ranks"), "nodes": (_WHOLE, "a whole number of nodes"),

@@ -1,17 +1,17 @@
 """The commbench command line."""
 import click
 
-from benchcore import commands
+from benchcore.results import commands
 from benchcore.errors import run_cli
 from benchcore.lazy import LazyGroup
 
 # command -> where it lives, imported when it runs
-COMMANDS = {"run": "commbench.commands.measure:run", "ring": "commbench.commands.measure:ring",
+COMMANDS = {"run": "commbench.commands.run:run", "ring": "commbench.commands.run:ring",
             "chunked": "commbench.commands.compare:chunked", "compare": "commbench.commands.compare:compare",
             "overlap": "commbench.commands.overlap:overlap", "sweep": "commbench.commands.sweep:sweep",
             "env": "commbench.commands.sweep:env_catalogue", "selftest": "commbench.commands.selftest:selftest",
             "topo": "commbench.commands.topo:topo", "model": "commbench.commands.model:model",
-            "accept": "commbench.commands.accept.run:accept", "p2p": "commbench.commands.p2p:p2p",
+            "accept": "commbench.commands.accept.command:accept", "p2p": "commbench.commands.p2p:p2p",
             "pairs": "commbench.commands.pairs:pairs"}
 
 

@@ -8,10 +8,10 @@ import statistics
 
 import click
 
-from benchcore import schema, stats
+from benchcore.results import schema, stats
 from benchcore.errors import UserError, refuse_given
-from benchcore.records import PLOT_SUFFIXES, new_output_option
-from benchcore.report import console, line_plot, print_table
+from benchcore.results.records import PLOT_SUFFIXES, new_output_option
+from benchcore.report.render import console, line_plot, print_table
 from benchcore.units import format_size
 from commbench.cases.case import TOTAL
 from commbench.cases.registry import STRATEGY_NAMES, parse_names, record_label

@@ -5,11 +5,13 @@ import math
 
 import click
 
-from benchcore import inputs, values
+from benchcore import inputs
+
+from benchcore.results import usable
 from benchcore.errors import UserError, refuse_given
 from benchcore.inputs import shown
-from benchcore.records import dumps, read_records
-from benchcore.report import console, print_table
+from benchcore.results.records import dumps, read_records
+from benchcore.report.render import console, print_table
 from benchcore.units import format_size, parse_size, size_range
 from commbench.cases.case import TOTAL, ReadOptions, label, refuse_unread, work_key
 from commbench.cases.collectives import DTYPES
@@ -84,7 +86,7 @@ TIME_US = (1e-3, 1e12)      # a nanosecond to eleven days: outside, a record is 
 
 def _unfit(rec):
     """Why a measured record cannot be fitted (None: it can)."""
-    why = values.shape_flaw(rec)
+    why = usable.shape_flaw(rec)
     if why:
         return why
     name = rec.get("strategy") or rec.get("collective")
@@ -96,7 +98,7 @@ def _unfit(rec):
                f"world_size not in 1..{MAX_RANKS}"),
               (isinstance(rec.get("nodes"), int) and 1 <= rec["nodes"] <= (rec.get("world_size") or 0),
                "nodes not in 1..world_size"),
-              (values.usable(rec["time_us"]) and TIME_US[0] <= rec["time_us"] <= TIME_US[1],
+              (usable.usable(rec["time_us"]) and TIME_US[0] <= rec["time_us"] <= TIME_US[1],
                f"time_us {shown(repr(rec['time_us']), 40)} is not between {TIME_US[0]:g} and {TIME_US[1]:g}")]
     return next((why for ok, why in checks if not ok), None)
 
@@ -110,7 +112,7 @@ def fit(records, topo, what="--fit"):
     rows = []
     measured = [r for r in records if isinstance(r, dict) and not r.get("event") and r.get("time_us") is not None
                 and not r.get("wrong")]
-    for rec in values.sound(measured, what, _unfit):
+    for rec in usable.sound(measured, what, _unfit):
         case, phase = case_of(rec), rec.get("phase") or TOTAL
         if case.model is None or (len(case.phases) > 1 and phase == TOTAL):
             continue

@@ -4,9 +4,9 @@ import statistics
 
 import click
 
-from benchcore import schema, stats
-from benchcore.records import PLOT_SUFFIXES, new_output_option
-from benchcore.report import console, print_table
+from benchcore.results import schema, stats
+from benchcore.results.records import PLOT_SUFFIXES, new_output_option
+from benchcore.report.render import console, print_table
 from benchcore.units import format_size
 from commbench.cases.case import TOTAL
 from commbench.cases.overlap import predicted

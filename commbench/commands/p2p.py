@@ -6,7 +6,7 @@ from click.core import ParameterSource
 
 from benchcore.errors import UserError, refuse_given
 from benchcore.inputs import finite
-from benchcore.report import print_table
+from benchcore.report.render import print_table
 from benchcore.units import format_size
 from commbench.cases.p2p import LARGE, MODES, WINDOW, case_name, osu_counts
 from commbench.launch.spec import launch_options, parse_backends

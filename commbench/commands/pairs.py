@@ -13,12 +13,12 @@ import statistics
 
 import click
 
-from benchcore import schema
+from benchcore.results import schema
 from benchcore.errors import UserError, refuse_given
-from benchcore.records import PLOT_SUFFIXES, new_output_option
-from benchcore.report import console, print_table
+from benchcore.results.records import PLOT_SUFFIXES, new_output_option
+from benchcore.report.render import console, print_table
 from benchcore.units import parse_size
-from benchcore.values import FRACTION
+from benchcore.results.usable import FRACTION
 from commbench.cases.case import CaseOptions, refuse_unread
 from commbench.cases.pairs import FULL_COVERAGE_UP_TO, tournament
 from commbench.cases.registry import CASES

@@ -11,12 +11,14 @@ import time
 import click
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from benchcore import inputs, schema, stats
+from benchcore import inputs
+
+from benchcore.results import schema, stats
 from benchcore.errors import UserError, refuse_given
-from benchcore.records import PLOT_SUFFIXES, RecordWriter, new_output_option, new_run_id, output_file, read_records
-from benchcore.report import console, line_plot, print_table
+from benchcore.results.records import PLOT_SUFFIXES, RecordWriter, new_output_option, new_run_id, output_file, read_records
+from benchcore.report.render import console, line_plot, print_table
 from benchcore.units import format_size
-from benchcore.values import SECONDS
+from benchcore.results.usable import SECONDS
 from commbench import rankstats
 from commbench.cases.case import TOTAL, ReadOptions, refuse_unread
 from commbench.cases.registry import CASES, COLLECTIVE_NAMES, STRATEGY_NAMES, parse_names, record_label

@@ -7,14 +7,14 @@ below its threshold is plain; a variable the backend ignores changes nothing): t
 reported once and never ranked against each other; their repeats are pooled.
 
 Per scope, the fastest group (geometric mean of its repeats) is the winner only when the interval
-of its time ratio to the runner-up (benchcore.stats: METHOD) lies wholly below 1. Otherwise the
+of its time ratio to the runner-up (benchcore.results.stats: METHOD) lies wholly below 1. Otherwise the
 groups not significantly slower than the fastest are reported as "no significant difference".
 """
 from dataclasses import dataclass
 from functools import cached_property
 from typing import List, Optional
 
-from benchcore import schema, stats
+from benchcore.results import schema, stats
 from benchcore.units import format_size
 from commbench.cases.case import TOTAL, work_key
 from commbench.cases.collectives import DTYPES

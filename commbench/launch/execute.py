@@ -26,9 +26,9 @@ from pathlib import Path
 
 import click
 
-from benchcore import procs
-from benchcore.records import hostname, new_output
-from benchcore.report import console
+from benchcore.processes import procs
+from benchcore.results.records import hostname, new_output
+from benchcore.report.render import console
 from commbench.launch import local, mpirun, slurm, torchrun
 from commbench.launch.channel import Channel
 from commbench.launch.liveness import (ADDR_ENV, CHANNEL, EXIT_HANG, PROBE_TIMEOUT_S, STATUS_ENV, WORKER_NAME,

@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 from benchcore.errors import UserError
-from benchcore.records import hostname
+from benchcore.results.records import hostname
 from commbench.launch.liveness import RECORD_NODE_ENV
 from commbench.transports.mpi import INSTALL
 

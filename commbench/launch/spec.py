@@ -5,10 +5,10 @@ from dataclasses import dataclass, field
 
 import click
 
-from benchcore import procs
+from benchcore.processes import procs
 from benchcore.errors import UserError, given, refuse_given
 from benchcore.units import format_size
-from benchcore.values import SECONDS
+from benchcore.results.usable import SECONDS
 from commbench.launch import mpirun
 from commbench.launch.torchrun import split_endpoint
 

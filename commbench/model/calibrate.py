@@ -30,7 +30,7 @@ import time
 
 import yaml
 
-from benchcore.records import git_revision, hostname, timestamp
+from benchcore.results.records import git_revision, hostname, timestamp
 from commbench.model import detect, topology
 
 COPY_SIZES = [64 << 10 << (2 * i) for i in range(6)]     # 64K .. 64M

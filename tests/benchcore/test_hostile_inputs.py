@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchcore import records, results
+from benchcore.results import records, read
 from benchcore.inputs import name
 from tests.conftest import assert_one_line_error, read_records, run_tool
 
@@ -26,7 +26,7 @@ def torn_records(tmp_path):
     """A record file as a crash and a careless hand leave it: a JSON list line first, then real records, a binary
     line, and a last line torn mid-record. Returns (path, the numbers of the lines that are not records)."""
     path = tmp_path / "results.jsonl"
-    good = [records.dumps(r).encode() for r in results.load(str(LOG)).records]
+    good = [records.dumps(r).encode() for r in read.load(str(LOG)).records]
     path.write_bytes(b"[1, 2]\n" + b"\n".join(good) + b"\n\x00\xff\xfe binary\n" + TORN)
     return path, [1, len(good) + 2, len(good) + 3]
 

@@ -2,7 +2,7 @@
 JSON records of the same run (one launch prints the text and writes --out)."""
 import pytest
 
-from benchcore import nccltests
+from benchcore.importers import nccl_text as nccltests
 from commbench.output import nccl_float
 from tests.conftest import read_records, run_tool
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from benchcore import schema
+from benchcore.results import schema
 from commbench.cases.collectives import COLLECTIVES
 from commbench.cases.registry import COLLECTIVE_NAMES
 from commbench.transports.torch_dist import drops

@@ -145,7 +145,7 @@ def test_dry_run_prints_the_torchrun_lines():
     heredoc, plan, end, *lines = proc.stdout.splitlines()
     assert proc.returncode == 0 and len(lines) == 2 and heredoc.endswith("<<'PLAN'") and end == "PLAN"
     assert all(ln.endswith(f"--plan-file {heredoc.split()[2]}") for ln in lines) and json.loads(plan)["configs"]
-    assert all("benchcore.torchrun --nnodes 2" in ln and "--rdzv-backend c10d" in ln for ln in lines)
+    assert all("benchcore.processes.torchrun --nnodes 2" in ln and "--rdzv-backend c10d" in ln for ln in lines)
     assert "is_host=1" in lines[0] and "is_host=0" in lines[1]
 
 
@@ -177,7 +177,7 @@ def test_slurm_dry_run_prints_srun_and_the_torchrun_line_of_each_node():
     there = sbcast.split()[3]   # every node's copy of the plan file, made by sbcast and removed after
     assert there.endswith("-4242.json") and f'"plan_file":"{there}"' in srun and unstage.endswith(f"rm -f {there}")
     for line, host in ((node0, 1), (node1, 0)):
-        assert "benchcore.torchrun --nnodes 2" in line and "--rdzv-endpoint gpu07:30742" in line
+        assert "benchcore.processes.torchrun --nnodes 2" in line and "--rdzv-endpoint gpu07:30742" in line
         assert f"is_host={host}" in line
     assert_one_line_error(run_tool("commbench", "ring", "--nodes", 3, "--dry-run", env=SLURM),
                           "this Slurm allocation has 2 nodes")

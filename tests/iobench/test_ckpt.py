@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from benchcore.schema import DESIGN, problems
+from benchcore.results.schema import DESIGN, problems
 from iobench.profiles import PROFILES
 from tests.conftest import read_records
 from tests.iobench.conftest import leftovers, plant_sentinels, snapshot

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from benchcore.procs import parse_mountinfo
+from benchcore.processes.procs import parse_mountinfo
 from iobench import mounts
 from iobench.mounts import classify, mount_of
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from commbench.launch import netns
+from benchcore.emulate import netns
 from tests.conftest import ROOT, run_tool
 from tests.netns.conftest import RATE, needs_netns
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from commbench.launch import netns
+from benchcore.emulate import netns
 from tests.netns.conftest import cluster, needs_netns
 
 pytestmark = [pytest.mark.root, needs_netns]

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from commbench.launch import netns
+from benchcore.emulate import netns
 from tests.conftest import BIN, read_records, run_tool
 from tests.netns.conftest import NETNS_CLUSTER, needs_netns
 

@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from commbench.launch import netns
+from benchcore.emulate import netns
 from tests.conftest import ROOT, read_records, run_tool
 from tests.netns.conftest import needs_netns
 

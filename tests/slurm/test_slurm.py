@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from commbench.launch import netns
+from benchcore.emulate import netns
 from commbench.launch.slurm import expand_nodelist
 from tests.conftest import BIN, ROOT
 from tests.slurm.conftest import SUBNET, needs_slurm, slurm_cluster

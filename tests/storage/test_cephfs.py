@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from benchcore.fixture import live_pids
-from benchcore.procs import mount_at, spawn
+from benchcore.emulate.skeleton import live_pids
+from benchcore.processes.procs import mount_at, spawn
 from tests.storage_fixtures import CEPHFS_LOCAL, assert_cephfs_gone, assert_direct_read_back, run_script
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchcore.procs import mount_at, run
+from benchcore.processes.procs import mount_at, run
 from tests.storage_fixtures import LOOP_FS, assert_direct_read_back, assert_loop_fs_gone, loops_backed_by, run_script
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]

@@ -1,16 +1,18 @@
 """What an accept run leaves behind: the verdict event per check, the one-line summary, junit.xml, the report
-(report.md + report.html through benchcore.reportpage) and verdict.json, each written on its own (Written):
+(report.md + report.html through benchcore.report.page) and verdict.json, each written on its own (Written):
 one that cannot be written (a full or read-only file system) is named in one line, the others are kept."""
 import json
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from benchcore import reportpage, schema, thresholds
+from benchcore.report import page
+
+from benchcore.results import schema, thresholds
 from benchcore.errors import UserError, WriteFailed
 from benchcore.inputs import name
-from benchcore.records import hostname, timestamp
-from benchcore.results import measurements
+from benchcore.results.records import hostname, timestamp
+from benchcore.results.read import measurements
 from commbench.commands.accept import report
 
 EXIT_PASS, EXIT_FAIL = 0, 1
@@ -93,7 +95,7 @@ def junit(results, spec, seconds, path):
     skipped = sum(c.find("skipped") is not None for c in cases)
     suite = ET.Element("testsuite", name=f"commbench accept {Path(spec.path).name}", tests=str(len(cases)),
                        failures=str(failures), errors="0", skipped=str(skipped), time=f"{seconds:.3f}",
-                       timestamp=timestamp()[:19], hostname=hostname(), id="0", package="commbench.commands.accept.run")
+                       timestamp=timestamp()[:19], hostname=hostname(), id="0", package="commbench.commands.accept.command")
     props = ET.SubElement(suite, "properties")
     ET.SubElement(props, "property", name="spec", value=spec.path)
     suite.extend(cases)
@@ -143,4 +145,4 @@ def write_outputs(written, spec, results, records, baseline_path, baseline, run_
 
 def _report(directory, spec, results, records, baseline, verdict, lead):
     doc = report.document(directory, spec, results, records, baseline, verdict, lead, summary)
-    reportpage.write_doc(directory, doc, measurements(records), "csv")
+    page.write_doc(directory, doc, measurements(records), "csv")

@@ -1,14 +1,16 @@
-"""The acceptance report (report.md and report.html say the same, benchcore.reportpage.Doc): the verdict first, a
+"""The acceptance report (report.md and report.html say the same, benchcore.report.page.Doc): the verdict first, a
 banner with PASS / FAIL, the spec, the cluster's hosts, the date and the suite's version; a table of the checks,
 failures first (status, measured vs expected, at which size, a link to its section); then one section per check
 with its thresholds, its measurements and its plots, each threshold drawn on the axis of the field it bounds."""
 from importlib import metadata
 from pathlib import Path
 
-from benchcore import reportpage, thresholds
-from benchcore.plots import plots, slug
-from benchcore.records import git_revision, timestamp
-from benchcore.results import identity, measurements
+from benchcore.report import page
+
+from benchcore.results import thresholds
+from benchcore.report.plots import plots, slug
+from benchcore.results.records import git_revision, timestamp
+from benchcore.results.read import identity, measurements
 from benchcore.units import format_size
 
 ORDER = {"FAIL": 0, "NOT RUN": 1, "PASS": 2}
@@ -78,7 +80,7 @@ def document(directory, spec, results, records, baseline, verdict, lead, summary
     for result in sorted(results, key=lambda r: ORDER[status(r)]):
         name, anchor = result.check.name, f"check-{slug(result.check.name)}"
         o = _deciding(result)
-        rows.append({"check": reportpage.Link(name, anchor), "status": status(result), "kind": result.check.kind,
+        rows.append({"check": page.Link(name, anchor), "status": status(result), "kind": result.check.kind,
                      "versus": _versus(result, o), "size": _size(o.size_bytes) if o else "n/a"})
         mine = [r for r in recs if r.get("accept_check") == name]
         ids = {identity(r) for r in mine}          # the baseline's rows this check's rows are compared with
@@ -87,15 +89,15 @@ def document(directory, spec, results, records, baseline, verdict, lead, summary
                      "expected": _expected(x),
                      "size": _size(x.size_bytes), "message": x.message} for x in result.outcomes]
         tables = [("thresholds", OUTCOMES, outcomes)] if outcomes else []
-        tables += [(f"{sec.title}; {caption}", columns, data) for sec in reportpage.sections(mine, base)
+        tables += [(f"{sec.title}; {caption}", columns, data) for sec in page.sections(mine, base)
                    for caption, columns, data in sec.tables]
         images, left_out = plots(directory, mine, base, thresholds.plot_marks(result.outcomes), taken)
         lines = [summary(result)] + ([left_out] if left_out else [])
-        sections.append(reportpage.Section(f"{status(result)} {name} ({result.check.kind})", anchor, lines, tables,
+        sections.append(page.Section(f"{status(result)} {name} ({result.check.kind})", anchor, lines, tables,
                                            images))
     notes = list(lead) + [f"{r.get('event')}: {r.get('reason')}" for r in records
                           if r.get("event") and r.get("event") != "verdict"]
-    notes += reportpage.value_notes(recs, baseline)
-    return reportpage.Doc(f"commbench accept: {Path(spec.path).name}", f"{verdict}: {passed} of {len(results)} "
+    notes += page.value_notes(recs, baseline)
+    return page.Doc(f"commbench accept: {Path(spec.path).name}", f"{verdict}: {passed} of {len(results)} "
                           "checks passed", facts, ("checks, failures first", CHECKS, rows), notes, sections)
 

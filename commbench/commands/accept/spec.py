@@ -1,7 +1,7 @@
 """Acceptance specs: a YAML list of named checks, each a real run of the suite with thresholds.
 
 Every check kind is one row of KINDS: the program it runs, the spec keys it takes and the command-line
-option each becomes, and whose records its thresholds judge (benchcore.thresholds). A spec is checked
+option each becomes, and whose records its thresholds judge (benchcore.results.thresholds). A spec is checked
 whole before anything runs; an unknown key, a bad value or a threshold on a field the records lack is
 refused with one line naming the spec file and line.
 
@@ -22,7 +22,9 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from benchcore import inputs, thresholds
+from benchcore import inputs
+
+from benchcore.results import thresholds
 from benchcore.errors import UserError
 from benchcore.units import parse_size
 from commbench.cases.registry import CASES
@@ -111,7 +113,7 @@ class Kind:
 
 
 def _cases(*names):
-    """The named cases and their phases (what benchcore.results.group_of and records' phase say)."""
+    """The named cases and their phases (what benchcore.results.read.group_of and records' phase say)."""
     names = [n for name in names for n in _joined(name).split(",") if n]
     return set(names) | {p for n in names if n in CASES for p in CASES[n].phases}
 

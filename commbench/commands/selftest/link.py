@@ -1,6 +1,6 @@
 """`commbench selftest link`: check the tool's busbw against a link of known rate.
 
-Two network namespaces joined by a veth pair shaped with tc tbf (commbench/launch/netns.py, the code
+Two network namespaces joined by a veth pair shaped with tc tbf (benchcore/emulate/netns.py, the code
 behind scripts/netns-cluster) are two real nodes: one torchrun agent in each, a real c10d
 rendezvous across the link. On 2 ranks all_reduce moves the payload once each way at the same
 time (busbw factor 1), so a faithful tool measures the link itself: TCP payload at MTU 1500 tops
@@ -13,17 +13,17 @@ import time
 
 import click
 
-from benchcore import schema
+from benchcore.results import schema
 from benchcore.errors import UserError, refuse_given
-from benchcore.records import output_file
-from benchcore.report import console, print_table
+from benchcore.results.records import output_file
+from benchcore.report.render import console, print_table
 from benchcore.units import format_size, parse_size, size_range
-from benchcore.values import SECONDS
+from benchcore.results.usable import SECONDS
 from commbench.cases.case import TOTAL
 from commbench.cases.registry import CASES, case_of, record_label
 from commbench.commands.selftest.nodes import (JUDGED, PrivateNodes, best_of_cycles, check_ports, cycles_run,
                                                launch, need_namespaces, save)
-from commbench.launch import netns
+from benchcore.emulate import netns
 
 CEILING = 1448 / 1514      # TCP payload per Ethernet frame at MTU 1500 (timestamps on), as tbf counts it
 PASS_RANGE = (0.90, 1.00)  # of the ceiling

@@ -8,18 +8,20 @@ import time
 
 import click
 
-from benchcore import procs, schema
+from benchcore.processes import procs
+
+from benchcore.results import schema
 from benchcore.errors import UserError
-from benchcore.records import output_file
-from benchcore.report import console, print_table
+from benchcore.results.records import output_file
+from benchcore.report.render import console, print_table
 from benchcore.units import format_size, parse_size, size_range
-from benchcore.values import SECONDS
+from benchcore.results.usable import SECONDS
 from commbench.cases.case import TOTAL
 from commbench.cases.registry import record_label
 from commbench.commands.model import fit
 from commbench.commands.selftest.nodes import (JUDGED, PrivateNodes, best_of_cycles, check_ports, cycles_run,
                                                launch, need_namespaces, save)
-from commbench.launch import netns
+from benchcore.emulate import netns
 from commbench.model.topology import from_dict
 
 MODEL_RANGE = (0.90, 1.10)   # measured / predicted busbw, and fitted / configured rate (TCP ceiling included)

@@ -9,11 +9,11 @@ import tempfile
 
 import click
 
-from benchcore import procs
+from benchcore.processes import procs
 from benchcore.errors import UserError
-from benchcore.records import RecordWriter, dumps, read_records
+from benchcore.results.records import RecordWriter, dumps, read_records
 from commbench.cases.registry import CASES, record_label
-from commbench.launch import netns
+from benchcore.emulate import netns
 
 JUDGED = "all_reduce"      # other collectives are reported, not judged (Gloo's all_gather does not overlap
 #                            its two directions and reaches about half the link)

@@ -1,13 +1,13 @@
-"""The smallest DirFixture, for tests/benchcore/test_fixture.py: `up` starts a `sleep` that outlives it.
+"""The smallest DirFixture, for tests/benchcore/emulate/test_skeleton.py: `up` starts a `sleep` that outlives it.
 
-Run from the repository root as `python -S -m tests.benchcore.sleeper_fixture up --dir DIR`
+Run from the repository root as `python -S -m tests.benchcore.emulate.sleeper_fixture up --dir DIR`
 (-S: without site-packages, as the scripts run without the virtualenv).
 """
 import sys
 import time
 
-from benchcore import procs
-from benchcore.fixture import Cli, DirFixture, alive
+from benchcore.processes import procs
+from benchcore.emulate.skeleton import Cli, DirFixture, alive
 
 PROG = "sleeper"
 

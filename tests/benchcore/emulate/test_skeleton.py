@@ -1,6 +1,6 @@
-"""benchcore.fixture, the skeleton of scripts/loop-fs, cephfs-local and netns-cluster, with real processes.
+"""benchcore.emulate.skeleton, the skeleton of scripts/loop-fs, cephfs-local and netns-cluster, with real processes.
 
-tests/benchcore/sleeper_fixture.py is the smallest fixture built on it; it runs here as the scripts do:
+tests/benchcore/emulate/sleeper_fixture.py is the smallest fixture built on it; it runs here as the scripts do:
 a process of its own, without site-packages.
 """
 import json
@@ -9,14 +9,14 @@ import time
 
 import pytest
 
-from benchcore import procs
-from benchcore.fixture import EXIT, Fail, Script, alive, live_pids
-from tests.benchcore.sleeper_fixture import Sleeper
+from benchcore.processes import procs
+from benchcore.emulate.skeleton import EXIT, Fail, Script, alive, live_pids
+from tests.benchcore.emulate.sleeper_fixture import Sleeper
 from tests.conftest import ROOT
 
 
 def sleeper(*args):
-    return procs.run([sys.executable, "-S", "-m", "tests.benchcore.sleeper_fixture", *args], 30, cwd=ROOT)
+    return procs.run([sys.executable, "-S", "-m", "tests.benchcore.emulate.sleeper_fixture", *args], 30, cwd=ROOT)
 
 
 def one_error_line(done, needle):

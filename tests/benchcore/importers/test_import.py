@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from benchcore import results, schema
+from benchcore.results import read, schema
 from benchcore.errors import UserError
 from iobench.fio import measurements, parse_output
 
-FOREIGN = Path(__file__).resolve().parent.parent / "fixtures" / "foreign"
-ROOT = Path(__file__).resolve().parents[2]
+FOREIGN = Path(__file__).resolve().parents[2] / "fixtures" / "foreign"
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def load(name):
-    return results.load(str(FOREIGN / name)).records
+    return read.load(str(FOREIGN / name)).records
 
 
 def rows(records):
@@ -35,7 +35,7 @@ def events(records):
 def test_every_record_follows_the_schema():
     for path in sorted(FOREIGN.iterdir()):
         if path.suffix in (".log", ".md", ".json", ".csv"):
-            for rec in results.load(str(path)).records:
+            for rec in read.load(str(path)).records:
                 assert schema.problems(rec) == [], (path.name, rec)
                 assert rec["source_file"] == str(path) and rec["source_format"] in \
                     ("nccl-tests", "nccl-tests-json", "rccl-tests-json", "rccl-tests-csv", "fio-json")
@@ -197,7 +197,7 @@ def test_not_fio_or_nccl_tests_is_refused_with_the_file_and_why(tmp_path, text, 
     path = tmp_path / "bad.json"
     path.write_text(text)
     with pytest.raises(UserError) as exc:
-        results.load(str(path))
+        read.load(str(path))
     assert str(exc.value).startswith(f"{path}: ") and why in str(exc.value)
     assert "\n" not in str(exc.value)
 
@@ -221,7 +221,7 @@ def test_import_cli_converts_the_good_files_refuses_the_rest(tmp_path):
 
 
 def test_loader_returns_a_dataframe_of_any_mix(tmp_path):
-    frame = results.load_frame([str(FOREIGN / "nccl-tests-2.13-tag-output.log"), str(FOREIGN / "fio-2.20.json")])
+    frame = read.load_frame([str(FOREIGN / "nccl-tests-2.13-tag-output.log"), str(FOREIGN / "fio-2.20.json")])
     assert len(frame) == 9 and set(frame["tool"]) == {"commbench", "iobench"}
     assert frame.loc[frame["tool"] == "iobench", "bw_mbps"].iloc[0] == pytest.approx(87381 * 1024 / 1e6)
 
@@ -250,7 +250,7 @@ PER_ITER = """# Collective test starting: reduce_scatter_perf
 
 def test_per_iteration_columns_and_timestamps_of_the_latest_nccl_tests(tmp_path):
     (tmp_path / "rs.log").write_text(PER_ITER)
-    recs = results.load(str(tmp_path / "rs.log")).records
+    recs = read.load(str(tmp_path / "rs.log")).records
     assert rows(recs) == [(1048576, False, 20.51, 51.12, 25.56), (1048576, True, 20.02, 52.38, 26.19)]
     assert {(r["collective"], r["count"], r["wrong"], r["time_source"]) for r in recs} == \
         {("reduce_scatter", 262144, 0, "cuda_graph")}
@@ -264,7 +264,7 @@ def test_a_row_that_an_info_line_cut_and_that_never_continued(tmp_path):
         "node1: Test CUDA failure common.cu:1020 'an illegal memory access was encountered'\n    20.51")
     text = text.split("    20.51")[0]
     (tmp_path / "rs.log").write_text(text)
-    recs = results.load(str(tmp_path / "rs.log")).records
+    recs = read.load(str(tmp_path / "rs.log")).records
     ((kind, reason),) = events(recs)
     assert rows(recs) == [] and kind == "truncated"
     assert "row cut mid-way at line 8" in reason and "NCCL WARN Cuda failure" in reason
@@ -284,7 +284,7 @@ def test_all_types_in_one_table_are_not_cycles(tmp_path):
     row = "     1048576" + rest.split("\n", 1)[0]
     text = head + row + "\n" + row.replace("131072     float", "262144      half") + "\n" + rest.split("\n", 1)[1]
     (tmp_path / "d-all.log").write_text(text)
-    recs = results.load(str(tmp_path / "d-all.log")).records
+    recs = read.load(str(tmp_path / "d-all.log")).records
     assert [(r["dtype"], r["count"], r.get("cycle")) for r in recs] == \
         [("float32", 262144, None)] * 2 + [("float16", 524288, None)] * 2
 
@@ -292,7 +292,7 @@ def test_all_types_in_one_table_are_not_cycles(tmp_path):
 def test_srun_label_prefixes(tmp_path):
     text = "".join(f"{0:>3}: {line}\n" for line in PER_ITER.splitlines())
     (tmp_path / "srun.log").write_text(text)
-    assert rows(results.load(str(tmp_path / "srun.log")).records) == \
+    assert rows(read.load(str(tmp_path / "srun.log")).records) == \
         [(1048576, False, 20.51, 51.12, 25.56), (1048576, True, 20.02, 52.38, 26.19)]
 
 
@@ -321,7 +321,7 @@ def test_rows_read_as_printed_are_the_records_read_row_gives(tmp_path, monkeypat
     dict, no float); any other row goes through read_row and json's encoding. Both must give the same records,
     field for field and in order, for every fixture log and the variants above (N/A, a value that is not finite,
     a root), every line strict JSON of the schema, and the dicts load() gives the same again."""
-    from benchcore import nccltable
+    from benchcore.importers import nccl_table as nccltable
     for name, text in VARIANTS.items():
         (tmp_path / name).write_text(text)
     logs = sorted(FOREIGN.glob("*.log")) + sorted(FOREIGN.glob("*.md")) + sorted(tmp_path.glob("*.log"))
@@ -331,7 +331,7 @@ def test_rows_read_as_printed_are_the_records_read_row_gives(tmp_path, monkeypat
         out = {}
         for log in logs:
             try:
-                fmt, items = results.records_of(str(log), lines=True)
+                fmt, items = read.records_of(str(log), lines=True)
                 out[log.name] = [r for r in items if type(r) is str]
             except UserError:
                 continue
@@ -339,7 +339,7 @@ def test_rows_read_as_printed_are_the_records_read_row_gives(tmp_path, monkeypat
     plain = imported()
     for log in logs:                                # load()'s dicts (what diff and report read) are the same
         if log.name in plain:
-            dicts = [list(r.items()) for r in results.load(str(log)).records if not r.get("event")]
+            dicts = [list(r.items()) for r in read.load(str(log)).records if not r.get("event")]
             assert dicts == [list(json.loads(line).items()) for line in plain[log.name]], log.name
     monkeypatch.setattr(nccltable, "CELLS", {})          # no layout is plain: every row through read_row
     general = imported()
@@ -398,7 +398,7 @@ ROWS_NEW = """#       size         count      type   redop    root     time   al
 
 def _load(tmp_path, name, text, collective=None):
     (tmp_path / name).write_text(text)
-    return list(results.records_of(str(tmp_path / name), collective)[1])
+    return list(read.records_of(str(tmp_path / name), collective)[1])
 
 
 def test_a_log_quoted_in_markdown(tmp_path):

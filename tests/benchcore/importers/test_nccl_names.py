@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from benchcore import results
+from benchcore.results import read
 from benchcore.errors import UserError
 from commbench.cases import collectives
 
-FOREIGN = Path(__file__).resolve().parent.parent / "fixtures" / "foreign"
-ROOT = Path(__file__).resolve().parents[2]
+FOREIGN = Path(__file__).resolve().parents[2] / "fixtures" / "foreign"
+ROOT = Path(__file__).resolve().parents[3]
 
 # a 2.13+ table as nccl-tests prints it, without its banner (the head of the log cut, or never kept)
 TABLE = """# nThread 1 nGpus 8 minBytes 8 maxBytes 1048576 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 \
@@ -68,12 +68,12 @@ def test_the_collective_from_file_names_and_trailers_or_a_refusal(tmp_path, file
     path.write_text(head + TABLE + tail)
     if expected.startswith("refused: "):
         with pytest.raises(UserError) as exc:
-            results.load(str(path))
+            read.load(str(path))
         message = str(exc.value)
         assert expected[len("refused: "):] in message and "import --collective NAME (all_reduce, " in message
         assert "\n" not in message and message.startswith(f"{path}: no collective named: ")
         return
-    recs = results.load(str(path)).records
+    recs = read.load(str(path)).records
     assert [(r["collective"], r["size_bytes"], r["in_place"], r["busbw_gbps"]) for r in recs] == \
         [(expected, 1048576, False, 72.5), (expected, 1048576, True, 73.49)]
 
@@ -179,7 +179,7 @@ def test_hostile_json_is_refused_in_one_line(tmp_path, text, why):
     path = tmp_path / "all_reduce.json"
     path.write_text(text)
     with pytest.raises(UserError) as exc:
-        results.load(str(path))
+        read.load(str(path))
     assert str(exc.value).startswith(f"{path}: ") and why in str(exc.value), str(exc.value)
     assert "\n" not in str(exc.value) and len(str(exc.value)) < 500
 
@@ -190,12 +190,12 @@ def test_huge_json_is_refused_before_it_is_read(tmp_path):
     os.truncate(path, 1 << 30)                  # sparse: nothing of it is on disk, nothing of it is read
     with pytest.raises(UserError, match=r": 1073741824 bytes of nccl-tests-json, more than the 33554432 this reads "
                                         r"whole$"):
-        results.load(str(path))
+        read.load(str(path))
 
 
 def test_printf_infinity_and_nan_have_no_value(tmp_path):
     path = tmp_path / "all_reduce.json"
     path.write_text(HEAD + '"results":[' + ROW % PLACE.replace('"alg_bw":0.01', '"alg_bw":inf').replace(
         '"time":1.5', '"time":-nan') + '],"out_of_bounds":{"count":0,"okay":"true"}}')
-    (rec,) = results.load(str(path)).records
+    (rec,) = read.load(str(path)).records
     assert (rec["time_us"], rec["algbw_gbps"], rec["busbw_gbps"], rec["wrong"]) == (None, None, 0.01, 0)

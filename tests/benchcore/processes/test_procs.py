@@ -1,10 +1,10 @@
-"""benchcore.procs with real processes: group stop, SIGKILL after grace, run() timeouts, /proc readers."""
+"""benchcore.processes.procs with real processes: group stop, SIGKILL after grace, run() timeouts, /proc readers."""
 import os
 import signal
 import subprocess
 import time
 
-from benchcore.procs import group_alive, parse_mountinfo, proc_stat, run, spawn, stop
+from benchcore.processes.procs import group_alive, parse_mountinfo, proc_stat, run, spawn, stop
 
 
 def gone(pid):

@@ -4,8 +4,10 @@ bounds, storage's legends never cover bars and its baseline bars are hatched (is
 from matplotlib.container import ErrorbarContainer
 from matplotlib.transforms import Bbox
 
-from benchcore import plots, reportpage, schema
+from benchcore.report import plots, page
 
+
+from benchcore.results import schema
 PHASES = {"reduce_scatter": 0.5, "all_gather": 0.5, "total": 1.0}
 SIZES = (1 << 18, 1 << 20, 1 << 22)
 
@@ -26,14 +28,14 @@ def rsag(repeats=2):
 
 
 def test_phases_and_repeats_are_columns_and_one_run_is_no_column():
-    (section,) = reportpage.sections(rsag())
+    (section,) = page.sections(rsag())
     caption, columns, rows = section.tables[0]
     keys = [k for k, _, _ in columns]
     assert "phase" in keys and "repeat" in keys and "run" not in keys and caption == "run r1"
     assert len(rows) == 2 * 3 * len(SIZES)
     assert {(r["size_bytes"], r["phase"], r["repeat"]) for r in rows} == \
         {(s, p, k) for s in SIZES for p in PHASES for k in range(2)}
-    md = reportpage.markdown(reportpage.Doc("t", sections=[section]))
+    md = page.markdown(page.Doc("t", sections=[section]))
     assert "| 256K | all_gather | float32 | sum | in | 2 | 1 | 131.07 |" in md
 
 

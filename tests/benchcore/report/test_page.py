@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from benchcore import reportpage, results, schema
+from benchcore.report import page
 
-ROOT = Path(__file__).resolve().parents[2]
+
+from benchcore.results import read, schema
+ROOT = Path(__file__).resolve().parents[3]
 FOREIGN = ROOT / "tests" / "fixtures" / "foreign"
 INPUTS = [str(FOREIGN / name) for name in ("nccl-tests-2.13-tag-output.log", "nccl-tests-truncated.log",
                                            "fio-3-multijob.json", "fio-2.20.json")]
@@ -38,7 +40,7 @@ def report(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("report")
     base = tmp / "base.jsonl"
     # baseline: the 2.13 log with every time 10 % lower
-    recs = results.load(INPUTS[0]).records
+    recs = read.load(INPUTS[0]).records
     base.write_text("".join(json.dumps(dict(r, time_us=r["time_us"] * 0.9)) + "\n" for r in recs))
     done = run_report(tmp, "--baseline", str(base), "--format", "parquet")
     assert done.returncode == 0, done.stderr
@@ -61,7 +63,7 @@ def test_html_is_self_contained_and_its_tables_equal_the_records(report):
     assert len(srcs) == 2 and all(s.startswith("data:image/png;base64,") for s in srcs)
     text = (report / "report.html").read_text()
     assert "http://" not in text and "https://" not in text and "<link" not in text and "<script" not in text
-    recs = results.load_many(INPUTS)[0]
+    recs = read.load_many(INPUTS)[0]
     comm = [r for r in recs if r["tool"] == "commbench" and not r.get("event")]
     rows = tables["commbench: all_reduce"][1:]
     assert len(rows) == len(comm) == 14
@@ -89,7 +91,7 @@ def test_markdown_lists_the_events_and_the_same_numbers(report):
 def test_parquet_holds_the_records(report):
     import pandas as pd
     frame = pd.read_parquet(report / "results.parquet")
-    recs = results.measurements(results.load_many(INPUTS)[0])
+    recs = read.measurements(read.load_many(INPUTS)[0])
     assert len(frame) == len(recs)
     assert list(frame["busbw_gbps"].dropna()) == [r["busbw_gbps"] for r in recs if r.get("busbw_gbps") is not None]
 
@@ -106,5 +108,5 @@ def test_link_peak_and_model_lines(tmp_path):
     recs = [schema.measurement("commbench", run_id="r", collective="all_reduce", size_bytes=s, dtype="float32",
                                in_place=False, time_us=s / 1e3, busbw_gbps=1.0, link_peak_gbps=2.0,
                                predicted_time_us=s / 1.5e3, world_size=2, nodes=2) for s in (1 << 20, 4 << 20)]
-    written = reportpage.write(["mem"], recs, tmp_path / "r")
+    written = page.write(["mem"], recs, tmp_path / "r")
     assert "busbw-all-reduce.png" in written and (tmp_path / "r" / "results.csv").exists()

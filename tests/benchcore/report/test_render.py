@@ -1,9 +1,9 @@
-"""CSV through benchcore.report.emit, as both tools write it."""
+"""CSV through benchcore.report.render.emit, as both tools write it."""
 import csv
 import io
 import json
 
-from benchcore.report import emit
+from benchcore.report.render import emit
 
 
 def test_csv_writes_lists_and_objects_as_json_and_keeps_integers_whole(capsys):

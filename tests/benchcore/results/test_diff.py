@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from benchcore import diff, schema
+from benchcore.results import diff, schema
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FOREIGN = ROOT / "tests" / "fixtures" / "foreign"
 
 

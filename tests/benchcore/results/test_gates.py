@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from benchcore import schema, thresholds
+from benchcore.results import schema, thresholds
 from benchcore.errors import UserError
 from tests.conftest import assert_one_line_error, run_tool
 

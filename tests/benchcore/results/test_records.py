@@ -1,10 +1,10 @@
-"""benchcore.records.output_file: --out of both tools, checked before anything runs."""
+"""benchcore.results.records.output_file: --out of both tools, checked before anything runs."""
 import os
 
 import pytest
 
 from benchcore.errors import UserError
-from benchcore.records import output_file
+from benchcore.results.records import output_file
 
 
 def test_no_file():

@@ -1,7 +1,7 @@
-"""benchcore.schema: records of both tools built in one place, with exactly the documented fields."""
+"""benchcore.results.schema: records of both tools built in one place, with exactly the documented fields."""
 import pytest
 
-from benchcore import schema
+from benchcore.results import schema
 
 
 def test_measurement_has_every_design_field_first_then_extensions():

@@ -3,7 +3,7 @@ import dataclasses
 
 import pytest
 
-from benchcore import schema
+from benchcore.results import schema
 from benchcore.errors import UserError
 from commbench.cases.case import TOTAL, CaseOptions, label
 from commbench.cases.collectives import COLLECTIVES, DTYPES

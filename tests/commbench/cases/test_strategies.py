@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from benchcore import schema
+from benchcore.results import schema
 from commbench.cases.chunked import chunk_layout
 from tests.conftest import assert_one_line_error, read_records, run_tool
 

@@ -10,8 +10,8 @@ import xml.etree.ElementTree as ET
 import pytest
 from PIL import Image
 
-from benchcore import records, schema, thresholds
-from commbench.commands.accept import run as accept
+from benchcore.results import records, schema, thresholds
+from commbench.commands.accept import command as accept
 from commbench.commands.accept import spec as accept_spec
 from tests import browser
 from tests.conftest import BIN, ROOT, assert_one_line_error, host_mount_lock, read_records, run_tool
@@ -188,7 +188,7 @@ def test_localhost_spec_passes_end_to_end(localhost):
         assert f"({png.name})" in (out / "report.md").read_text()
     verdict = json.loads((out / "verdict.json").read_text())
     assert verdict["passed"] and verdict["exit_code"] == 0 and len(verdict["checks"]) == len(spec.checks)
-    recs = read_records(out / "results.jsonl")           # every record follows benchcore.schema
+    recs = read_records(out / "results.jsonl")           # every record follows benchcore.results.schema
     measured = {r["accept_check"] for r in recs if not r.get("event")}
     assert measured == {c.name for c in spec.checks}
     assert {r["tool"] for r in recs if not r.get("event")} == {"commbench", "iobench"}

@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from commbench.commands.accept import outputs
-from commbench.commands.accept import run as accept
+from commbench.commands.accept import command as accept
 from commbench.commands.accept import spec as accept_spec
 from tests.commbench.commands.test_accept import GOOD
 from tests.conftest import ROOT, assert_one_line_error, run_tool

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from benchcore import stats
+from benchcore.results import stats
 from commbench.cases.case import work_key
 from commbench.cases.registry import CASES
 from commbench.commands.compare import payload_rows

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from benchcore import schema, thresholds
+from benchcore.results import schema, thresholds
 from commbench.cases.case import TOTAL
 from commbench.cases.registry import CASES
 from commbench.model import alphabeta as model

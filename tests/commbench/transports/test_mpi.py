@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from benchcore import procs
-from benchcore.diff import compare as compare_records
+from benchcore.processes import procs
+from benchcore.results.diff import compare as compare_records
 from benchcore.errors import UserError
 from commbench.cases.collectives import COLLECTIVES
 from commbench.launch import mpirun
@@ -222,7 +222,7 @@ def test_slurm_dry_run_is_one_mpirun_placing_ranks_per_node():
     assert proc.returncode == 0, proc.stderr
     line = next(ln for ln in proc.stdout.splitlines() if "mpirun -n" in ln)   # after sbcast of the plan file
     assert "mpirun -n 8 " in line and "--map-by ppr:4:node" in line and "commbench.worker --plan" in line
-    assert "COMMBENCH_RANKS_PER_NODE=4" in line and "srun" not in line and "benchcore.torchrun" not in line
+    assert "COMMBENCH_RANKS_PER_NODE=4" in line and "srun" not in line and "benchcore.processes.torchrun" not in line
 
 
 @pytest.mark.slow

@@ -12,10 +12,12 @@ from functools import partial
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchcore import fiojson, nccljson, nccltests, schema
+from benchcore.importers import fio_json as fiojson, nccl_json as nccljson, nccl_text as nccltests
+
+from benchcore.results import schema
 from benchcore.errors import UserError
 from benchcore.inputs import name, read_bytes, regular_file, shown, text_blocks
-from benchcore.records import read_records
+from benchcore.results.records import read_records
 from benchcore.units import format_size
 
 TOOLS = ("commbench", "iobench")

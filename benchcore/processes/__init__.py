@@ -1,0 +1,2 @@
+"""Process machinery both tools' launchers share: supervision, process groups, timeouts and /proc readers (procs),
+torchrun command lines and the rank helpers (torchrun)."""
