@@ -14,7 +14,7 @@ from tests.conftest import read_records, run_tool
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
-# DESIGN.md's iobench record fields (stable names)
+# the iobench record fields (benchcore/results/schema.py) (stable names)
 RECORD_FIELDS = ("tool", "run_id", "mount", "fs_type", "storage_class", "profile", "rw", "bs_bytes",
                  "iodepth", "numjobs", "direct", "size_bytes", "runtime_s", "iops", "bw_mbps",
                  "lat_mean_us", "lat_p50_us", "lat_p99_us", "lat_p999_us", "fio_version", "hosts",
