@@ -10,6 +10,7 @@ import click
 
 from benchcore.results import schema
 from benchcore.errors import UserError
+from benchcore.files import write_new
 from benchcore.results.records import git_revision, hostname, timestamp
 from benchcore.report.render import console
 from benchcore.units import format_size
@@ -85,8 +86,8 @@ class JsonKeeper:
     def save(self, data, profile, mount):
         self.count += 1
         path = f"{self.prefix}.{self.count}.fio.json"
-        with open(path, "x") as f:  # never overwrites
-            json.dump({"iobench_profile": profile, "iobench_mount": mount, **data}, f, indent=1)
+        write_new(path, lambda f: json.dump({"iobench_profile": profile, "iobench_mount": mount, **data}, f,
+                                            indent=1), "--keep-json")
         self.saved.append(path)
 
 

@@ -2,7 +2,7 @@
 import os
 
 from benchcore.importers.fio_json import TIME_FIGURES
-from benchcore.report.render import console, print_table
+from benchcore.report.render import console, print_table, save_figure
 from benchcore.units import format_size
 
 
@@ -122,6 +122,6 @@ def bar_plot(path, records, title="iobench ckpt"):
     axes[0].legend(fontsize="small")
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
     return scales

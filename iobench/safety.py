@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from benchcore.errors import UserError
+from benchcore.files import private_dir
 from benchcore.processes.procs import proc_cmdline, proc_stat, signals_blocked
 from benchcore.results.records import hostname
 from benchcore.units import format_size
@@ -28,7 +29,7 @@ MARGIN_FRACTION = 0.05
 PROBE_BYTES = 4096
 PREFIX = "iobench-"
 MARKER = ".iobench-run"   # written first into every directory iobench makes: who made it
-LOCK_DIRS = ("/run/lock", tempfile.gettempdir())
+LOCK_BASE = "/run/iobench"   # root's per-mount locks: a directory of root's alone (never world-writable /run/lock)
 
 
 def margin(need):
@@ -227,18 +228,28 @@ class MountLock:
         self._file = None
 
     def _path(self):
-        name = f"iobench-mount-{self.mount.dev.replace(':', '_')}.lock"
-        for d in LOCK_DIRS:
-            if os.access(d, os.W_OK):
-                return os.path.join(d, name)
-        return os.path.join(tempfile.gettempdir(), name)
+        """The lock file in the caller's private lock directory: root's in /run/iobench (0700), another user's
+        in $XDG_RUNTIME_DIR/iobench or TMPDIR/iobench-UID (0700, theirs): no other user can plant a link there."""
+        if os.geteuid() == 0:
+            base = LOCK_BASE
+        elif os.environ.get("XDG_RUNTIME_DIR"):
+            base = os.path.join(os.environ["XDG_RUNTIME_DIR"], "iobench")
+        else:
+            base = os.path.join(tempfile.gettempdir(), f"iobench-{os.geteuid()}")
+        private_dir(base, "the lock directory")
+        return os.path.join(base, f"mount-{self.mount.dev.replace(':', '_').replace('/', '_')}.lock")
 
     def _holder(self):
-        self._file.seek(0)
-        return self._file.read().strip() or "unknown run"
+        """Who holds the lock, as its holder wrote it: printable characters only, at most 100."""
+        text = os.pread(self._file.fileno(), 100, 0).decode("ascii", "replace")
+        return "".join(c for c in text.strip() if c.isprintable())[:100] or "unknown run"
 
     def __enter__(self):
-        self._file = open(self._path(), "a+")
+        path = self._path()
+        try:
+            self._file = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600), "r+")
+        except OSError as exc:
+            raise UserError(f"lock {path}: {exc.strerror}") from None
         deadline = time.monotonic() + self.wait
         said = False
         while True:

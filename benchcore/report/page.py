@@ -19,6 +19,7 @@ from benchcore.results import diff, stats, usable
 
 from benchcore.importers import fio_json as fiojson
 from benchcore.errors import UserError
+from benchcore.files import output_dir
 from benchcore.report.plots import plots, run_of, saved
 from benchcore.report.render import csv_frame
 from benchcore.results.read import TOOL, group_of, identity, label, measurements
@@ -103,14 +104,12 @@ class Link:
 
 
 def out_dir(path):
-    """DIR for the report: created, or existing, empty and writable (nothing there is overwritten)."""
+    """DIR for the report: made now, or an empty directory the caller owns and nobody else can write (nothing
+    there is overwritten, and no link planted there is followed: benchcore.files)."""
     p = Path(path)
-    if p.exists() and (not p.is_dir() or any(p.iterdir())):
+    if os.path.lexists(p) and (os.path.islink(p) or not p.is_dir() or any(p.iterdir())):
         raise UserError(f"--out {path} exists and is not an empty directory: give a new one (nothing is overwritten)")
-    try:
-        p.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"--out {path}: {exc.strerror}") from None
+    output_dir(p, "--out")
     if not os.access(p, os.W_OK | os.X_OK):
         raise UserError(f"--out {path} is not writable")
     return p
@@ -265,8 +264,8 @@ def page(doc, directory):
     return "\n".join(parts) + "\n"
 
 
-def export(frame_records, path, fmt):
-    """The records as CSV or Parquet (one frame: lists and objects as JSON text)."""
+def export(frame_records, f, fmt):
+    """The records as CSV or Parquet into f, text or binary (one frame: lists and objects as JSON text)."""
     frame = csv_frame(frame_records)
     if fmt == "parquet":
         try:
@@ -274,9 +273,9 @@ def export(frame_records, path, fmt):
         except ImportError:
             raise UserError("--format parquet needs pyarrow (pip install pyarrow); --format csv works without it") \
                 from None
-        frame.to_parquet(path, index=False)
+        frame.to_parquet(f, index=False)
     else:
-        frame.to_csv(path, index=False)
+        frame.to_csv(f, index=False)
 
 
 def write(inputs, records, out, baseline_inputs=(), baseline=(), fmt="csv", title="Benchmark report"):
@@ -300,9 +299,9 @@ def write(inputs, records, out, baseline_inputs=(), baseline=(), fmt="csv", titl
 def write_doc(directory, doc, recs, fmt):
     """report.md, report.html (doc's plots already in directory) and results.<fmt> of recs; the files written."""
     md, html_page = markdown(doc), page(doc, directory)
-    return [saved(directory, "report.md", lambda path: path.write_text(md)),
-            saved(directory, "report.html", lambda path: path.write_text(html_page)),
-            saved(directory, f"results.{fmt}", lambda path: export(recs, path, fmt))]
+    return [saved(directory, "report.md", lambda f: f.write(md)),
+            saved(directory, "report.html", lambda f: f.write(html_page)),
+            saved(directory, f"results.{fmt}", lambda f: export(recs, f, fmt), binary=fmt == "parquet")]
 
 
 def write_into(directory, inputs, records, baseline_inputs=(), baseline=(), fmt="csv", title="Benchmark report"):

@@ -7,6 +7,7 @@ import re
 
 from benchcore.results import stats, usable
 from benchcore.errors import WriteFailed
+from benchcore.files import write_new
 from benchcore.inputs import name as shown_path
 from benchcore.results.read import group_of, measurements
 
@@ -17,14 +18,14 @@ LATENCIES = (("lat_mean_us", "mean"), ("lat_p50_us", "P50"), ("lat_p99_us", "P99
 BASELINE_HATCH = "//"
 
 
-def saved(directory, name, write_file):
-    """write_file(path) for DIR/name; an OSError (a full disk) is one line naming the file, whose partial copy
-    is removed; the files written before it stay."""
+def saved(directory, name, write_file, binary=False):
+    """write_file(f) into the new file DIR/name (benchcore.files: nothing there is replaced or followed); an
+    OSError (a full disk) is one line naming the file, whose partial copy is removed; the files written before
+    it stay."""
     path = directory / name
     try:
-        write_file(path)
+        write_new(path, write_file, "report file", binary=binary)
     except OSError as exc:
-        path.unlink(missing_ok=True)
         raise WriteFailed(f"cannot write {shown_path(path)}: {exc.strerror or exc}; the files written before it "
                           "are kept", path.name, exc.strerror or str(exc)) from None
     return name
@@ -184,12 +185,13 @@ def _legends_below(fig, axes, ncol=1, labels=0.8):
                   bbox_transform=fig.transFigure, frameon=False, ncol=ncol)
 
 
-def _save(figure, path):
-    """figure() saved at path; a time of 1e308 us read back from a record is drawn off the axis, not warned about."""
+def _save(figure, f):
+    """figure() saved into f as PNG; a time of 1e308 us read back from a record is drawn off the axis, not warned
+    about."""
     import numpy
     with numpy.errstate(over="ignore"):
         fig = figure()
-        fig.savefig(path, dpi=100)
+        fig.savefig(f, format="png", dpi=100)
     _plt().close(fig)
 
 
@@ -212,12 +214,12 @@ def plots(directory, records, baseline=(), marks=None, taken=None):
     room = MAX_PLOTS - bool(io)
     chosen = sorted(groups, key=lambda g: -len(groups[g]))[:room]
     for group in [g for g in groups if g in chosen]:
-        name = saved(directory, f"busbw-{slug(group, taken)}.png", lambda path: _save(lambda: busbw_figure(
-            group, groups[group], base_groups.get(group, []), marks.get(group, ())), path))
+        name = saved(directory, f"busbw-{slug(group, taken)}.png", lambda f: _save(lambda: busbw_figure(
+            group, groups[group], base_groups.get(group, []), marks.get(group, ())), f), binary=True)
         out.append((f"{group}: busbw and time vs size", name))
     if io:
-        name = saved(directory, f"{slug('storage', taken)}.png", lambda path: _save(lambda: storage_figure(
-            io, [r for r in base if r["tool"] == "iobench"], marks.get("storage", ())), path))
+        name = saved(directory, f"{slug('storage', taken)}.png", lambda f: _save(lambda: storage_figure(
+            io, [r for r in base if r["tool"] == "iobench"], marks.get("storage", ())), f), binary=True)
         out.append(("storage: MB/s and latency percentiles per mount and profile", name))
     note = (f"plots: {len(chosen)} of {len(groups)} collective/strategy groups (those with most measurements, at "
             f"most {MAX_PLOTS} plots); the other {len(groups) - len(chosen)} are in the tables only"

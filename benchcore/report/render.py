@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
+from benchcore.files import write_new
 from benchcore.results.records import dumps
 
 FORMATS = ("table", "json", "csv")
@@ -112,5 +113,12 @@ def line_plot(path, series, xlabel, ylabel, title, log_y=False):
     if series:
         ax.legend(fontsize="small")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
+
+
+def save_figure(fig, path, dpi=110):
+    """fig as a new file at path (a --plot), in the format its suffix names; nothing there is replaced or
+    followed (benchcore.files)."""
+    fmt = os.path.splitext(str(path))[1].lstrip(".").lower() or "png"
+    write_new(path, lambda f: fig.savefig(f, format=fmt, dpi=dpi), "--plot", binary=True)

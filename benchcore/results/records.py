@@ -16,6 +16,7 @@ from json.encoder import encode_basestring_ascii as _json_str
 from pathlib import Path
 
 from benchcore.errors import UserError
+from benchcore.files import check_append, open_append
 from benchcore.inputs import lines, name, regular_file
 
 NO_FILE = os.devnull
@@ -62,15 +63,16 @@ def output_file(out):
         return None
     path = Path(out)
     try:
-        st = os.stat(path)
+        st = os.lstat(path)
     except FileNotFoundError:
         st = None
     except OSError as exc:
         raise UserError(f"--out {out}: {exc.strerror}") from None
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise UserError(f"--out {out} is a directory")
-    if st is not None and not stat.S_ISREG(st.st_mode):
+    if st is not None and not stat.S_ISREG(st.st_mode) and not stat.S_ISLNK(st.st_mode):
         raise UserError(f"--out {out} is not a regular file (use /dev/null for no file)")
+    check_append(path, "--out")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -159,8 +161,9 @@ class RecordWriter:
         self.path, self.every = Path(path), every
         if self.path.parent and not self.path.parent.exists():
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "a", encoding="utf-8", buffering=1 << 20 if not every else -1)
-        if self._file.tell() and not _ends_with_newline(self.path):
+        self._file = open_append(self.path, "--out", buffering=1 << 20 if not every else -1)
+        size = os.fstat(self._file.fileno()).st_size
+        if size and os.pread(self._file.fileno(), 1, size - 1) != b"\n":
             self._file.write("\n")
 
     def write(self, record):
@@ -180,12 +183,6 @@ class RecordWriter:
 
     def __exit__(self, *exc):
         self.close()
-
-
-def _ends_with_newline(path):
-    with open(path, "rb") as f:
-        f.seek(-1, os.SEEK_END)
-        return f.read(1) == b"\n"
 
 
 def read_records(path, run_id=None, tool=None, what=None):
