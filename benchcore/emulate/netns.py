@@ -66,6 +66,16 @@ def burst_bytes(bits):
     return max(32 * 1024, int(bits / 8 * 0.002))
 
 
+PREFIX = re.compile(r"[a-z][a-z0-9-]{0,11}")   # a namespace, interface and host name part, whole
+
+
+def checked_prefix(prefix):
+    """prefix when it is PREFIX (a name `down` finds again: 'ab cd' came up and was never taken down), else Fail."""
+    if not isinstance(prefix, str) or not PREFIX.fullmatch(prefix):
+        raise Fail(f"--prefix {prefix!r}: a lower-case letter, then up to 11 lower-case letters, digits or '-'")
+    return prefix
+
+
 def ns_name(prefix, i):
     return f"{prefix}-node{i}"
 
@@ -124,7 +134,7 @@ def up(nodes, rate=None, prefix=DEFAULT_PREFIX, subnet=DEFAULT_SUBNET, lo_rate=N
     if nodes > ipaddress.ip_network(subnet).num_addresses - 2:
         raise Fail(f"subnet {subnet} has no room for {nodes} nodes")
     bits = parse_rate(rate) if rate else None
-    have, has_switch = existing(prefix)
+    have, has_switch = existing(checked_prefix(prefix))
     if have and (have != [ns_name(prefix, i) for i in range(nodes)] or has_switch != (nodes > 2)):
         down(prefix)  # another shape of cluster: rebuild
     have = set(existing(prefix)[0])
@@ -322,8 +332,16 @@ def command(args):
         os.execvp(argv[0], argv)
 
 
+def prefix_arg(text):
+    """argparse's type for --prefix: checked_prefix, said as argparse says a bad value."""
+    try:
+        return checked_prefix(text)
+    except Fail as exc:
+        raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[1]) from None
+
+
 def main(argv=None):
-    cli = Cli(NETNS.prog, __doc__, None, "--prefix", default=DEFAULT_PREFIX,
+    cli = Cli(NETNS.prog, __doc__, None, "--prefix", default=DEFAULT_PREFIX, type=prefix_arg,
               help="namespace name prefix (default %(default)s; env NETNS_CLUSTER_PREFIX)")
     p_up = cli.command("up", "create or reshape the cluster")
     p_up.add_argument("--nodes", type=int, default=2)

@@ -279,7 +279,7 @@ def main(argv=None):
     p_up.add_argument("--rate", default=None, help="tbf rate of every node's link, e.g. 1gbit")
     p_up.add_argument("--cpus", type=int, default=os.cpu_count(),
                       help="CPUs each node offers (default this machine's %(default)s; more lets jobs share nodes)")
-    p_up.add_argument("--prefix", default=DEFAULT_PREFIX, help="namespace name prefix (default %(default)s)")
+    p_up.add_argument("--prefix", default=DEFAULT_PREFIX, type=netns.prefix_arg, help="namespace name prefix (default %(default)s)")
     p_up.add_argument("--subnet", default=DEFAULT_SUBNET, help="the nodes' private subnet (default %(default)s)")
     cli.command("down", "stop the daemons, remove the nodes and what up wrote")
     cli.status_command()

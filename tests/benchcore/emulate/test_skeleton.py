@@ -96,3 +96,14 @@ def test_a_missing_program_names_its_package():
 def test_the_scripts_run_without_site_packages(script):
     done = procs.run([sys.executable, "-S", ROOT / "scripts" / script, "--help"], 30)
     assert done.returncode == 0 and "status" in done.stdout and not done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("script, args", [
+    ("netns-cluster", ["up", "--prefix", "ab cd"]), ("netns-cluster", ["down", "--prefix", "a;b"]),
+    ("netns-cluster", ["status", "--prefix", "Cb"]), ("slurm-cluster", ["up", "--prefix", "a" * 13]),
+])
+def test_a_prefix_down_could_not_find_again_is_refused_before_anything_is_made(script, args):
+    """'netns-cluster up --prefix "ab cd"' came up, and `down` left it: a prefix is [a-z][a-z0-9-]{0,11}."""
+    done = procs.run([sys.executable, "-S", ROOT / "scripts" / script, *args], 30)
+    assert done.returncode == 2 and "argument --prefix: a lower-case letter" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
