@@ -12,6 +12,7 @@ render, so the two say the same; accept builds its own Doc (commbench/commands/a
 import base64
 import html
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -187,33 +188,44 @@ def value_notes(records, baseline):
     return notes
 
 
+# what can start emphasis, code, a link, a heading or a cell (an underscore inside a word, all_reduce, cannot)
+MD_SPECIAL = re.compile(r"([\\`*\[\]|~]|^#|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")
+
+
+def md(text):
+    """Text from records, file names or a spec as Markdown shows it literally: HTML's <, >, & as entities (a
+    <script> or <svg onload> in a check name stays text) and Markdown's punctuation escaped, on one line."""
+    return MD_SPECIAL.sub(r"\\\1", html.escape(" ".join(str(text).split()), quote=False))
+
+
 def _md_cell(value, fmt):
-    text = " ".join(cell(value, fmt).split()).replace("|", "\\|")     # one line: a table row never breaks
-    return f"[{text}](#{value.anchor})" if isinstance(value, Link) else text
+    text = md(cell(value, fmt))     # one line: a table row never breaks
+    return f"[{text}](#{html.escape(value.anchor)})" if isinstance(value, Link) else text
 
 
 def _md_table(caption, columns, rows):
-    lines = [f"*{caption}*", ""] if caption else []
-    lines += ["| " + " | ".join(h for _, h, _ in columns) + " |",
+    lines = [f"*{md(caption)}*", ""] if caption else []
+    lines += ["| " + " | ".join(md(h) for _, h, _ in columns) + " |",
               "|" + "|".join("---" if f is None else "---:" for _, _, f in columns) + "|"]
     lines += ["| " + " | ".join(_md_cell(r.get(k), f) for k, _, f in columns) + " |" for r in rows]
     return lines + [""]
 
 
 def markdown(doc):
-    lines = [f"# {doc.title}", ""]
+    """The report as Markdown; every text in it is md() (shown literally), the document's own marks are not."""
+    lines = [f"# {md(doc.title)}", ""]
     if doc.verdict:
-        lines += [f"## {doc.verdict}", "", " · ".join(f"{k}: {v}" for k, v in doc.facts), ""]
+        lines += [f"## {md(doc.verdict)}", "", " · ".join(f"{md(k)}: {md(v)}" for k, v in doc.facts), ""]
     if doc.summary:
         lines += _md_table(*doc.summary)
-    lines += [f"- {n}" for n in doc.notes] + ([""] if doc.notes else [])
+    lines += [f"- {md(n)}" for n in doc.notes] + ([""] if doc.notes else [])
     for sec in doc.sections:
-        lines += ([f'<a id="{sec.anchor}"></a>', ""] if sec.anchor else []) + [f"## {sec.title}", ""]
-        lines += [x for line in sec.lines for x in (line, "")]
+        lines += ([f'<a id="{html.escape(sec.anchor)}"></a>', ""] if sec.anchor else []) + [f"## {md(sec.title)}", ""]
+        lines += [x for line in sec.lines for x in (md(line), "")]
         for table in sec.tables:
             lines += _md_table(*table)
         for caption, name in sec.images:
-            lines += [f"![{caption}]({name})", ""]
+            lines += [f"![{md(caption)}]({name})", ""]
     return "\n".join(lines)
 
 
@@ -266,7 +278,7 @@ def page(doc, directory):
 
 def export(frame_records, f, fmt):
     """The records as CSV or Parquet into f, text or binary (one frame: lists and objects as JSON text)."""
-    frame = csv_frame(frame_records)
+    frame = csv_frame(frame_records, inert=fmt == "csv")
     if fmt == "parquet":
         try:
             import pyarrow  # noqa: F401

@@ -79,11 +79,26 @@ def emit(records, fmt, table_fn):
         table_fn(records)
 
 
-def csv_frame(records):
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\\r")
+
+
+def _inert(value):
+    """A text cell a spreadsheet shows as text: an apostrophe before a formula's first character, and a CR (which
+    pandas' CSV leaves unquoted, splitting the row) written as the two characters \\r."""
+    if not isinstance(value, str):
+        return value
+    value = value.replace("\r", "\\r")
+    return "'" + value if value.startswith(FORMULA_STARTS) else value
+
+
+def csv_frame(records, inert=True):
     """records as a flat DataFrame for CSV: lists and objects as JSON text in one column; a column of whole
-    numbers with missing values stays whole (pandas' Int64, not 1.0 / NaN)."""
+    numbers with missing values stays whole (pandas' Int64, not 1.0 / NaN); text a spreadsheet would run as a
+    formula (=, +, -, @, tab, CR first) starts with an apostrophe, which shows it as text (inert=False: as is,
+    for Parquet, which no spreadsheet evaluates)."""
     import pandas as pd  # imported here: it costs ~0.6 s at every start of either tool
-    rows = [{k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in rec.items()} for rec in records]
+    keep = _inert if inert else (lambda v: v)
+    rows = [{k: keep(json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in rec.items()} for rec in records]
     frame = pd.DataFrame(rows)
     for column in frame.columns:
         values = [row[column] for row in rows if row.get(column) is not None]
