@@ -115,17 +115,18 @@ def records_of(path, collective=None, lines=False):
     if fmt and size > nccljson.MAX_BYTES:      # read whole: refused before it is read (or hashed for its run id)
         raise UserError(f"{name(path)}: {size} bytes of {fmt}, more than the {nccljson.MAX_BYTES} this reads whole")
     if fmt:
-        return fmt, _refusing(path, fmt, text, partial(nccljson.records, collective=collective))
+        return fmt, _refusing(path, fmt, partial(nccljson.records, collective=collective))
     looks_json = text.lstrip().startswith("{") or '"fio version"' in text
     if looks_json:
-        return "fio-json", _refusing(path, "fio-json", text, _fio)
-    return nccltests.FORMAT, _refusing(path, nccltests.FORMAT, text, partial(_nccl, collective=collective,
+        return "fio-json", _refusing(path, "fio-json", _fio)
+    return nccltests.FORMAT, _refusing(path, nccltests.FORMAT, partial(_nccl, collective=collective,
                                                                              lines=lines))
 
 
-def _refusing(path, fmt, head, convert):
-    """convert(path, run_id)'s records, a UserError raised while they are read prefixed with the file (and how
-    it starts); fio's JSON that is not as fio writes it is refused the same way."""
+def _refusing(path, fmt, convert):
+    """convert(path, run_id)'s records, a UserError raised while they are read prefixed with the file (never
+    with its content: a file that is not a result may be anything, a secret too); fio's JSON that is not as fio
+    writes it is refused the same way."""
     try:
         yield from convert(str(path), _run_id(path))
     except ValueError as exc:
@@ -133,8 +134,7 @@ def _refusing(path, fmt, head, convert):
             raise
         raise UserError(f"{name(path)}: not usable fio JSON: {shown(str(exc))}") from None
     except UserError as exc:
-        start = "" if fmt != nccltests.FORMAT else f" (it starts: {shown(fiojson.one_line(head, 100))})"
-        raise UserError(f"{name(path)}: {exc}{start}") from None
+        raise UserError(f"{name(path)}: {exc}") from None
 
 
 def load(path):
@@ -155,11 +155,12 @@ def load_many(paths):
 
 
 def expand(paths):
-    """Files as given; a directory stands for the files in it (sorted)."""
+    """Files as given; a directory stands for the regular files in it (sorted), never a symbolic link there (a
+    link to /etc/shadow in a shared results directory is not a result of it)."""
     out = []
     for path in paths:
         p = Path(path)
-        out += sorted(str(f) for f in p.iterdir() if f.is_file()) if p.is_dir() else [str(path)]
+        out += sorted(str(f) for f in p.iterdir() if f.is_file() and not f.is_symlink()) if p.is_dir() else [str(path)]
     return out
 
 
