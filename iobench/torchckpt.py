@@ -3,6 +3,7 @@ import dataclasses
 import json
 import os
 import statistics
+import tempfile
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -79,9 +80,10 @@ def launch(scratch, formats, size, ranks, timeout, repeats=1, keep=False, disks=
             "--disks", ",".join(disks), "--fio-dir", fio_dir or "", "--fio-jobs", ",".join(fio_jobs)] + \
         (["--keep"] if keep else [])
     here = str(Path(__file__).resolve().parent.parent)
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-           "PYTHONPATH": os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)}
-    done = procs.run(torchrun_argv("iobench.torch_worker", args, ranks), timeout * runs, cwd=scratch, env=env)
+    with tempfile.TemporaryDirectory(prefix="iobench-torchrun-") as tmp:   # torchrun's torchelastic_* dirs, removed
+        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "TMPDIR": tmp,
+               "PYTHONPATH": os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)}
+        done = procs.run(torchrun_argv("iobench.torch_worker", args, ranks), timeout * runs, cwd=scratch, env=env)
     if done.timed_out:
         each = f" for the checkpoints and each of {runs - 1} fio runs" if runs > 1 else ""
         raise UserError(f"torch-ckpt: torchrun did not finish within {timeout * runs} s and was stopped "

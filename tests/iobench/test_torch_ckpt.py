@@ -93,10 +93,14 @@ def test_readme_example_fits_the_readme_loop_fs(loop_xfs):
 
 @pytest.mark.slow
 def test_torchrun_timeout_is_one_line_and_cleans_up(tool, tmp_path):
-    out = tmp_path / "r.jsonl"
-    proc = tool("iobench", "torch-ckpt", tmp_path, "--size", "8M", "--no-fio", "--timeout", "2", "--out", out)
+    """Also in TMPDIR: torchrun's torchelastic_* directories were left there by every run (issue 38 item 8)."""
+    out, tmp = tmp_path / "r.jsonl", tmp_path / "tmp"
+    tmp.mkdir()
+    proc = tool("iobench", "torch-ckpt", tmp_path, "--size", "8M", "--no-fio", "--timeout", "2", "--out", out,
+                env={"TMPDIR": str(tmp)})
     assert_failed_run(proc, "torchrun did not finish within 2 s and was stopped")
     assert leftovers(tmp_path) == [] and read_records(out)[-1]["event"] == "failed"
+    assert list(tmp.iterdir()) == []
 
 
 def test_bad_format_and_size(tool, tmp_path):
