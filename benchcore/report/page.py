@@ -193,9 +193,11 @@ MD_SPECIAL = re.compile(r"([\\`*\[\]|~]|^#|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")
 
 
 def md(text):
-    """Text from records, file names or a spec as Markdown shows it literally: HTML's <, >, & as entities (a
-    <script> or <svg onload> in a check name stays text) and Markdown's punctuation escaped, on one line."""
-    return MD_SPECIAL.sub(r"\\\1", html.escape(" ".join(str(text).split()), quote=False))
+    """Text from records, file names or a spec as Markdown shows it literally, on one line: & and < as entities
+    (no tag can open: a <script> or <svg onload> in a check name stays text; '>=' stays readable) and
+    Markdown's punctuation escaped."""
+    text = " ".join(str(text).split()).replace("&", "&amp;").replace("<", "&lt;")
+    return MD_SPECIAL.sub(r"\\\1", text)
 
 
 def _md_cell(value, fmt):

@@ -27,7 +27,7 @@ def test_every_text_in_report_md_is_shown_literally():
     md = rendered_html(page.markdown(doc))
     table = [ln for ln in md.splitlines() if ln.startswith("| [")]
     assert len(table) == len(HOSTILE) and all(ln.count(" | ") == 1 for ln in table)   # two cells, never more
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in md and "\\[click\\](javascript:alert(3))" in md
+    assert "&lt;script>alert(1)&lt;/script>" in md and "\\[click\\](javascript:alert(3))" in md
     assert "\n\\# heading" in md and "line break" in md and "\\*bold\\*" in md
     assert "all_reduce" in page.md("all_reduce") and page.md("_x_") == "\\_x\\_"
 
