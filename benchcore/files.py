@@ -25,13 +25,12 @@ OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
 
 
 def write_new(path, write, what, binary=False, mode=0o644):
-    """write(f) into a new file at path (f text, or bytes with binary); refused when anything is there."""
+    """write(f) into a new file at path (f text, or bytes with binary); refused (UserError) when anything is
+    there; another OSError (a full disk) is the caller's to word, the partial file removed."""
     try:
         fd = os.open(path, NEW, mode)
     except FileExistsError:
         raise UserError(f"{what} {name(path)} exists; refusing to replace a file this run did not create") from None
-    except OSError as exc:
-        raise UserError(f"{what} {name(path)}: {exc.strerror}") from None
     try:
         with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
             write(f)
@@ -117,7 +116,7 @@ def output_dir(path, what):
         _trusted_dir(path, what, private=False)
         return False
     except OSError as exc:
-        raise UserError(f"{what} {name(path)}: cannot create it: {exc.strerror}") from None
+        raise UserError(f"{what} {name(path)}: {exc.strerror}") from None
 
 
 def private_dir(path, what):
@@ -128,5 +127,5 @@ def private_dir(path, what):
     except FileExistsError:
         _trusted_dir(path, what, private=True)
     except OSError as exc:
-        raise UserError(f"{what} {name(path)}: cannot create it: {exc.strerror}") from None
+        raise UserError(f"{what} {name(path)}: {exc.strerror}") from None
     return str(path)

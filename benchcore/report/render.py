@@ -10,7 +10,9 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
+from benchcore.errors import UserError
 from benchcore.files import write_new
+from benchcore.inputs import name
 from benchcore.results.records import dumps
 
 FORMATS = ("table", "json", "csv")
@@ -136,4 +138,7 @@ def save_figure(fig, path, dpi=110):
     """fig as a new file at path (a --plot), in the format its suffix names; nothing there is replaced or
     followed (benchcore.files)."""
     fmt = os.path.splitext(str(path))[1].lstrip(".").lower() or "png"
-    write_new(path, lambda f: fig.savefig(f, format=fmt, dpi=dpi), "--plot", binary=True)
+    try:
+        write_new(path, lambda f: fig.savefig(f, format=fmt, dpi=dpi), "--plot", binary=True)
+    except OSError as exc:
+        raise UserError(f"--plot {name(path)}: {exc.strerror or exc}") from None
