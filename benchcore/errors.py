@@ -44,17 +44,23 @@ def run_cli(group):
         sys.exit(130)
 
 
-def given(*names):
-    """The options among names (parameter names) that the command line set, as the user spelled them (--flag;
-    -r/--root where the first spelling is a letter); [] outside a click command."""
+def spelled():
+    """{parameter name: the option as the user spelled it (--flag; -r/--root where the first spelling is a letter)}
+    of every option the command line set; {} outside a click command."""
     import click
     from click.core import ParameterSource
 
     ctx = click.get_current_context(silent=True)
     if ctx is None:
-        return []
-    return ["/".join(p.opts[:2]) if not p.opts[0].startswith("--") else p.opts[0] for p in ctx.command.params
-            if p.name in names and ctx.get_parameter_source(p.name) is ParameterSource.COMMANDLINE]
+        return {}
+    return {p.name: "/".join(p.opts[:2]) if not p.opts[0].startswith("--") else p.opts[0] for p in ctx.command.params
+            if ctx.get_parameter_source(p.name) is ParameterSource.COMMANDLINE}
+
+
+def given(*names):
+    """The options among names (parameter names) that the command line set, as the user spelled them; [] outside a
+    click command."""
+    return [text for name, text in spelled().items() if name in names]
 
 
 def refuse_given(names, why):

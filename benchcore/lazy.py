@@ -1,8 +1,6 @@
-"""Modules and commands imported on first use, so a command line that never measures never pays for torch (~2 s)
-and one command does not pay for the others."""
+"""Modules imported on first use, so a command line that never measures never pays for torch (~2 s) (standard
+library only: every rank imports it; the CLI's lazy commands are commbench/commands/cli.py's LazyGroup)."""
 import importlib
-
-import click
 
 
 class LazyModule:
@@ -21,21 +19,3 @@ class LazyModule:
 def lazy(name, importer_globals, alias=None):
     """`torch = lazy("torch", globals())`, `dist = lazy("torch.distributed", globals(), "dist")`."""
     return LazyModule(name, importer_globals, alias or name)
-
-
-class LazyGroup(click.Group):
-    """A click group whose commands are imported when one runs (or help lists them), from a table of
-    name -> "module:attribute": `commbench import` does not pay for the modules of every other command."""
-
-    def __init__(self, *args, lazy=None, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.lazy = dict(lazy or {})
-
-    def list_commands(self, ctx):
-        return sorted(set(super().list_commands(ctx)) | set(self.lazy))
-
-    def get_command(self, ctx, name):
-        if name in self.lazy and name not in self.commands:
-            module, attribute = self.lazy[name].split(":")
-            self.add_command(getattr(importlib.import_module(module), attribute), name)
-        return super().get_command(ctx, name)

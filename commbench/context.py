@@ -8,7 +8,6 @@ import torch.distributed as dist
 
 from benchcore.results import schema
 from benchcore.results.records import git_revision, hostname, timestamp
-from commbench.cases.case import TOTAL
 from commbench.launch import mpirun
 from commbench.launch.liveness import Position
 from commbench.model.alphabeta import record_fields
@@ -96,7 +95,7 @@ class Context:
         predicted = record_fields(self.topology, case, cfg, phase, fields["size_bytes"], self.world_size, self.nodes,
                                   self.backend, row.get("busbw_gbps"))
         return schema.measurement(
-            "commbench", run_id=plan.run_id, collective=case.collective if phase == TOTAL or pattern else phase,
+            "commbench", run_id=plan.run_id, collective=case.record_collective(phase),
             strategy=strategy, **({"pattern": pattern} if pattern else {}),
             **({"phase": phase} if strategy or pattern else {}),
             **{k: v for k, v in cfg.items() if k != "case"}, **row, **fields,

@@ -5,9 +5,9 @@ import sys
 
 from rich.console import Console
 
-from benchcore.importers.nccl_table import DTYPES
 from benchcore.report.render import console, emit, print_table
 from benchcore.units import format_size
+from benchcore.vocabulary import TYPES
 from commbench.cases.registry import record_label
 
 PLACE_COLUMNS = [("time_us", "time us", ".1f"), ("algbw_gbps", "algbw GB/s", ".3f"),
@@ -148,8 +148,6 @@ def print_collective_tables(records, out=None):
 
 # --format nccl-tests: the plain text of nccl-tests (src/util.cu), one block per collective or strategy label.
 
-# suite type -> nccl-tests' name: the reverse of the table `import` reads them with (first spelling wins)
-NCCL_TYPES = {suite: nccl for nccl, (suite, _) in reversed(DTYPES.items())}
 NCCL_PROGRAMS = {"all_to_all": "alltoall"}             # binary name stem where nccl-tests spells it otherwise
 PIECE_COUNT = ("all_gather", "reduce_scatter", "all_to_all")  # count column: the per-rank piece (paramcount)
 NA = "N/A"
@@ -182,6 +180,11 @@ def _side(rec):
 def nccl_count(rec):
     """nccl-tests' count column: elements per rank-call (the piece for all_gather, reduce_scatter, alltoall)."""
     return rec["count"] // rec["world_size"] if rec["collective"] in PIECE_COUNT else rec["count"]
+
+
+def _nccl_type(dtype):
+    """nccl-tests' name of a type (the suite's name in); one it has no name for as it is."""
+    return TYPES[dtype].nccl_tests if dtype in TYPES else dtype
 
 
 def nccl_blocks(records):
@@ -224,7 +227,7 @@ def nccl_block(name, recs):
     for out, inp in nccl_rows(recs):
         rec = out or inp
         root = rec.get("root") if rec.get("root") is not None else -1
-        lines.append(f"{rec['size_bytes']:12d}  {nccl_count(rec):12d}  {NCCL_TYPES.get(rec['dtype'], rec['dtype']):>8}"
+        lines.append(f"{rec['size_bytes']:12d}  {nccl_count(rec):12d}  {_nccl_type(rec['dtype']):>8}"
                      f"  {rec.get('op') or 'none':>6}  {root:6d}{_side(out)}{_side(inp)}")
     failed = sum(1 for r in recs if r.get("wrong"))
     busbws = [r["busbw_gbps"] for r in recs if r.get("busbw_gbps") is not None]

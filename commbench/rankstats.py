@@ -19,7 +19,6 @@ import os
 import statistics
 
 from benchcore.errors import UserError
-from benchcore.report.render import console, print_table
 from commbench.cases.registry import record_label
 
 Z_LIMIT = 3.5
@@ -113,6 +112,8 @@ def notes(records, cores=None):
 
 def print_stats(records):
     """--stats: one row per measurement with its per-iteration statistics."""
+    from benchcore.report.render import print_table  # here: every rank imports this module, and never renders
+
     rows = [{**r, "label": record_label(r), "place": "in" if r.get("in_place") else "out"}
             for r in records if not r.get("event") and r.get("time_us_p50") is not None]
     if rows:
@@ -125,6 +126,8 @@ def with_stats(table_fn, show, fmt="table"):
     if show and fmt != "table":
         raise UserError(f"--stats shows a table: not with --format {fmt} (the records hold the same figures)")
     def tables(records):
+        from benchcore.report.render import console  # here: every rank imports this module, and never renders
+
         table_fn(records)
         if show:
             print_stats(records)

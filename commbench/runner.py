@@ -1,4 +1,5 @@
-"""Run a plan from the command line: its launches, the records to --out, the rendering, the exit status."""
+"""A measurement from a command's parsed options (commbench/commands/options.py): its plan (commbench/planning.py),
+its launches, the records to --out, the rendering, the exit status."""
 import dataclasses
 import os
 import sys
@@ -6,18 +7,18 @@ import time
 
 import click
 
-from benchcore.processes import procs
 from benchcore.errors import UserError
+from benchcore.processes import procs
 from benchcore.results.records import RecordWriter, hostname, output_file
 from benchcore.units import format_size
 from commbench import rankstats
 from commbench.cases.case import ReadOptions, refuse_unread
 from commbench.cases.registry import CASES, record_label
 from commbench.launch.execute import execute
-from commbench.launch.spec import gpu_memories, spec_from_options
+from commbench.launch.spec import gpu_memories
 from commbench.launch.torchrun import check_endpoint
 from commbench.output import print_collective_tables, render
-from commbench.plan import CaseOptionsText, MeasureOptions, build_plan, no_leftovers, take
+from commbench.planning import build_plan
 
 
 def launches(spec, plan):
@@ -63,14 +64,13 @@ class Derived:
             self.writer.write(out)
 
 
-def run_plan(spec, plan, out, fmt, table_fn, label="measuring", plot=None, plot_fn=None, judge=None, rounds=None,
-             derive=None):
-    """Launch, judge (verdict records, written after the measurements), render (and plot), and exit non-zero
-    on failure or wrong results. rounds: [(spec, plan)] run one after another instead (compare --backends).
-    derive: record -> the records written and shown in its place (pairs)."""
-    rounds = rounds or [(spec, plan)]
+def run_plan(rounds, output, table_fn, label="measuring", plot_fn=None, judge=None, derive=None):
+    """Launch rounds ([(spec, plan)], one after another: several with compare --backends), judge (verdict records,
+    written after the measurements), render (and plot) as output (Output) says, and exit non-zero on failure or
+    wrong results. derive: record -> the records written and shown in its place (pairs)."""
+    spec = rounds[0][0]
     parts = [part for s, p in rounds for part in launches(s, p)]
-    path = None if spec.dry_run else output_file(out)
+    path = None if spec.dry_run else output_file(output.out)
     if not spec.dry_run:
         for s, p in rounds:
             check_memory(s, p)
@@ -103,9 +103,9 @@ def run_plan(spec, plan, out, fmt, table_fn, label="measuring", plot=None, plot_
         if writer:
             writer.close()
     if records:
-        render(records, fmt, table_fn)
-        if plot:
-            plot_fn(records, plot)
+        render(records, output.fmt, table_fn)
+        if output.plot:
+            plot_fn(records, output.plot)
     measured = [r for r in records if not r.get("event")]
     wrong = sum(r.get("wrong") or 0 for r in measured)
     if wrong:
@@ -124,42 +124,20 @@ def run_plan(spec, plan, out, fmt, table_fn, label="measuring", plot=None, plot_
         sys.exit(1)
 
 
-def measure(names, kw, table_fn=print_collective_tables, label="measuring", plot_fn=None, judge=None, reshape=None):
-    """Build the plan of the named cases from the command's options and run it (on each of kw's backends)."""
-    backends = kw.pop("backends", None)
-    if backends:
-        rounds = backend_rounds(names, kw, backends)
-        spec, plan = rounds[0]
+def measure(names, opts, table_fn=print_collective_tables, label="measuring", plot_fn=None, judge=None, reshape=None):
+    """Build the plan of the named cases from a command's Options and run it; with several launch specs
+    (--backends), --repeats rounds of one launch per spec, each round starting one spec later (drift hits every
+    backend alike), every record carrying its round as repeat."""
+    case_opts = ReadOptions(opts.cases)
+    if len(opts.specs) == 1:
+        rounds = [(opts.specs[0], build_plan(names, opts.measure, case_opts, opts.specs[0], opts.repeats))]
     else:
-        spec = spec_from_options(kw)
-        case_opts = ReadOptions(take(kw, CaseOptionsText).parse())
-        plan = build_plan(names, take(kw, MeasureOptions), case_opts, spec, kw.pop("repeats", 1))
-        refuse_unread(case_opts, [CASES[n] for n in names])
-        rounds = None
+        plans = [build_plan(names, opts.measure, case_opts, spec) for spec in opts.specs]
+        pairs = [(s, dataclasses.replace(p, run_id=plans[0].run_id)) for s, p in zip(opts.specs, plans)]
+        rounds = [(s, dataclasses.replace(p, tags={**p.tags, "repeat": r}) if opts.repeats > 1 else p)
+                  for r in range(opts.repeats) for s, p in pairs[r % len(pairs):] + pairs[:r % len(pairs)]]
+    refuse_unread(case_opts, [CASES[n] for n in names], opts.given)
     if reshape:  # the command splits or adjusts the launches (p2p: OSU's iteration counts per size class)
-        rounds = reshape(rounds or [(spec, plan)])
-    out, fmt, plot = kw.pop("out"), kw.pop("fmt"), kw.pop("plot", None)
-    table_fn = rankstats.with_stats(table_fn, kw.pop("show_stats"), fmt)
-    no_leftovers(kw)
-    run_plan(spec, plan, out, fmt, table_fn, label, plot, plot_fn, judge, rounds)
-
-
-def backend_rounds(names, kw, backends):
-    """[(spec, plan)] of the same plan on each backend, --repeats rounds of one launch per backend, each round
-    starting one backend later (drift hits every backend alike); every record carries its round as repeat."""
-    if kw.get("backend") not in (None, "auto"):
-        raise UserError("--backends and --backend exclude each other")
-    specs = []
-    for backend in backends:
-        mine = dict(kw, backend=backend)
-        specs.append(spec_from_options(mine))
-    for key in set(kw) - set(mine):  # the launch options every spec took
-        kw.pop(key)
-    measure_opts, case_opts = take(kw, MeasureOptions), ReadOptions(take(kw, CaseOptionsText).parse())
-    repeats = kw.pop("repeats")
-    plans = [build_plan(names, measure_opts, case_opts, spec) for spec in specs]
-    refuse_unread(case_opts, [CASES[n] for n in names])
-    plans = [dataclasses.replace(p, run_id=plans[0].run_id) for p in plans]
-    pairs = list(zip(specs, plans))
-    return [(s, dataclasses.replace(p, tags={**p.tags, "repeat": r}) if repeats > 1 else p)
-            for r in range(repeats) for s, p in pairs[r % len(pairs):] + pairs[:r % len(pairs)]]
+        rounds = reshape(rounds)
+    table_fn = rankstats.with_stats(table_fn, opts.output.show_stats, opts.output.fmt)
+    run_plan(rounds, opts.output, table_fn, label, plot_fn, judge)

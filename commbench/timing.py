@@ -5,33 +5,15 @@ of every rank is gathered and aggregated as nccl-tests does (average by default,
 The check runs on fresh input into a poisoned output, so a result left over from the timed loop
 cannot pass.
 """
-import os
 import resource
 import time
 
 import torch
 
 from commbench import rankstats
+from commbench.cases import faults
 from commbench.cases.case import TOTAL, label
 from commbench.cases.collectives import DTYPES, torch_dtype
-
-CORRUPT_ENV = "COMMBENCH_TEST_CORRUPT"   # test only: corrupt this case's result on rank 0 before the check
-SKIP_ENV = "COMMBENCH_TEST_SKIP"         # test only: the check run of these cases (comma list) does nothing
-SLOW_RANK_ENV = "COMMBENCH_TEST_SLOW_RANK"   # test only: RANK:SECONDS, that rank sleeps before each timed iteration
-STALL_ENV = "COMMBENCH_TEST_STALL"      # test only: RANK:OP, that rank stops before timed operation OP (alive)
-SLOW_ENV = "COMMBENCH_TEST_SLOW"         # test only: CASE:SECONDS[,...], a sleep inside every run of those cases
-
-
-def slowed(case, run_once):
-    """run_once, with the test-only sleep of SLOW_ENV when it names this case."""
-    delays = dict(item.split(":") for item in os.environ.get(SLOW_ENV, "").split(",") if ":" in item)
-    if case.name not in delays:
-        return run_once
-
-    def slow(async_op):
-        time.sleep(float(delays[case.name]))
-        return run_once(async_op)
-    return slow
 
 
 def time_loop(ctx, run_once, iters, blocking, samples=None, departures=True):
@@ -46,21 +28,16 @@ def time_loop(ctx, run_once, iters, blocking, samples=None, departures=True):
         return _graph_loop(ctx, run_once, ops)
     if ctx.device.type == "cuda" and not plan.cpu_time:
         return _event_loop(ctx, run_once, iters, blocking, samples)
-    late, stall = _hook(ctx, SLOW_RANK_ENV), _hook(ctx, STALL_ENV)
     pos = ctx.position
-    step = _repeated(run_once, plan.agg_iters, pos, stall) if plan.agg_iters > 1 else run_once
+    step = _repeated(run_once, plan.agg_iters, pos) if plan.agg_iters > 1 else run_once
     clock = time.perf_counter   # looked up once, like mark: at 1 us per operation (p2p latency) every step shows
     mark = samples.append if samples is not None else None
     leave = mark if departures else None
     t0 = clock()
     if blocking:  # the watchdog sees each operation entered and left; the marks are the statistics' input
         for _ in range(iters):
-            if late:
-                time.sleep(late)
             if mark:
                 mark(clock())
-            if stall and pos.entered + 1 == stall:
-                time.sleep(1e6)
             pos.entered += 1
             step(False)
             pos.left += 1
@@ -78,24 +55,16 @@ def time_loop(ctx, run_once, iters, blocking, samples=None, departures=True):
     return (clock() - t0) / ops
 
 
-def _repeated(run_once, agg, pos, stall):
+def _repeated(run_once, agg, pos):
     """agg operations as one timed iteration (nccl-tests -m), each entered and left for the watchdog as in the
     loop (which counts the first's entry and the last's exit)."""
     def step(async_op):
         for _ in range(agg - 1):
             run_once(async_op)
             pos.left += 1
-            if stall and pos.entered + 1 == stall:
-                time.sleep(1e6)
             pos.entered += 1
         run_once(async_op)
     return step
-
-
-def _hook(ctx, name):
-    """The number a test-only RANK:NUMBER hook gives this rank (0 when it names another)."""
-    rank, _, number = os.environ.get(name, "").partition(":")
-    return float(number) if rank == str(ctx.rank) else 0
 
 
 def _event_loop(ctx, run_once, iters, blocking, samples):
@@ -156,16 +125,13 @@ def over_ranks(ctx, seconds):
     return {"avg": avg, "min": lo, "max": hi, "rank0": every[0]}[ctx.plan.agg], lo, hi
 
 
-def check(ctx, case, timed):
+def check(ctx, timed):
     """(wrong elements over every rank, the case's own check fields)."""
     timed.poison()
     timed.refill()  # in place, the input shares the output's storage: poison first, then the input
-    if case.name not in os.environ.get(SKIP_ENV, "").split(","):
-        timed.phases[TOTAL](False)
+    timed.phases[TOTAL](False)
     if ctx.device.type == "cuda":
         torch.cuda.synchronize()
-    if os.environ.get(CORRUPT_ENV) == case.name and ctx.rank == 0:
-        timed.result().reshape(-1)[0] += 1
     mine, fields = timed.check()
     return ctx.comm.reduce_int(mine, "sum"), fields
 
@@ -185,7 +151,8 @@ def measure_case(ctx, case, cfg, size, shared):
     rows, counts = [], []
     pos = ctx.position
     for phase in case.phases:
-        run_once = slowed(case, timed.phases[phase])
+        samples = [] if plan.iter_stats else None
+        run_once = faults.timed_run(ctx, case, timed.phases[phase], samples)
         pos.at("refill", f"{label(case, {**cfg, 'phase': phase})} at {size} B")
         timed.refill()
         warmup, iters = plan.warmup, plan.iters
@@ -196,7 +163,6 @@ def measure_case(ctx, case, cfg, size, shared):
             pos.at("warm-up")
             time_loop(ctx, run_once, warmup, blocking)
         counts.append({"iters": iters, "warmup": warmup})
-        samples = [] if plan.iter_stats else None
         pos.at("timed loop")
         seconds = time_loop(ctx, run_once, iters, blocking, samples, timed.departures) / timed.per_run
         pos.at("gathering the times")
@@ -209,7 +175,7 @@ def measure_case(ctx, case, cfg, size, shared):
                      "busbw_gbps": algbw * timed.factors[phase] if moved else None, **stats, **timed.fields(phase),
                      **({"time_budget_s": plan.time_budget} if plan.time_budget else {})})
     pos.at("check")
-    wrong, fields = check(ctx, case, timed) if plan.check else (None, {})
+    wrong, fields = check(ctx, faults.checked(ctx, case, timed)) if plan.check else (None, {})
     pos.at("peak memory")
     peak = peak_memory(ctx)
     records = [{**ctx.record(case, cfg, row, size_bytes=size, count=count, wrong=wrong, peak_mem_bytes=peak, **fields),

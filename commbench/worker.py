@@ -15,9 +15,9 @@ import sys
 import torch.distributed as dist
 
 from benchcore.processes import procs
-
 from benchcore.results import schema
 from benchcore.results.records import RecordWriter, hostname
+from commbench.cases import faults
 from commbench.cases.registry import CASES
 from commbench.context import Context
 from commbench.launch import mpirun
@@ -27,7 +27,6 @@ from commbench.timing import measure_case
 from commbench.transports import mpi
 
 EXIT_WRONG = 3
-EXIT_RANK_ENV = "COMMBENCH_TEST_EXIT_RANK"   # test only: this rank exits right after start-up
 
 
 def run_plan(ctx, emit):
@@ -101,8 +100,7 @@ def main(argv=None):
     try:
         ctx = Context(plan)
         ctx.position = live.position
-        if os.environ.get(EXIT_RANK_ENV) == str(ctx.rank):
-            os._exit(17)
+        faults.at_start(ctx)
         writes = os.environ.get(RECORD_NODE_ENV, "1") == "1" and ctx.local_rank == 0 and os.environ.get(STATUS_ENV)
         writer = RecordWriter(os.path.join(os.environ[STATUS_ENV], CHANNEL)) if writes else None
         live.on_hang = lambda report: hang(report, live, writer, ctx)

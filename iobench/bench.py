@@ -8,11 +8,11 @@ import sys
 
 import click
 
-from benchcore.results import schema
 from benchcore.errors import UserError
 from benchcore.files import write_new
-from benchcore.results.records import git_revision, hostname, timestamp
 from benchcore.report.render import console
+from benchcore.results import schema
+from benchcore.results.records import git_revision, hostname, timestamp
 from benchcore.units import format_size
 from iobench import fio
 from iobench.mounts import Mount, disk_bytes, mount_of

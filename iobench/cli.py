@@ -4,10 +4,11 @@ from pathlib import Path
 
 import click
 
-from benchcore.results import commands
 from benchcore.errors import UserError, refuse_given, run_cli
-from benchcore.results.records import PLOT_SUFFIXES, RecordWriter, new_output, new_output_option, new_run_id, output_file
 from benchcore.report.render import FORMATS, emit
+from benchcore.results import commands
+from benchcore.results.records import (PLOT_SUFFIXES, RecordWriter, new_output, new_output_option, new_run_id,
+                                       output_file)
 from benchcore.units import format_size, parse_size
 from iobench import bench, torchckpt
 from iobench.jobfile import read_job_file, space_estimate

@@ -6,9 +6,9 @@ JSON on stdout, so parsing starts at the JSON object; stderr is kept apart for e
 """
 import shutil
 
-from benchcore.processes import procs
 from benchcore.errors import UserError
 from benchcore.importers.fio_json import PERCENTILES, measurements, parse_output, percentile  # noqa: F401 (one parser)
+from benchcore.processes import procs
 from benchcore.processes.procs import one_line
 
 INSTALL_HINT = "fio not found on PATH: install it (Debian/Ubuntu: apt-get install fio; RHEL: dnf install fio)"

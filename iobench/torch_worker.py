@@ -26,8 +26,8 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Shard
 
-from benchcore.processes.torchrun import rank_sum
 from benchcore.errors import UserError
+from benchcore.processes.torchrun import rank_sum
 from iobench import torchckpt
 from iobench.fio import run_fio
 from iobench.mounts import disk_bytes

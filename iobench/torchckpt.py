@@ -7,11 +7,11 @@ import tempfile
 from contextlib import nullcontext
 from pathlib import Path
 
-from benchcore.processes import procs
 from benchcore.errors import UserError
+from benchcore.processes import procs
 from benchcore.processes.procs import one_line
-from benchcore.report.render import console, print_table
 from benchcore.processes.torchrun import torchrun_argv
+from benchcore.report.render import console, print_table
 from iobench import bench, fio
 from iobench.profiles import PROFILES, build_job, job_file
 from iobench.safety import ScratchDir, sigterm_as_interrupt

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import commbench.cases.registry  # noqa: F401  (its cases document their record fields in the schema)
 from benchcore.results import records, schema
 
 ROOT = Path(__file__).resolve().parent.parent

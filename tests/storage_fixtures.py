@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from benchcore.processes import procs
-from benchcore.emulate.skeleton import live_pids
 from benchcore.emulate.loop_fs import loops_backed_by
+from benchcore.emulate.skeleton import live_pids
+from benchcore.processes import procs
 
 ROOT = Path(__file__).resolve().parent.parent
 LOOP_FS = ROOT / "scripts" / "loop-fs"

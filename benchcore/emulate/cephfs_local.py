@@ -12,8 +12,8 @@ import socket
 import time
 import uuid
 
-from benchcore.processes import procs
 from benchcore.emulate.skeleton import Cli, DirFixture, Fail, alive, live_pids
+from benchcore.processes import procs
 
 PROG = "cephfs-local"
 DEFAULT_DIR = os.environ.get("CEPHFS_LOCAL_DIR", "/tmp/cephfs-local")

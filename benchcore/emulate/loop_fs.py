@@ -7,8 +7,8 @@ the file system is mounted at DIR/mnt. Standard library only; needs root.
 import os
 import time
 
-from benchcore.processes import procs
 from benchcore.emulate.skeleton import Cli, DirFixture, Fail
+from benchcore.processes import procs
 from benchcore.units import format_size, parse_size
 
 PROG = "loop-fs"

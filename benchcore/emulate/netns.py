@@ -25,8 +25,8 @@ import time
 import zlib
 from pathlib import Path
 
-from benchcore.processes import procs
 from benchcore.emulate.skeleton import EXIT, Cli, Fail, Script, need_root
+from benchcore.processes import procs
 
 DEFAULT_PREFIX = os.environ.get("NETNS_CLUSTER_PREFIX", "cb")
 DEFAULT_SUBNET = "10.213.0.0/24"

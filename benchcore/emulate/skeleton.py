@@ -13,8 +13,8 @@ import shutil
 import sys
 import time
 
-from benchcore.processes import procs
 from benchcore.errors import UserError
+from benchcore.processes import procs
 
 EXIT = {"running": 0, "partial": 1, "stopped": 3}  # `status` exit codes
 

@@ -20,9 +20,9 @@ import shutil
 import signal
 import time
 
-from benchcore.processes import procs
-from benchcore.emulate.skeleton import Cli, DirFixture, Fail, alive, live_pids
 from benchcore.emulate import netns
+from benchcore.emulate.skeleton import Cli, DirFixture, Fail, alive, live_pids
+from benchcore.processes import procs
 
 PROG = "slurm-cluster"
 DEFAULT_DIR = os.environ.get("SLURM_CLUSTER_DIR", "/tmp/slurm-cluster")

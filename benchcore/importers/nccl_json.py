@@ -25,11 +25,11 @@ import json
 import math
 import re
 
-from benchcore.importers import nccl_names as names
-from benchcore.results import schema
 from benchcore.errors import UserError
+from benchcore.importers import nccl_names as names
 from benchcore.inputs import read_bytes, shown
-from benchcore.importers.nccl_table import DTYPES
+from benchcore.results import schema
+from benchcore.vocabulary import nccl_tests_type
 
 NCCL, RCCL, RCCL_CSV = "nccl-tests-json", "rccl-tests-json", "rccl-tests-csv"
 HEADS = {NCCL: re.compile(r'\s*\{\s*"version"\s*:\s*\d+\s*,\s*"start_time"\s*:'),
@@ -117,7 +117,7 @@ def _version(code):
 def _record(common, fields, line, cycles):
     """One measurement: fields of the row and placement; size -> count by the type's width, as for logs."""
     type_name = fields.pop("type")
-    dtype, word = DTYPES.get(type_name, (type_name, None))
+    dtype, word = nccl_tests_type(type_name)
     rec = schema.measurement("commbench", **common, **fields, dtype=dtype, source_line=line)
     if word:
         rec["count"] = rec["size_bytes"] // word

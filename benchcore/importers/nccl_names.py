@@ -1,18 +1,14 @@
-"""Which collective an imported nccl-tests/rccl-tests result measured, by the names of commbench's collectives
-registry (commbench/cases/collectives.py: one source of names, in every spelling people use). A word that is not
-a collective there (a binary renamed gpu_perf) never becomes one: the caller asks for --collective instead."""
+"""Which collective an imported nccl-tests/rccl-tests result measured, by the collective names of
+benchcore/vocabulary.py (one source of names, in every spelling people use). A word that is not a collective
+there (a binary renamed gpu_perf) never becomes one: the caller asks for --collective instead."""
 import re
 
+from benchcore import vocabulary
 from benchcore.errors import UserError
 from benchcore.inputs import shown
 
 # the binary: X of X_perf (X_perf_mpi) on a command line, in a banner or a path
 PROGRAM = re.compile(r"(?:^|[\s/=-])([A-Za-z0-9]+(?:_[A-Za-z0-9]+)*)_perf(?:_mpi)?\b")
-
-
-def registry():
-    from commbench.cases import collectives   # imported when a file needs a name, not when the CLI starts
-    return collectives
 
 
 def stem(program):
@@ -22,20 +18,20 @@ def stem(program):
 
 def named(word):
     """The collective a word or binary names ('all_reduce_perf', 'AllReduce', 'alltoall'), else None."""
-    return registry().named(stem(word)) if word else None
+    return vocabulary.named(stem(word)) if word else None
 
 
 def in_file_name(path):
     """The collectives a file's name names (several: it names none for sure)."""
-    return registry().named_in(path.rsplit("/", 1)[-1])
+    return vocabulary.named_in(path.rsplit("/", 1)[-1])
 
 
 def option(word):
     """--collective's value as a collective; UserError when it names none."""
-    name = registry().named(word)
+    name = vocabulary.named(word)
     if name is None:
         raise UserError(f"--collective {shown(repr(word), 60)}: not a collective (one of "
-                        f"{', '.join(registry().NAMES)}; allreduce, all-reduce, AllReduce are all_reduce)")
+                        f"{', '.join(vocabulary.NAMES)}; allreduce, all-reduce, AllReduce are all_reduce)")
     return name
 
 
@@ -45,4 +41,4 @@ def unnamed(path, from_file, inside):
     said = (f"names several ({', '.join(from_file)})" if from_file else
             f"says {stems[0]}_perf, and '{shown(stems[0], 40)}' is not a collective" if stems else "names none")
     return (f"no collective named: {inside}, and the file name {said}; say which with import "
-            f"--collective NAME ({', '.join(registry().NAMES)})")
+            f"--collective NAME ({', '.join(vocabulary.NAMES)})")

@@ -4,8 +4,10 @@ whole by its Layout's pattern where it is as nccl-tests prints it; either into i
 import functools
 import math
 import re
-from json.encoder import encode_basestring_ascii as _json_str
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii as _json_str
+
+from benchcore.vocabulary import nccl_tests_type
 
 # header words -> column; a placement's columns start at its time column
 COLUMNS = {"size": "size", "bytes": "size", "count": "count", "n": "count", "type": "type", "redop": "op",
@@ -14,12 +16,6 @@ COLUMNS = {"size": "size", "bytes": "size", "count": "count", "n": "count", "typ
 
 NUMBER = re.compile(r"^-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?$")   # no two runs of digits to split
 TYPE = re.compile(r"[A-Za-z]\w*$")
-# nccl-tests' type names -> the suite's (torch) names, and bytes per element
-DTYPES = {"float": ("float32", 4), "half": ("float16", 2), "bfloat16": ("bfloat16", 2), "double": ("float64", 8),
-          "int8": ("int8", 1), "char": ("int8", 1), "uint8": ("uint8", 1), "int32": ("int32", 4), "int": ("int32", 4),
-          "uint32": ("uint32", 4), "int64": ("int64", 8), "uint64": ("uint64", 8),
-          "f8e4m3": ("float8_e4m3fn", 1), "fp8_e4m3": ("float8_e4m3fn", 1),
-          "f8e5m2": ("float8_e5m2", 1), "fp8_e5m2": ("float8_e5m2", 1)}
 # a row as nccl-tests 2.x prints it, cell by column: each a token that is its value's JSON text as well, of at
 # most 30 digits (a finite float, an int that int() and json read); any other row is read_row's
 DECIMAL = r"(-?(?:0|[1-9]\d{0,29})\.\d{1,30})"
@@ -157,7 +153,7 @@ def row_cells(layout, row):
 def _head(key, count):
     """JSON texts of a row's size_bytes, count (as its size and type say, where the type is known), dtype, op."""
     kind, op, _, size = key
-    dtype, word = DTYPES.get(kind, (kind, None))
+    dtype, word = nccl_tests_type(kind)
     return str(size), str(size // word if word else count), _string(dtype), _string(None if op == "none" else op)
 
 

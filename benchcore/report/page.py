@@ -16,13 +16,12 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchcore.results import diff, stats, usable
-
-from benchcore.importers import fio_json as fiojson
 from benchcore.errors import UserError
 from benchcore.files import output_dir
+from benchcore.importers import fio_json as fiojson
 from benchcore.report.plots import plots, run_of, saved
 from benchcore.report.render import csv_frame
+from benchcore.results import diff, stats, usable
 from benchcore.results.read import TOOL, group_of, identity, label, measurements
 from benchcore.units import format_size
 

@@ -5,10 +5,10 @@ the axes, so they never cover data. The *_figure functions return the matplotlib
 import os
 import re
 
-from benchcore.results import stats, usable
 from benchcore.errors import WriteFailed
 from benchcore.files import write_new
 from benchcore.inputs import name as shown_path
+from benchcore.results import stats, usable
 from benchcore.results.read import group_of, measurements
 
 MAX_PLOTS = 12          # a report of 1,000 groups draws 12 plots, not 1,000 (each costs ~0.3 s and 50 KB)

@@ -11,9 +11,9 @@ it fails, named, as does a baseline row with no partner in NEW (missing); neithe
 """
 from dataclasses import dataclass
 
-from benchcore.results import stats, usable
 from benchcore.errors import UserError
 from benchcore.inputs import finite
+from benchcore.results import stats, usable
 from benchcore.results.read import TOOL, group_of, identity, label, measurements
 
 

@@ -8,15 +8,16 @@ each tool is compared on live here too, one table per tool.
 import hashlib
 import json
 import re
-from functools import partial
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
-from benchcore.importers import fio_json as fiojson, nccl_json as nccljson, nccl_text as nccltests
-
-from benchcore.results import schema
 from benchcore.errors import UserError
+from benchcore.importers import fio_json as fiojson
+from benchcore.importers import nccl_json as nccljson
+from benchcore.importers import nccl_text as nccltests
 from benchcore.inputs import name, read_bytes, regular_file, shown, text_blocks
+from benchcore.results import schema
 from benchcore.results.records import read_records
 from benchcore.units import format_size
 

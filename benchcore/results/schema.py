@@ -1,10 +1,11 @@
-"""The result-record schema of both tools, built in one place (field names from shared/DESIGN.md).
+"""The result-record schema of both tools, built in one place (stable field names: extend, never rename).
 
 A measurement record holds every field of its tool's DESIGN list (None where it does not
 apply), in that order, then the tool's documented extensions that it has. An event record
 (a failed config, a refused input, a verdict) holds the event fields plus documented
 extensions. Building a record with a field that is not documented here is a programming
-error (ValueError): new fields are added to these tables, never renamed.
+error (ValueError): new fields are added to these tables (or declared by a commbench case,
+which extend() adds), never renamed.
 """
 from benchcore.results.records import hostname, timestamp
 
@@ -18,7 +19,8 @@ DESIGN = {
                 "lat_p99_us", "lat_p999_us", "fio_version", "hosts", "timestamp"),
 }
 
-# Documented extensions: field -> meaning.
+# Documented extensions: field -> meaning. The fields commbench's cases add are each case's own (a Case row's
+# fields, commbench/cases/): its registry documents them here with extend().
 EXTENSIONS = {
     "commbench": {
         "phase": "strategy phase timed: 'total' or one step (reduce_scatter, all_gather, ...)",
@@ -30,12 +32,6 @@ EXTENSIONS = {
         "command": "the command line that made the run, as typed",
         "peak_mem_bytes": "most memory any rank held so far (CPU: peak RSS; GPU: peak allocated on the device)",
         "cycle": "which pass over the sweep (nccl-tests -N), when there are several",
-        "threshold_bytes": "chunked: payloads above it are chunked", "inflight": "chunked: operations in flight",
-        "chunks": "chunked: chunks per payload", "chunk_ops": "chunked: chunk operations issued per iteration",
-        "max_inflight": "chunked: most chunk operations seen in flight at once",
-        "compress": "compressed: wire type", "wire_bytes": "compressed: bytes on the wire",
-        "wire_busbw_gbps": "compressed: busbw counted in wire bytes",
-        "max_abs_error": "compressed: largest absolute error", "max_rel_error": "compressed: normwise relative error",
         "sweep_config": "sweep: the config's key", "sweep_fingerprint": "sweep: what makes two sweeps the same",
         "repeat": "which of --repeats separate measurements of this config at this size (sweep: the round)",
         "time_us_p50": "median iteration time over every iteration of every rank (per operation)",
@@ -45,10 +41,6 @@ EXTENSIONS = {
         "slowest_rank": "the rank the others wait for: latest to reach the iterations (host clock)",
         "slowest_host": "its host", "slowest_excess": "iteration time over what the median rank alone would take",
         "outlier_ranks": "ranks consistently late beyond 3.5 robust z-scores and 5% of an iteration",
-        "rank_time_us": "pairs: every rank's own median iteration time", "rank_hosts": "pairs: every rank's host",
-        "round": "pairs: the round of the tournament", "kind": "pairs: the operation (sendrecv, all_reduce)",
-        "partner": "pairs: each rank's partner in the round (null: a bye)",
-        "host": "pairs: one end of the pair", "peer_host": "pairs: the other end",
         "requested_bytes": "the size asked for; size_bytes is the size run, rounded down to what the collective "
                            "takes on world_size ranks as nccl-tests does (equal where nothing was rounded)",
         "min_bytes": "-b as requested", "max_bytes": "-e as requested", "step_factor": "-f as requested",
@@ -119,7 +111,17 @@ def _unknown(tool, fields, allowed):
         raise ValueError(f"{tool} record field(s) not in benchcore.results.schema: {', '.join(extra)}")
 
 
-_FIELDS = {}     # tool -> its measurement fields, made at its first record (when this module has added them all)
+_FIELDS = {}     # tool -> its measurement fields, made at its first record after the last extend()
+
+
+def extend(tool, fields):
+    """Document the measurement fields (field -> meaning) a part of tool declares; ValueError for a DESIGN field or
+    one documented with another meaning."""
+    for name, meaning in fields.items():
+        if name in DESIGN[tool] or EXTENSIONS[tool].get(name, meaning) != meaning:
+            raise ValueError(f"{tool} record field {name} is documented already")
+    EXTENSIONS[tool].update(fields)
+    _FIELDS.pop(tool, None)
 
 
 def measurement(tool, **fields):
@@ -171,9 +173,6 @@ for _tool in ("commbench", "iobench"):
     EXTENSIONS[_tool]["nonfinite"] = EVENT_EXTENSIONS[_tool]["nonfinite"] = \
         "the fields written null because their value was NaN or infinite (e.g. an imported '1e999')"
 
-# Point-to-point (commbench p2p, commbench/cases/p2p.py): OSU-style modes; the MPI library is in versions.
-EXTENSIONS["commbench"].update(window="p2p: messages in flight per window (OSU's window size; 1 for latency)")
-
 # Cluster acceptance (commbench accept, commbench/commands/accept/): every record of a check says which one made it;
 # a check's outcome is a verdict event (check, passed, seconds, rows: one per threshold).
 ACCEPT = {"accept_check": "accept: the spec's check that made this record"}
@@ -181,42 +180,6 @@ for _tool in DESIGN:
     EXTENSIONS[_tool].update(ACCEPT)
     EVENT_EXTENSIONS[_tool].update(ACCEPT)
 
-# Overlap patterns (commbench overlap, commbench/cases/overlap.py): four phase records per measurement (comm,
-# compute, sequential, total = overlapped); the total record carries the figures drawn from all four.
-EXTENSIONS["commbench"].update(
-    pattern="overlap: ddp, pipelined or pipelined-rs (phase says which of the four timings the record is)",
-    compute_kernel="overlap: gemm (torch.matmul) or elementwise",
-    compute_threads="overlap: torch intra-op threads each rank's compute had on CPU (the backend keeps its own)",
-    compute_ratio="overlap: compute alone / communication alone the kernel was calibrated to (null with --gemm)",
-    gemm="overlap: M, N, K as given by --gemm (null when calibrated)",
-    buckets="overlap: ddp's all_reduce buckets",
-    steps="overlap: kernel calls (and communication operations) per run: buckets or chunks",
-    gemm_m="overlap: the kernel's M", gemm_n="overlap: the kernel's N (null for elementwise)",
-    gemm_k="overlap: the kernel's K", compute_dtype="overlap: the kernel's type (bfloat16 on GPU, float32 on CPU)",
-    gemm_us="overlap: mean time of one kernel call in this phase on this rank (rank 0's record: rank 0)",
-    compute_wrong="overlap: wrong kernel output elements over every rank (included in wrong)",
-    compute_check="overlap: exact, or the tolerance the kernel's output type forces",
-    comm_us="overlap: communication alone (the comm phase's time_us)",
-    compute_us="overlap: compute alone (the compute phase's time_us)",
-    sequential_us="overlap: kernels and communication in turn, nothing overlapped",
-    overlapped_us="overlap: the pattern's schedule (the total phase's time_us)",
-    exposed_comm_us="overlap: overlapped - compute alone: the time communication adds to the step",
-    overlap_efficiency="overlap: (comm + compute - overlapped) / min(comm, compute): 1 when the shorter is hidden, "
-                       "below 0 when together costs more than in turn; never above 1 (an overlapped time under its "
-                       "longer part alone is taken at that floor within 5 %, null beyond; overlap_note says which)",
-    overlap_note="overlap: why efficiency and exposed_comm_us are taken at the floor max(comm, compute) or null",
-    sequential_efficiency="overlap: the same for the sequential run (the negative control: about 0)",
-    compute_slowdown="overlap: a kernel's mean time inside the overlapped run / alone, averaged over ranks",
-    comm_slowdown="overlap: first launch to last completion of the communication inside the overlapped run / alone; "
-                  "completion is seen when waited on, so an upper bound where compute is the longer part",
-    compute_tflops="overlap: the kernel's rate alone (2MNK per GEMM call) in TFLOP/s",
-    compute_ratio_measured="overlap: compute alone / communication alone as measured",
-    predicted_overlapped_us="overlap: the model's overlapped time: the schedule replayed with the comm phase's "
-                            "predicted time per step and the kernel's measured time alone",
-    predicted_exposed_comm_us="overlap: predicted_overlapped_us - compute alone",
-    predicted_overlap_efficiency="overlap: the model's efficiency",
-    timeline="overlap: one traced overlapped iteration per rank: [{what: comm|kernel, step, start_us, end_us}] on "
-             "the rank's host clock from the iteration's start (a comm's end is when it was seen complete); null on "
-             "GPU")
+# The verdict of chunked --overlap (commbench/commands/overlap.py).
 EVENT_EXTENSIONS["commbench"].update(
     compute_ratio="chunked --overlap verdict: the compute ratio the answer holds for (null with --gemm)")

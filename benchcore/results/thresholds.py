@@ -22,11 +22,10 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Optional
 
-from benchcore.results import diff, schema, stats, usable
-
-from benchcore.importers import fio_json as fiojson
 from benchcore.errors import UserError
+from benchcore.importers import fio_json as fiojson
 from benchcore.inputs import finite, shown
+from benchcore.results import diff, schema, stats, usable
 from benchcore.results.read import TOOL, group_of, identity, label, measurements
 from benchcore.units import format_size, parse_size
 

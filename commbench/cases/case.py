@@ -1,14 +1,15 @@
 """What commbench times: a case. A collective is a one-phase case, a strategy a case with phases.
 
 A Case row (in the registry, commbench/cases/registry.py) says how CLI options expand into configs
-(dicts with at least "case"), which phases a config times, its label and the environment it
-needs. Built on one rank for one payload it gives a Timed: the functions the one timed path
+(dicts with at least "case"), which phases a config times, its label, the environment it needs and
+the record fields it adds. Built on one rank for one payload it gives a Timed: the functions the one timed path
 (commbench/timing.py) calls. Everything else (compare, sweep, selftest, tables) asks the row.
 """
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional, Tuple
 
-from benchcore.errors import UserError, given
+from benchcore.errors import UserError
+from benchcore.vocabulary import COLLECTIVES
 
 TOTAL = "total"
 
@@ -49,17 +50,15 @@ class CaseOptions:
     compute_threads: int = 1                   # torch intra-op threads per rank on CPU
 
 
-# CaseOptions field -> (its click parameter, what takes it): a given option that none of a run's cases reads would be
-# silently ignored, and is refused instead (refuse_unread)
-READERS = {"places": ("place", "the cases with in- and out-of-place variants: collectives, rs-ag, plain, chunked"),
-           "chunk_sizes": ("chunk_sizes", "the chunked strategy and the pipelined overlap patterns"),
-           "thresholds": ("threshold", "the chunked strategy"),
-           "inflights": ("inflight", "the chunked strategy and the pipelined overlap patterns"),
-           "compress": ("compress", "the compressed strategy"),
-           "buckets": ("buckets", "the ddp overlap pattern"),
-           **{f: (p, "the overlap patterns") for f, p in (("compute_ratios", "compute_ratio"), ("gemm", "gemm"),
-                                                          ("compute_kernel", "compute_kernel"),
-                                                          ("compute_threads", "compute_threads"))}}
+# CaseOptions field -> what takes it: a given option that none of a run's cases reads would be silently ignored, and
+# is refused instead (refuse_unread)
+READERS = {"places": "the cases with in- and out-of-place variants: collectives, rs-ag, plain, chunked",
+           "chunk_sizes": "the chunked strategy and the pipelined overlap patterns",
+           "thresholds": "the chunked strategy",
+           "inflights": "the chunked strategy and the pipelined overlap patterns",
+           "compress": "the compressed strategy",
+           "buckets": "the ddp overlap pattern",
+           **dict.fromkeys(("compute_ratios", "gemm", "compute_kernel", "compute_threads"), "the overlap patterns")}
 
 
 class ReadOptions:
@@ -74,20 +73,23 @@ class ReadOptions:
         return value
 
 
-def refuse_unread(options, cases):
-    """One UserError line for an option of the command line that none of cases (Case rows) uses: a case option
-    their configs() never read (options: ReadOptions, or None), -r/--root where none has a root, -o/--op where
-    none reduces, --compute-ratio beside --gemm (which sizes the compute instead)."""
+def refuse_unread(options, cases, given):
+    """One UserError line for an option the user gave that none of cases (Case rows) uses: a case option their
+    configs() never read (options: ReadOptions, or None), a root where none has one, an op where none reduces, a
+    compute ratio beside a GEMM shape (which sizes the compute instead). given: {CaseOptions field, root or op: the
+    option as the user spelled it} of the options the command line set."""
     names, s, have = ", ".join(c.name for c in cases), "s" * (len(cases) == 1), "has" if len(cases) == 1 else "have"
-    for field_name, (param, goes_with) in READERS.items():
-        if options is not None and field_name not in options.read and given(param):
-            raise UserError(f"{given(param)[0]}: {names} take{s} no {given(param)[0]} (it goes with {goes_with})")
-    if not any(c.rooted for c in cases) and given("root"):
-        raise UserError(f"-r/--root: {names} {have} no root (it goes with broadcast and reduce)")
-    if not any(c.reduces for c in cases) and given("op"):
-        raise UserError(f"-o/--op: {names} take{s} no reduction op (it goes with all_reduce, reduce_scatter and reduce)")
-    if given("gemm") and given("compute_ratio"):
-        raise UserError("--compute-ratio: not with --gemm, which sizes the compute itself (instead of a ratio)")
+    for field_name, goes_with in READERS.items():
+        if options is not None and field_name not in options.read and field_name in given:
+            raise UserError(f"{given[field_name]}: {names} take{s} no {given[field_name]} (it goes with {goes_with})")
+    if not any(c.rooted for c in cases) and "root" in given:
+        raise UserError(f"{given['root']}: {names} {have} no root (it goes with broadcast and reduce)")
+    if not any(c.reduces for c in cases) and "op" in given:
+        raise UserError(f"{given['op']}: {names} take{s} no reduction op (it goes with all_reduce, reduce_scatter and "
+                        "reduce)")
+    if "gemm" in given and "compute_ratios" in given:
+        raise UserError(f"{given['compute_ratios']}: not with {given['gemm']}, which sizes the compute itself (instead "
+                        "of a ratio)")
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,15 @@ class Case:
                                                # (None: every config differs), so verdicts never rank them
     model: Optional[Callable] = None           # model(cfg, size, shape, backend) -> {phase: model.Phase}: its
                                                # alpha-beta terms per tier (commbench/model/alphabeta.py)
+    fields: Dict[str, str] = field(default_factory=dict)   # record field -> meaning: the fields its records carry
+                                                           # beside every commbench record's (registry.py documents
+                                                           # them in benchcore/results/schema.py)
+
+    def record_collective(self, phase):
+        """The `collective` field of phase's record: a phase that is itself a collective (rs-ag's reduce_scatter,
+        hierarchical's all_reduce) records as that one; any other (TOTAL; an overlap pattern's comm, compute and
+        sequential) as the case's collective."""
+        return phase if phase in COLLECTIVES else self.collective
 
 
 def fit(case, size, elt, n):

@@ -13,6 +13,12 @@ from commbench.model.alphabeta import Phase
 
 torch = lazy("torch", globals())
 
+# the record fields plain and chunked add (chunk_bytes is every commbench record's); the pipelined overlap patterns
+# carry inflight too
+CHUNK_FIELDS = {"chunks": "chunked: chunks per payload", "chunk_ops": "chunked: chunk operations issued per iteration",
+                "max_inflight": "chunked: most chunk operations seen in flight at once"}
+INFLIGHT = {"inflight": "chunked: operations in flight"}
+
 
 def chunk_layout(count, n, elt, chunk_bytes, threshold_bytes):
     """[(start, padded length)] of each chunk all_gather; one chunk at or below the threshold."""
@@ -129,10 +135,11 @@ def _chunked_model(cfg, size, shape, backend):
     return {TOTAL: Phase(factor("all_gather", n), terms, nccl="all_gather", calls=waves)}
 
 
-
 PLAIN = Case("plain", "strategy", "all_gather", (TOTAL,), _plain,
-             lambda o, d: [{"case": "plain", "in_place": ip} for ip in places(o)], check_size=payload_size,
-             both_places=True, work=_gather_work, footprint=_gather_footprint, model=one("all_gather", model.all_gather))
+             lambda opts, dtype: [{"case": "plain", "in_place": ip} for ip in places(opts)], check_size=payload_size,
+             both_places=True, work=_gather_work, footprint=_gather_footprint, model=one("all_gather", model.all_gather),
+             fields=CHUNK_FIELDS)
 CHUNKED = Case("chunked", "strategy", "all_gather", (TOTAL,), _chunked, _chunked_configs,
                describe=_chunked_label, check_size=payload_size, setup=inflight_groups, both_places=True,
-               work=_gather_work, footprint=_gather_footprint, model=_chunked_model)
+               work=_gather_work, footprint=_gather_footprint, model=_chunked_model,
+               fields={**CHUNK_FIELDS, "threshold_bytes": "chunked: payloads above it are chunked", **INFLIGHT})

@@ -1,6 +1,6 @@
 """The collectives registry: one table row per collective, nccl-tests style.
 
-"size" is the byte count nccl-tests prints for each collective (see DESIGN.md):
+"size" is the byte count nccl-tests prints for each collective (see ARCHITECTURE.md, "Measurement rules"):
 the per-rank buffer for all_reduce, broadcast, reduce and sendrecv; the whole
 gathered / scattered array (n x the per-rank piece) for all_gather and
 reduce_scatter; the per-rank send buffer (n chunks) for all_to_all.
@@ -11,7 +11,6 @@ reduce_scatter). broadcast is in place only (MPI_Bcast has one buffer), all_to_a
 sendrecv out of place only. commbench never adds a copy to the timed loop to fake a variant.
 """
 import math
-import re
 from dataclasses import dataclass
 from functools import partial
 from typing import Callable, Tuple
@@ -19,6 +18,7 @@ from typing import Callable, Tuple
 from benchcore.errors import UserError
 from benchcore.lazy import lazy
 from benchcore.units import format_size
+from benchcore.vocabulary import TYPES
 from commbench.cases.case import TOTAL, Case, Timed
 from commbench.model import alphabeta as model
 from commbench.model.alphabeta import Phase
@@ -35,11 +35,15 @@ class Dtype:
     gloo: bool = True  # Gloo reduces it
 
 
+def _dtype(name, exact, gloo=True):
+    """A type commbench runs: its spellings and width from benchcore/vocabulary.py, what a run needs beside them."""
+    return Dtype(name, TYPES[name].nccl_tests, TYPES[name].bytes, exact, gloo)
+
+
 DTYPES = {d.name: d for d in [
-    Dtype("float32", "float", 4, 1 << 24), Dtype("float16", "half", 2, 1 << 11),
-    Dtype("bfloat16", "bfloat16", 2, 1 << 8), Dtype("float64", "double", 8, 1 << 53),
-    Dtype("int8", "int8", 1, 127), Dtype("uint8", "uint8", 1, 254), Dtype("int32", "int32", 4, (1 << 31) - 1),
-    Dtype("int64", "int64", 8, (1 << 63) - 1), Dtype("float8_e4m3fn", "f8e4m3", 1, 16, gloo=False),
+    _dtype("float32", 1 << 24), _dtype("float16", 1 << 11), _dtype("bfloat16", 1 << 8), _dtype("float64", 1 << 53),
+    _dtype("int8", 127), _dtype("uint8", 254), _dtype("int32", (1 << 31) - 1), _dtype("int64", (1 << 63) - 1),
+    _dtype("float8_e4m3fn", 16, gloo=False),
 ]}
 # nccl-tests name -> torch ReduceOp. avg is NCCL's ncclAvg (2.10+): floats are pre-multiplied by 1/n and summed,
 # integers summed and divided by n; Gloo has no average.
@@ -123,25 +127,34 @@ def _exp_sendrecv(rank, n, count, op, vals, root):
 
 
 COLLECTIVES = {c.name: c for c in [
-    Collective("all_reduce", lambda n: 2 * (n - 1) / n, False, False, False, ("out", "in"),
-               lambda c, s, r, op, root: partial(c.all_reduce, r, op, **_src(s, r)), _exp_all_reduce,
-               model.all_reduce,
-               reduces=True),
-    Collective("all_gather", lambda n: (n - 1) / n, True, True, False, ("out", "in"),
-               lambda c, s, r, op, root: partial(c.all_gather, r, s), _exp_all_gather, model.all_gather),
-    Collective("reduce_scatter", lambda n: (n - 1) / n, True, False, True, ("out", "in"),
-               lambda c, s, r, op, root: partial(c.reduce_scatter, r, s, op), _exp_reduce_scatter,
-               model.reduce_scatter, reduces=True),
-    Collective("broadcast", lambda n: 1.0, False, False, False, ("in",),
-               lambda c, s, r, op, root: partial(c.broadcast, r, root), _exp_broadcast, model.chain, rooted=True),
-    Collective("reduce", lambda n: 1.0, False, False, False, ("out", "in"),
-               lambda c, s, r, op, root: partial(c.reduce, r, root, op, **_src(s, r)), _exp_reduce, model.chain,
-               reduces=True,
-               rooted=True),
-    Collective("all_to_all", lambda n: (n - 1) / n, True, False, False, ("out",),
-               lambda c, s, r, op, root: partial(c.all_to_all, r, s), _exp_all_to_all, model.all_to_all),
-    Collective("sendrecv", lambda n: 1.0, False, False, False, ("out",),
-               lambda c, s, r, op, root: partial(c.sendrecv, s, r), _exp_sendrecv, model.sendrecv),
+    Collective(name="all_reduce", bus_factor=lambda n: 2 * (n - 1) / n, split=False, send_piece=False,
+               recv_piece=False, placements=("out", "in"),
+               bind=lambda comm, send, recv, op, root: partial(comm.all_reduce, recv, op, **_src(send, recv)),
+               expected=_exp_all_reduce, model=model.all_reduce, reduces=True),
+    Collective(name="all_gather", bus_factor=lambda n: (n - 1) / n, split=True, send_piece=True, recv_piece=False,
+               placements=("out", "in"),
+               bind=lambda comm, send, recv, op, root: partial(comm.all_gather, recv, send),
+               expected=_exp_all_gather, model=model.all_gather),
+    Collective(name="reduce_scatter", bus_factor=lambda n: (n - 1) / n, split=True, send_piece=False,
+               recv_piece=True, placements=("out", "in"),
+               bind=lambda comm, send, recv, op, root: partial(comm.reduce_scatter, recv, send, op),
+               expected=_exp_reduce_scatter, model=model.reduce_scatter, reduces=True),
+    Collective(name="broadcast", bus_factor=lambda n: 1.0, split=False, send_piece=False, recv_piece=False,
+               placements=("in",),
+               bind=lambda comm, send, recv, op, root: partial(comm.broadcast, recv, root),
+               expected=_exp_broadcast, model=model.chain, rooted=True),
+    Collective(name="reduce", bus_factor=lambda n: 1.0, split=False, send_piece=False, recv_piece=False,
+               placements=("out", "in"),
+               bind=lambda comm, send, recv, op, root: partial(comm.reduce, recv, root, op, **_src(send, recv)),
+               expected=_exp_reduce, model=model.chain, reduces=True, rooted=True),
+    Collective(name="all_to_all", bus_factor=lambda n: (n - 1) / n, split=True, send_piece=False, recv_piece=False,
+               placements=("out",),
+               bind=lambda comm, send, recv, op, root: partial(comm.all_to_all, recv, send),
+               expected=_exp_all_to_all, model=model.all_to_all),
+    Collective(name="sendrecv", bus_factor=lambda n: 1.0, split=False, send_piece=False, recv_piece=False,
+               placements=("out",),
+               bind=lambda comm, send, recv, op, root: partial(comm.sendrecv, send, recv),
+               expected=_exp_sendrecv, model=model.sendrecv),
 ]}
 
 
@@ -250,32 +263,3 @@ def _case(coll):
 
 
 COLLECTIVE_CASES = {name: _case(coll) for name, coll in COLLECTIVES.items()}
-
-# Names: the collectives above, and those nccl-tests / rccl-tests measure that commbench does not run (their logs
-# import under these names). A name is known in every spelling people use: all_reduce, allreduce, all-reduce,
-# AllReduce (nccl-tests' own), alltoall; spelled the same once case and separators are dropped.
-NAMES = (*COLLECTIVES, "gather", "scatter", "all_to_allv", "hypercube")
-_SPELLED = {re.sub(r"[^a-z0-9]", "", name): name for name in NAMES}
-
-
-def named(word):
-    """The collective a word spells ('allreduce', 'All-Reduce', 'AlltoAll', 'reduce_scatter'), else None."""
-    return _SPELLED.get(re.sub(r"[^a-z0-9]", "", str(word).lower()))
-
-
-def named_in(text):
-    """The collectives a free text such as a file name names, in order, each once: its words (split at
-    separators, case changes and digits) joined in runs of up to 3 adjacent words, the longest run first
-    ('h100-all_reduce-2node.txt', 'AllGather16gpu.log', 'reduce_scatter_perf'); 'gpu_perf' names none."""
-    words = re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+", str(text))
-    found, i = [], 0
-    while i < len(words):
-        for j in range(min(len(words), i + 3), i, -1):
-            name = named("".join(words[i:j]))
-            if name:
-                found += [name] if name not in found else []
-                i = j
-                break
-        else:
-            i += 1
-    return found

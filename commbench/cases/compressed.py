@@ -77,7 +77,11 @@ def _compressed_model(cfg, size, shape, backend):
     return {TOTAL: Phase(factor("all_gather", n), terms, nccl="all_gather", calls=calls)}
 
 
-
 CASE = Case("compressed", "strategy", "all_gather", (TOTAL,), _compressed, _compressed_configs,
-            describe=lambda c: c["compress"], check_size=payload_size, model=_compressed_model,
-            footprint=lambda c, k, n, e: 8 * padded(k, n) * e)  # exact, shard, wire, out, and the check's error terms
+            describe=lambda cfg: cfg["compress"], check_size=payload_size, model=_compressed_model,
+            # exact, shard, wire, out, and the check's error terms
+            footprint=lambda cfg, count, n, elt: 8 * padded(count, n) * elt,
+            fields={"compress": "compressed: wire type", "wire_bytes": "compressed: bytes on the wire",
+                    "wire_busbw_gbps": "compressed: busbw counted in wire bytes",
+                    "max_abs_error": "compressed: largest absolute error",
+                    "max_rel_error": "compressed: normwise relative error"})

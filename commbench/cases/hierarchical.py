@@ -62,8 +62,7 @@ def _hierarchical_model(cfg, size, shape, backend):
             TOTAL: Phase(f[TOTAL])}
 
 
-
 CASE = Case("hierarchical", "strategy", "all_reduce", ("reduce_scatter", "all_reduce", "all_gather", TOTAL),
-            _hierarchical, lambda o, d: [{"case": "hierarchical", "in_place": True}], check_size=payload_size,
-            setup=node_groups, footprint=lambda c, k, n, e: 2 * padded(k, n) * e, sums=True,
+            _hierarchical, lambda opts, dtype: [{"case": "hierarchical", "in_place": True}], check_size=payload_size,
+            setup=node_groups, footprint=lambda cfg, count, n, elt: 2 * padded(count, n) * elt, sums=True,
             model=_hierarchical_model)

@@ -16,8 +16,11 @@ Every pattern is one Case with four phases, measured in one launch and interleav
 overlapped_us, exposed_comm_us, overlap_efficiency, compute_slowdown, comm_slowdown) and the model's
 prediction of the overlapped run (a simulation of the schedule: one link, one compute stream).
 Communication is checked exactly as the collectives are; the kernels as commbench/cases/compute.py says.
+
+Here: the Case rows and their options, and the rank-side run (each pattern's communication on this rank, the
+kernel's sizing, the four phases). overlap_schedule.py orders the steps, overlap_model.py replays the schedule
+for the model, overlap_figures.py figures the total record.
 """
-import collections
 import time
 from dataclasses import replace
 
@@ -25,74 +28,18 @@ from benchcore.errors import UserError
 from benchcore.lazy import lazy
 from commbench.cases import compute
 from commbench.cases.case import TOTAL, Case, Timed
-from commbench.cases.chunked import chunk_layout, inflight_groups
+from commbench.cases.chunked import INFLIGHT, chunk_layout, inflight_groups
 from commbench.cases.collectives import DTYPES
+from commbench.cases.overlap_figures import figures
+from commbench.cases.overlap_model import steps_of
+from commbench.cases.overlap_schedule import AHEAD, PHASES, run_ahead, run_behind, trace
 from commbench.cases.payload import Payload, factor, padded, payload_size
 from commbench.model import alphabeta as model
-from commbench.model.alphabeta import Phase, predict
+from commbench.model.alphabeta import Phase
 
 torch = lazy("torch", globals())
 
-PHASES = ("comm", "compute", "sequential", TOTAL)
-TRACE_STEPS = 64       # an iteration of at most this many steps is traced for the timeline (per rank, host clock)
-FLOOR_NOISE = 0.05     # an overlapped time at most this far under its longer part alone is noise (see hidden)
 CALIBRATION_RUNS = 3   # communication-alone runs timed to size the compute (after one warm-up run)
-
-
-def run_ahead(comms, call, depth, span):
-    """Communication first: up to `depth` operations in flight, the kernel of step i after operation i
-    completed (pipelined). span([start, end]) gets the communication's first launch and last completion."""
-    t0 = time.perf_counter()
-    pending = collections.deque(comms[j](True) for j in range(min(depth, len(comms))))
-    for i in range(len(comms)):
-        pending.popleft().wait()
-        if i == len(comms) - 1:
-            span(t0, time.perf_counter())
-        if i + depth < len(comms):
-            pending.append(comms[i + depth](True))
-        call()
-
-
-def run_behind(comms, call, depth, span):
-    """Compute first: kernel i, then operation i launched, at most `depth` outstanding (the oldest waited before
-    another starts); every operation waited at the end (ddp, pipelined-rs)."""
-    pending, t0 = collections.deque(), None
-    for comm in comms:
-        call()
-        if len(pending) >= depth:
-            pending.popleft().wait()
-        t0 = t0 or time.perf_counter()
-        pending.append(comm(True))
-    for work in pending:
-        work.wait()
-    span(t0, time.perf_counter())
-
-
-def simulate(ahead, comm_s, compute_s, depth):
-    """Seconds the overlapped schedule takes when operation i takes comm_s[i] on the one link (operations run in
-    launch order, one at a time) and kernel i takes compute_s[i] on the one compute stream: the schedule of
-    run_ahead (ahead) or run_behind, replayed on those two resources."""
-    k, link, clock, done = len(comm_s), 0.0, 0.0, []
-
-    def launch(j, at):
-        nonlocal link
-        link = max(link, at) + comm_s[j]
-        done.append(link)
-    if ahead:
-        for j in range(min(depth, k)):
-            launch(j, 0.0)
-        for i in range(k):
-            clock = max(clock, done[i])
-            if i + depth < k:
-                launch(i + depth, clock)
-            clock += compute_s[i]
-        return clock
-    for i in range(k):
-        clock += compute_s[i]
-        if i >= depth:
-            clock = max(clock, done[i - depth])
-        launch(i, clock)
-    return max(clock, done[-1])
 
 
 class Steps:
@@ -237,105 +184,6 @@ def _pattern(make, ahead, collective):
     return build
 
 
-class _Work:
-    """A work whose wait() notes when the communication was seen complete."""
-
-    def __init__(self, work, note):
-        self.work, self.note = work, note
-
-    def wait(self):
-        self.work.wait()
-        self.note()
-
-    def is_completed(self):
-        return self.work.is_completed()
-
-
-def trace(ctx, steps, kernel, run, depth):
-    """One overlapped iteration with every operation's launch and completion (as waited on) and every kernel's
-    start and end, in us from the iteration's start, on this rank's host clock: [{what, step, start_us, end_us}].
-    None on GPU (the host does not see when kernels run there) and past TRACE_STEPS steps."""
-    if ctx.device.type != "cpu" or len(steps.comms) > TRACE_STEPS:
-        return None
-    events, t0 = [], time.perf_counter()
-    now = lambda: (time.perf_counter() - t0) * 1e6  # noqa: E731
-
-    def comm(i):
-        def launch(a):
-            event = {"what": "comm", "step": i, "start_us": now(), "end_us": None}
-            events.append(event)
-            return _Work(steps.comms[i](a), lambda: event.update(end_us=now()))
-        return launch
-    calls = iter(range(len(steps.comms)))
-
-    def call():
-        event = {"what": "kernel", "step": next(calls), "start_us": now()}
-        kernel.call("trace")
-        events.append({**event, "end_us": now()})
-    ctx.barrier()
-    t0 = time.perf_counter()
-    run([comm(i) for i in range(len(steps.comms))], call, depth, lambda a, b: None)
-    kernel.per_call("trace")
-    return events
-
-
-def hidden(comm, comp, over):
-    """{exposed_comm_us, overlap_efficiency[, overlap_note]} of an overlapped time against its parts alone. It
-    cannot beat its longer part alone (its floor): measured under it, that part ran slower alone (noise between
-    phases); within FLOOR_NOISE the figures are taken at the floor and the note says so, beyond it they are n/a."""
-    floor, under = max(comm, comp), 1 - over / max(comm, comp)
-    if under <= 0:
-        return {"exposed_comm_us": over - comp, "overlap_efficiency": (comm + comp - over) / min(comm, comp)}
-    note = f"overlapped {100 * under:.1f} % under its {'communication' if comm >= comp else 'compute'} alone"
-    if under > FLOOR_NOISE:
-        return {"exposed_comm_us": None, "overlap_efficiency": None,
-                "overlap_note": f"{note}: a phase was disturbed, beyond {100 * FLOOR_NOISE:.0f} % noise; not figured"}
-    return {"exposed_comm_us": floor - comp, "overlap_efficiency": 1.0,
-            "overlap_note": f"{note} (noise between phases): taken at that floor, fully hidden"}
-
-
-def figures(ctx, cfg, kernel, records, per_call, per_span, ahead, depth, steps):
-    """The overlap figures of one measured set (records by phase), rank-averaged where measured per rank."""
-    comm, comp, seq, over = (records[p]["time_us"] for p in PHASES)
-    mean = lambda v: None if v is None else sum(x for x, in ctx.comm.gather_floats([v])) / ctx.world_size  # noqa
-    alone, inside = mean(per_call.get("compute")), mean(per_call.get(TOTAL))
-    span_alone, span_inside = mean(per_span.get("comm")), mean(per_span.get(TOTAL))
-    out = {"comm_us": comm, "compute_us": comp, "sequential_us": seq, "overlapped_us": over, **hidden(comm, comp, over),
-           "sequential_efficiency": (comm + comp - seq) / min(comm, comp),
-           "compute_slowdown": inside / alone if alone and inside else None,
-           "comm_slowdown": span_inside / span_alone if span_alone and span_inside else None,
-           "compute_tflops": compute.flops(kernel.kind, kernel.m, kernel.n, kernel.k) / alone / 1e12 if alone else None,
-           "compute_ratio_measured": comp / comm}
-    predicted_comm = records["comm"].get("predicted_time_us")
-    if predicted_comm and comp:   # the link's predicted time per step; the kernel's measured time alone per step
-        pred = simulate(ahead, [predicted_comm / steps] * steps, [comp / steps] * steps, depth)
-        out.update(predicted_overlapped_us=pred, predicted_exposed_comm_us=pred - comp,
-                   predicted_overlap_efficiency=(predicted_comm + comp - pred) / min(predicted_comm, comp))
-    return out
-
-
-def steps_of(cfg, size, n):
-    """Communication operations (and kernel calls) of a pattern config at size bytes on n ranks."""
-    if cfg.get("buckets"):
-        return cfg["buckets"]
-    elt = DTYPES[cfg["dtype"]].bytes
-    return len(chunk_layout(size // elt, n, elt, cfg["chunk_bytes"], 0))
-
-
-def predicted(case, cfg, size, topo, world_size, nodes, backend, ratio):
-    """{comm_us, compute_us, overlapped_us, exposed_comm_us, overlap_efficiency} the model gives pattern config
-    cfg at size: the communication from its alpha-beta terms on the topology, compute = ratio x that, and the
-    pattern's schedule replayed over equal steps."""
-    pred = predict(case, cfg, size, topo, world_size, nodes, backend)["comm"]
-    if pred.reason:      # no ceiling on a tier it crosses: nothing to predict
-        return {"comm_us": None, "link_peak_reason": pred.reason}
-    comm = pred.time_us
-    steps, comp = steps_of(cfg, size, world_size), ratio * comm
-    over = simulate(AHEAD[case.name], [comm / steps] * steps, [comp / steps] * steps, cfg.get("inflight") or steps)
-    return {"comm_us": comm, "compute_us": comp, "overlapped_us": over, "exposed_comm_us": over - comp,
-            "overlap_efficiency": (comm + comp - over) / min(comm, comp) if comm and comp else None}
-
-
 def _configs(name):
     def configs(opts, dtype):
         if not opts.compute_ratios and not opts.gemm:
@@ -384,16 +232,55 @@ def _check_size(size, elt, n):
     payload_size(size, elt, n)
 
 
-AHEAD = {"ddp": False, "pipelined": True, "pipelined-rs": False}   # communication before its kernel, or after
+# The record fields every pattern adds: four phase records per measurement (comm, compute, sequential, total =
+# overlapped); the total record carries the figures drawn from all four. ddp adds buckets, the pipelined patterns
+# inflight (chunk_bytes is every commbench record's).
+FIELDS = dict(
+    pattern="overlap: ddp, pipelined or pipelined-rs (phase says which of the four timings the record is)",
+    compute_kernel="overlap: gemm (torch.matmul) or elementwise",
+    compute_threads="overlap: torch intra-op threads each rank's compute had on CPU (the backend keeps its own)",
+    compute_ratio="overlap: compute alone / communication alone the kernel was calibrated to (null with --gemm)",
+    gemm="overlap: M, N, K as given by --gemm (null when calibrated)",
+    steps="overlap: kernel calls (and communication operations) per run: buckets or chunks",
+    gemm_m="overlap: the kernel's M", gemm_n="overlap: the kernel's N (null for elementwise)",
+    gemm_k="overlap: the kernel's K", compute_dtype="overlap: the kernel's type (bfloat16 on GPU, float32 on CPU)",
+    gemm_us="overlap: mean time of one kernel call in this phase on this rank (rank 0's record: rank 0)",
+    compute_wrong="overlap: wrong kernel output elements over every rank (included in wrong)",
+    compute_check="overlap: exact, or the tolerance the kernel's output type forces",
+    comm_us="overlap: communication alone (the comm phase's time_us)",
+    compute_us="overlap: compute alone (the compute phase's time_us)",
+    sequential_us="overlap: kernels and communication in turn, nothing overlapped",
+    overlapped_us="overlap: the pattern's schedule (the total phase's time_us)",
+    exposed_comm_us="overlap: overlapped - compute alone: the time communication adds to the step",
+    overlap_efficiency="overlap: (comm + compute - overlapped) / min(comm, compute): 1 when the shorter is hidden, "
+                       "below 0 when together costs more than in turn; never above 1 (an overlapped time under its "
+                       "longer part alone is taken at that floor within 5 %, null beyond; overlap_note says which)",
+    overlap_note="overlap: why efficiency and exposed_comm_us are taken at the floor max(comm, compute) or null",
+    sequential_efficiency="overlap: the same for the sequential run (the negative control: about 0)",
+    compute_slowdown="overlap: a kernel's mean time inside the overlapped run / alone, averaged over ranks",
+    comm_slowdown="overlap: first launch to last completion of the communication inside the overlapped run / alone; "
+                  "completion is seen when waited on, so an upper bound where compute is the longer part",
+    compute_tflops="overlap: the kernel's rate alone (2MNK per GEMM call) in TFLOP/s",
+    compute_ratio_measured="overlap: compute alone / communication alone as measured",
+    predicted_overlapped_us="overlap: the model's overlapped time: the schedule replayed with the comm phase's "
+                            "predicted time per step and the kernel's measured time alone",
+    predicted_exposed_comm_us="overlap: predicted_overlapped_us - compute alone",
+    predicted_overlap_efficiency="overlap: the model's efficiency",
+    timeline="overlap: one traced overlapped iteration per rank: [{what: comm|kernel, step, start_us, end_us}] on "
+             "the rank's host clock from the iteration's start (a comm's end is when it was seen complete); null on "
+             "GPU")
 OVERLAP_CASES = {c.name: c for c in [
     Case("ddp", "overlap", "all_reduce", PHASES, _pattern(_buckets, AHEAD["ddp"], "all_reduce"), _configs("ddp"),
          describe=_describe, check_size=_check_size, sums=True,
-         footprint=_footprint(lambda c, k, n: k), model=_model("all_reduce")),
+         footprint=_footprint(lambda cfg, count, n: count), model=_model("all_reduce"),
+         fields={**FIELDS, "buckets": "overlap: ddp's all_reduce buckets"}),
     Case("pipelined", "overlap", "all_gather", PHASES, _pattern(_gathers, AHEAD["pipelined"], "all_gather"),
          _configs("pipelined"),
          describe=_describe, check_size=_check_size, setup=inflight_groups,
-         footprint=_footprint(lambda c, k, n: padded(k, n)), model=_model("all_gather")),
+         footprint=_footprint(lambda cfg, count, n: padded(count, n)), model=_model("all_gather"),
+         fields={**FIELDS, **INFLIGHT}),
     Case("pipelined-rs", "overlap", "reduce_scatter", PHASES, _pattern(_scatters, AHEAD["pipelined-rs"], "reduce_scatter"),
          _configs("pipelined-rs"), describe=_describe, check_size=_check_size, setup=inflight_groups, sums=True,
-         footprint=_footprint(lambda c, k, n: padded(k, n) * 2), model=_model("reduce_scatter")),
+         footprint=_footprint(lambda cfg, count, n: padded(count, n) * 2), model=_model("reduce_scatter"),
+         fields={**FIELDS, **INFLIGHT}),
 ]}

@@ -106,7 +106,8 @@ def _case(mode):
                 check_size=_check_size,
                 footprint=lambda cfg, count, n, elt: 2 * count * elt,
                 model=lambda cfg, size, shape, backend: {
-                    TOTAL: Phase(FACTOR[mode], model.sendrecv(size, shape, backend))})
+                    TOTAL: Phase(FACTOR[mode], model.sendrecv(size, shape, backend))},
+                fields={"window": "p2p: messages in flight per window (OSU's window size; 1 for latency)"})
 
 
 P2P_CASES = {case_name(mode): _case(mode) for mode in MODES}

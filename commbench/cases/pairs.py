@@ -98,9 +98,14 @@ def _whole_elements(size, elt, n):
         raise UserError(f"--size {size} B is not a whole number of {elt} B elements")
 
 
+# its records' fields: the rounds' (each rank's time and host), and the per-pair records commbench pairs makes of them
+FIELDS = {"rank_time_us": "pairs: every rank's own median iteration time", "rank_hosts": "pairs: every rank's host",
+          "round": "pairs: the round of the tournament", "kind": "pairs: the operation (sendrecv, all_reduce)",
+          "partner": "pairs: each rank's partner in the round (null: a bye)",
+          "host": "pairs: one end of the pair", "peer_host": "pairs: the other end"}
 PAIR_CASES = {"pair": Case("pair", "pairs", "sendrecv", (TOTAL,), _build,
                            lambda opts, dtype: [{"case": "pair", "kind": kind, "in_place": False} for kind in KINDS],
                            describe=lambda cfg: " round ".join(str(cfg[k]) for k in ("kind", "round") if k in cfg),
                            setup=pair_groups,
                            check_size=_whole_elements, model=_pair_model,
-                           footprint=lambda cfg, count, n, elt: 2 * count * elt)}
+                           footprint=lambda cfg, count, n, elt: 2 * count * elt, fields=FIELDS)}

@@ -1,6 +1,7 @@
 """The case registry: every collective, strategy, point-to-point mode, pair test and overlap pattern commbench
-times, by name."""
+times, by name; the record fields each declares, documented in benchcore/results/schema.py when it is imported."""
 from benchcore.errors import UserError
+from benchcore.results import schema
 from commbench.cases.case import label
 from commbench.cases.collectives import COLLECTIVE_CASES
 from commbench.cases.overlap import OVERLAP_CASES
@@ -9,6 +10,8 @@ from commbench.cases.pairs import PAIR_CASES
 from commbench.cases.strategies import STRATEGY_CASES
 
 CASES = {**COLLECTIVE_CASES, **STRATEGY_CASES, **P2P_CASES, **PAIR_CASES, **OVERLAP_CASES}
+for _case in CASES.values():
+    schema.extend("commbench", _case.fields)
 COLLECTIVE_NAMES = list(COLLECTIVE_CASES)
 STRATEGY_NAMES = list(STRATEGY_CASES)
 PATTERN_NAMES = list(OVERLAP_CASES)

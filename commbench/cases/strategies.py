@@ -74,6 +74,12 @@ def _rs_ag(ctx, cfg, count, dtype, shared):
                    poison=lambda: p.poison(piece, out))
 
 
+def _rs_ag_footprint(cfg, count, n, elt):
+    """The payload (padded to n pieces), out of place also the separate output and this rank's piece."""
+    whole = padded(count, n)
+    return (whole if cfg["in_place"] else 2 * whole + count // n) * elt
+
+
 def _rs_ag_model(cfg, size, shape, backend):
     """reduce_scatter then all_gather of N: the halves of a ring all_reduce, each (n-1) alpha + (n-1)/n N beta."""
     n = shape.n
@@ -83,16 +89,13 @@ def _rs_ag_model(cfg, size, shape, backend):
             TOTAL: Phase(factor("all_reduce", n))}
 
 
-
 STRATEGY_CASES = {c.name: c for c in [
-    Case("ring", "strategy", "all_reduce", (TOTAL,), _ring, lambda o, d: [{"case": "ring", "in_place": True}],
-         check_size=payload_size, nccl_env={"NCCL_ALGO": "Ring"}, footprint=lambda c, k, n, e: k * e, sums=True,
-         model=one("all_reduce", model.all_reduce)),
+    Case("ring", "strategy", "all_reduce", (TOTAL,), _ring, lambda opts, dtype: [{"case": "ring", "in_place": True}],
+         check_size=payload_size, nccl_env={"NCCL_ALGO": "Ring"}, footprint=lambda cfg, count, n, elt: count * elt,
+         sums=True, model=one("all_reduce", model.all_reduce)),
     Case("rs-ag", "strategy", "all_reduce", ("reduce_scatter", "all_gather", TOTAL), _rs_ag,
-         lambda o, d: [{"case": "rs-ag", "in_place": ip} for ip in places(o)], check_size=payload_size,
-         both_places=True, sums=True,
-         footprint=lambda c, k, n, e: (padded(k, n) if c["in_place"] else 2 * padded(k, n) + k // n) * e,
-         model=_rs_ag_model),
+         lambda opts, dtype: [{"case": "rs-ag", "in_place": ip} for ip in places(opts)], check_size=payload_size,
+         both_places=True, sums=True, footprint=_rs_ag_footprint, model=_rs_ag_model),
     chunked.PLAIN,
     chunked.CHUNKED,
     compressed.CASE,

@@ -1,18 +1,37 @@
-"""The commbench command line."""
+"""The commbench command line: its commands, imported when one runs (one command does not pay for the others)."""
+import importlib
+
 import click
 
-from benchcore.results import commands
 from benchcore.errors import run_cli
-from benchcore.lazy import LazyGroup
+from benchcore.results import commands
 
 # command -> where it lives, imported when it runs
 COMMANDS = {"run": "commbench.commands.run:run", "ring": "commbench.commands.run:ring",
-            "chunked": "commbench.commands.compare:chunked", "compare": "commbench.commands.compare:compare",
+            "chunked": "commbench.commands.chunked:chunked", "compare": "commbench.commands.compare:compare",
             "overlap": "commbench.commands.overlap:overlap", "sweep": "commbench.commands.sweep:sweep",
-            "env": "commbench.commands.sweep:env_catalogue", "selftest": "commbench.commands.selftest:selftest",
+            "env": "commbench.commands.env:env_catalogue", "selftest": "commbench.commands.selftest:selftest",
             "topo": "commbench.commands.topo:topo", "model": "commbench.commands.model:model",
             "accept": "commbench.commands.accept.command:accept", "p2p": "commbench.commands.p2p:p2p",
             "pairs": "commbench.commands.pairs:pairs"}
+
+
+class LazyGroup(click.Group):
+    """A click group whose commands are imported when one runs (or help lists them), from a table of
+    name -> "module:attribute": `commbench import` does not pay for the modules of every other command."""
+
+    def __init__(self, *args, lazy=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy or {})
+
+    def list_commands(self, ctx):
+        return sorted(set(super().list_commands(ctx)) | set(self.lazy))
+
+    def get_command(self, ctx, name):
+        if name in self.lazy and name not in self.commands:
+            module, attribute = self.lazy[name].split(":")
+            self.add_command(getattr(importlib.import_module(module), attribute), name)
+        return super().get_command(ctx, name)
 
 
 @click.group(cls=LazyGroup, lazy=COMMANDS,

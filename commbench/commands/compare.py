@@ -1,4 +1,4 @@
-"""`commbench compare` and `commbench chunked`: strategies side by side on the same payloads, with verdicts.
+"""`commbench compare`: strategies side by side on the same payloads, with verdicts.
 
 Every strategy leaves each rank holding the same N-byte tensor, so the headline is the time to that
 tensor. Each config runs --repeats separate timed measurements, interleaved per payload; a strategy
@@ -8,17 +8,16 @@ import statistics
 
 import click
 
-from benchcore.results import schema, stats
-from benchcore.errors import UserError, refuse_given
-from benchcore.results.records import PLOT_SUFFIXES, new_output_option
+from benchcore.errors import UserError
 from benchcore.report.render import console, line_plot, print_table
+from benchcore.results import stats
+from benchcore.results.records import PLOT_SUFFIXES, new_output_option
 from benchcore.units import format_size
 from commbench.cases.case import TOTAL
 from commbench.cases.registry import STRATEGY_NAMES, parse_names, record_label
 from commbench.commands import verdict
-from commbench.commands.overlap import run_chunked_overlap
-from commbench.launch.spec import launch_options, parse_backends
-from commbench.plan import case_options, measure_options, overlap_options, repeats_option
+from commbench.commands.options import (case_options, launch_options, measure_options, parse, parse_backends,
+                                        repeats_option)
 from commbench.runner import measure
 
 PLOT_OPTION = click.option("--plot", default=None, callback=new_output_option("--plot", PLOT_SUFFIXES),
@@ -128,73 +127,20 @@ def plot(records, path):
               "commbench compare: lower is better", log_y=True)
 
 
-def chunked_answer(outcomes, run_id):
-    """The seed's question answered, as a verdict record whose reason is the paragraph."""
-    outcomes = sorted(outcomes, key=lambda o: o.size)
-    labels = list(dict.fromkeys(l for o in outcomes for g in o.groups for l in g.labels))
-    chunked = [l for l in labels if l.split()[0] == "chunked"]
-    plain = next((l for l in labels if l.split()[0] == "plain"), None)
-    def top(label):  # payloads where this config is among the fastest, and its mean time over the best
-        among = sum(1 for o in outcomes if o.group_of(label) in o.tied)
-        return among, -stats.geometric_mean([o.group_of(label).time / o.groups[0].time for o in outcomes])
-    best = max(chunked, key=top)
-
-    def settled(o):  # one of ring, plain and the recommended config is significantly faster than the other two
-        fam = list({id(g): g for g in (o.group_of("ring"), o.group_of(plain), o.group_of(best))}.values())
-        fastest = min(fam, key=lambda g: g.time)
-        return len(fam) > 1 and all((r := stats.ratio_interval(fastest.times, g.times)) is not None and r.high < 1
-                                    for g in fam if g is not fastest)
-    nothing = [o.size for o in outcomes if not settled(o)]
-    tail = ("Among ring, plain and that config nothing is significantly better at " +
-            ", ".join(format_size(s) for s in nothing) + "." if nothing else
-            "At every payload one of ring, plain and that config is significantly faster than the other two.")
-    beats_from, intervals = None, None
-    for o in reversed(outcomes):
-        mine = o.group_of(best)
-        if plain in mine.labels or "ring" in mine.labels:
-            break  # at or below its threshold: the same single all_gather as plain
-        vs = [stats.ratio_interval(mine.times, o.group_of(other).times) for other in ("ring", plain)]
-        if any(r is None or r.high >= 1 for r in vs):
-            break
-        beats_from, intervals = o.size, vs
-    pick = _config_of(best)
-    if beats_from is None:
-        text = (f"Answer: do not chunk here: at the largest payload measured ({format_size(outcomes[-1].size)}) "
-                f"no chunked config is significantly faster than both ring and plain all_gather, so there is no "
-                f"payload from which chunking pays. {tail}")
-        fields = dict(winner=None)
-    else:
-        ring_r, plain_r = intervals
-        text = (f"Answer: use chunked with threshold {pick[0]}, chunk size {pick[1]}, in-flight {pick[2]} "
-                f"({best}: among the fastest at {top(best)[0]} of {len(outcomes)} payloads). Chunking beats both ring "
-                f"and plain all_gather from {format_size(beats_from)} up: time ratio vs ring {ring_r.text()}, vs plain "
-                f"{plain_r.text()} at {format_size(beats_from)}. {tail}")
-        fields = dict(winner=best, versus="ring, " + plain, ratio=ring_r.ratio, ratio_low=ring_r.low,
-                      ratio_high=ring_r.high, beats_from_bytes=beats_from)
-    return schema.event("commbench", "verdict", text, run_id=run_id, check="chunked", method=stats.METHOD,
-                        sizes=[o.size for o in outcomes if beats_from and o.size >= beats_from],
-                        no_difference_sizes=nothing, **fields)
-
-
-def _config_of(label):
-    """('16M', '2M', '1') from 'chunked 2M x1 >16M'."""
-    _, chunk, inflight, threshold = label.split()[:4]
-    return threshold.lstrip(">"), chunk, inflight.lstrip("x")
-
-
-def judge(records, answer):
-    """The verdict records of a compare (and chunked's answer)."""
+def judge(records, answer=None):
+    """The verdict records of a compare; answer(outcomes, run_id): one more, the command's answer (chunked's)."""
     label_of, work_of = candidates(records)
     outcomes = verdict.judge(records, candidate_of=label_of, work_of=work_of)
     run_id = next((r["run_id"] for r in records if r.get("run_id")), None)
     found = verdict.verdicts(outcomes, run_id)
     if answer:
-        found += [chunked_answer(outcomes, run_id)]
+        found += [answer(outcomes, run_id)]
     return found
 
 
-def run_strategies(names, baseline, kw, answer=False):
-    measure(names, kw, lambda recs: print_compare(recs, baseline), "strategies", plot,
+def run_strategies(names, baseline, opts, answer=None):
+    """Measure strategies (Options opts) side by side: the compare tables, plot and verdicts."""
+    measure(names, opts, lambda recs: print_compare(recs, baseline), "strategies", plot,
             lambda recs: judge(recs, answer))
 
 
@@ -225,46 +171,7 @@ def compare(strategies, baseline, repeats, backends, **kw):
       commbench compare --backends gloo,mpi --strategies ring,plain,chunked -b 1M -e 64M -f 4
     """
     names = parse_names(strategies, "strategy", "--strategies")
-    if backends is not None:
-        kw["backends"] = parse_backends(backends)
+    backends = None if backends is None else parse_backends(backends)
     if baseline not in names:
         raise UserError(f"--baseline {baseline} is not one of --strategies {','.join(names)}")
-    kw["repeats"] = repeats
-    run_strategies(names, baseline, kw)
-
-
-@click.command()
-@repeats_option(3)
-@click.option("--overlap", is_flag=True,
-              help="With compute beside the communication: pipelined chunks (the GEMM of chunk k while chunk k+1 is "
-                   "on the wire) against one all_reduce after the compute and one plain all_gather, per compute "
-                   "ratio; answers from which payload chunking hides more (see commbench overlap).")
-@overlap_options()
-@case_options()
-@PLOT_OPTION
-@measure_options("1M", "1G")
-@launch_options
-def chunked(repeats, overlap, **kw):
-    """Does Megatron-style chunking beat ring and a plain all_gather, and with which settings?
-
-    Sweeps the chunked all_gather's threshold, chunk size and in-flight depth against ring
-    and plain (one all_gather of the whole payload), and ends with the answer: the
-    recommended (threshold, chunk size, in-flight), the payload from which chunking is
-    significantly faster, and the payloads where nothing is.
-
-    \b
-    Example:
-      commbench chunked -b 4M -e 256M --chunk-size 1M,2M,4M --threshold 8M,16M --inflight 1,2,4 --nodes 2
-      commbench chunked --overlap --compute-ratio 0.5,1,2 -b 4M -e 64M --chunk-size 1M,4M --nodes 2
-    """
-    kw["repeats"] = repeats
-    if overlap:
-        refuse_given(["buckets"], "chunked --overlap measures one all_reduce after the compute (ddp with 1 bucket); "
-                                  "buckets go with commbench overlap --patterns ddp")
-        run_chunked_overlap(kw)
-        return
-    for name, default in (("compute_ratio", "1"), ("gemm", None), ("compute_kernel", "gemm"), ("compute_threads", 1),
-                          ("buckets", "4")):
-        if kw.pop(name) != default:
-            raise UserError(f"--{name.replace('_', '-')} sizes the compute of chunked --overlap: add --overlap")
-    run_strategies(["ring", "plain", "chunked"], "ring", kw, answer=True)
+    run_strategies(names, baseline, parse(kw, backends, repeats))

@@ -6,21 +6,20 @@ import math
 import click
 
 from benchcore import inputs
-
-from benchcore.results import usable
 from benchcore.errors import UserError, refuse_given
 from benchcore.inputs import shown
-from benchcore.results.records import dumps, read_records
 from benchcore.report.render import console, print_table
+from benchcore.results import usable
+from benchcore.results.records import dumps, read_records
 from benchcore.units import format_size, parse_size, size_range
 from commbench.cases.case import TOTAL, ReadOptions, label, refuse_unread, work_key
 from commbench.cases.collectives import DTYPES
 from commbench.cases.registry import CASES, case_of, parse_names, record_label
+from commbench.commands.options import CaseOptionsText, case_options, given_fields, overlap_options
 from commbench.commands.overlap import model_rows
 from commbench.model.alphabeta import fit_row, predict
 from commbench.model.detect import detect, in_effect
 from commbench.model.topology import resolve
-from commbench.plan import CaseOptionsText, case_options, overlap_options
 
 
 def configs(names, opts):
@@ -204,12 +203,12 @@ def model(topology, nodes, nproc_per_node, collectives, strategies, patterns, mi
     if patterns:
         names = parse_names(patterns, "overlap", "--overlap")
         rows = model_rows(topo, names, sizes, nodes, local, backend, opts)
-        refuse_unread(opts, [CASES[n] for n in names])
+        refuse_unread(opts, [CASES[n] for n in names], given_fields())
         return _print_rows(rows, OVERLAP_COLUMNS, f"model of overlap: {topo.name}, {nodes} node(s) x {local} ranks, "
                            f"{backend}; compute = ratio x the communication's predicted time", topo, nodes, local,
                            backend, fmt)
     rows = predictions(topo, names, sizes, nodes, local, backend, opts)
-    refuse_unread(opts, [CASES[n] for n in names])
+    refuse_unread(opts, [CASES[n] for n in names], given_fields())
     if fmt == "json":
         for row in rows:
             click.echo(dumps({"topology": topo.name, "nodes": nodes, "world_size": nodes * local,

@@ -4,16 +4,16 @@ import statistics
 
 import click
 
-from benchcore.results import schema, stats
-from benchcore.results.records import PLOT_SUFFIXES, new_output_option
 from benchcore.report.render import console, print_table
+from benchcore.results import stats
+from benchcore.results.records import PLOT_SUFFIXES, new_output_option
 from benchcore.units import format_size
 from commbench.cases.case import TOTAL
-from commbench.cases.overlap import predicted
+from commbench.cases.overlap_model import predicted
 from commbench.cases.registry import CASES, PATTERN_NAMES, parse_names, record_label
 from commbench.commands import verdict
-from commbench.launch.spec import launch_options
-from commbench.plan import case_options, measure_options, overlap_options, repeats_option
+from commbench.commands.options import (case_options, launch_options, measure_options, overlap_options, parse,
+                                        repeats_option)
 from commbench.runner import measure
 
 HIDDEN = 0.01   # exposed communication below this share of the communication alone counts as hidden (verdicts
@@ -120,53 +120,6 @@ def plot(records, path):
     plt.close(fig)
 
 
-def overlap_answer(records):
-    """chunked --overlap's answer, per compute ratio: from which payload pipelined chunks leave significantly less
-    exposed communication than one all_reduce after the compute (ddp B=1) and than one plain all_gather (a single
-    chunk), and by how much. A verdict record each, its reason the sentence."""
-    run_id = next((r["run_id"] for r in records if r.get("run_id")), None)
-    by_ratio = {}
-    for rec in judged(records):
-        by_ratio.setdefault(rec.get("compute_ratio"), []).append(rec)
-    out = []
-    for ratio, recs in sorted(by_ratio.items(), key=lambda kv: kv[0] or 0):
-        outcomes = sorted(verdict.judge(recs), key=lambda o: o.size)
-        beats_from, versus = None, None
-        for o in reversed(outcomes):
-            ring = next((g for g in o.groups if any(l.startswith("ddp B=1 ") for l in g.labels)), None)
-            plain = next((g for g in o.groups if any(_single_chunk(l, o.size) for l in g.labels)), None)
-            chunked = [g for g in o.groups if g not in (ring, plain) and g.labels[0].startswith("pipelined ")]
-            if not (ring and plain and chunked):
-                break
-            best = min(chunked, key=lambda g: g.time)
-            vs = [stats.ratio_interval(best.times, g.times) for g in (ring, plain)]
-            if any(r is None or r.high >= 1 for r in vs):
-                break
-            beats_from, versus = o.size, (best.name, vs)
-        where = f"at compute ratio {ratio:g}" if ratio else "with the given --gemm"
-        if beats_from is None:
-            text = (f"Answer {where}: pipelined chunks do not leave significantly less exposed communication than "
-                    f"one all_reduce after the compute and one plain all_gather at the largest payload measured "
-                    f"({format_size(outcomes[-1].size) if outcomes else 'none'}): do not chunk for overlap here.")
-            fields = dict(winner=None)
-        else:
-            name, (vs_ring, vs_plain) = versus
-            text = (f"Answer {where}: from {format_size(beats_from)} up, pipelined chunks ({name} at "
-                    f"{format_size(beats_from)}) leave less exposed communication than one all_reduce after the "
-                    f"compute (ratio {vs_ring.text()}) and than one plain all_gather (ratio {vs_plain.text()}).")
-            fields = dict(winner=name, ratio=vs_ring.ratio, ratio_low=vs_ring.low, ratio_high=vs_ring.high,
-                          beats_from_bytes=beats_from)
-        out.append(schema.event("commbench", "verdict", text, run_id=run_id, check="chunked overlap",
-                                method=stats.METHOD, compute_ratio=ratio, **fields))
-    return out
-
-
-def _single_chunk(label, size):
-    """Whether a pipelined config's label names a chunk of at least the payload (one plain all_gather)."""
-    parts = label.split()
-    return parts[0] == "pipelined" and parts[1].endswith("K") and int(parts[1][:-1]) << 10 >= size
-
-
 def model_rows(topo, names, sizes, nodes, local, backend, opts):
     """`commbench model --overlap`: each pattern config's predicted figures at each size and compute ratio."""
     rows = []
@@ -180,15 +133,6 @@ def model_rows(topo, names, sizes, nodes, local, backend, opts):
                                  "label": record_label({**cfg, "compute_ratio": ratio}),
                                  **predicted(case, cfg, size, topo, nodes * local, nodes, backend, ratio)})
     return rows
-
-
-def run_chunked_overlap(kw):
-    """`chunked --overlap`: pipelined chunk configs against one all_reduce (ddp B=1) and one plain all_gather
-    (a chunk as large as the largest payload), every compute ratio, with the answer."""
-    kw["buckets"] = "1"
-    kw["chunk_sizes"] = f"{kw['chunk_sizes']},{kw['max_bytes']}"
-    measure(["ddp", "pipelined"], kw, print_overlap, "overlap patterns", plot,
-            lambda recs: judge(recs) + overlap_answer(recs))
 
 
 @click.command()
@@ -216,5 +160,5 @@ def overlap(patterns, repeats, **kw):
       commbench overlap --patterns ddp,pipelined --compute-ratio 0.5,1,2 -b 4M -e 64M --nodes 2
       commbench overlap --patterns ddp --buckets 1,4,16 --gemm 1024,1024,1024 -b 16M -e 16M
     """
-    kw["repeats"] = repeats
-    measure(parse_names(patterns, "overlap", "--patterns"), kw, print_overlap, "overlap patterns", plot, judge)
+    measure(parse_names(patterns, "overlap", "--patterns"), parse(kw, repeats=repeats), print_overlap,
+            "overlap patterns", plot, judge)

@@ -9,8 +9,7 @@ from benchcore.inputs import finite
 from benchcore.report.render import print_table
 from benchcore.units import format_size
 from commbench.cases.p2p import LARGE, MODES, WINDOW, case_name, osu_counts
-from commbench.launch.spec import launch_options, parse_backends
-from commbench.plan import measure_options
+from commbench.commands.options import launch_options, measure_options, parse, parse_backends
 from commbench.runner import measure
 
 # mode -> its columns: (name, header, format, the value of a record). Latency: OSU's average beside the median and
@@ -123,9 +122,7 @@ def p2p(click_ctx, modes, backends, window, budget, **kw):
     if set(names) == {case_name("latency")}:
         refuse_given(["window"], "goes with --mode bw and bibw (latency is a ping-pong, one message at a time)")
     kw["dtype"] = "uint8"  # bytes, as OSU's MPI_CHAR
-    if backends is not None:
-        kw["backends"] = parse_backends(backends)
-        kw["repeats"] = 1
+    backends = None if backends is None else parse_backends(backends)
     osu = all(click_ctx.get_parameter_source(p) == ParameterSource.DEFAULT for p in ("iters", "warmup"))
     budget = None if budget is None else finite(budget, "--time-budget", 0, lo_open=True)
-    measure(list(dict.fromkeys(names)), kw, p2p_table, "p2p", reshape=osu_rounds(window, osu, budget))
+    measure(list(dict.fromkeys(names)), parse(kw, backends), p2p_table, "p2p", reshape=osu_rounds(window, osu, budget))

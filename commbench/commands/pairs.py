@@ -13,17 +13,18 @@ import statistics
 
 import click
 
-from benchcore.results import schema
 from benchcore.errors import UserError, refuse_given
-from benchcore.results.records import PLOT_SUFFIXES, new_output_option
 from benchcore.report.render import console, print_table
-from benchcore.units import parse_size
+from benchcore.results import schema
+from benchcore.results.records import PLOT_SUFFIXES, new_output_option
 from benchcore.results.usable import FRACTION
+from benchcore.units import parse_size
 from commbench.cases.case import CaseOptions, refuse_unread
 from commbench.cases.pairs import FULL_COVERAGE_UP_TO, tournament
 from commbench.cases.registry import CASES
-from commbench.launch.spec import launch_options, spec_from_options
-from commbench.plan import MeasureOptions, build_plan, measure_options, no_leftovers, take
+from commbench.commands.options import (MeasureOptions, Output, given_fields, launch_options, launch_specs,
+                                        measure_options, no_leftovers, take)
+from commbench.planning import build_plan
 from commbench.runner import run_plan
 
 DEFAULT_ROUNDS = lambda n: 2 * len(tournament(n)) if n <= FULL_COVERAGE_UP_TO else 16  # noqa: E731
@@ -159,7 +160,7 @@ def plot_matrix(records, path):
               help="Heat map PNG of the matrix (a new file).")
 @measure_options()
 @launch_options
-def pairs(rounds, size, min_fraction, plot, **kw):
+def pairs(rounds, size, min_fraction, **kw):
     """Pairwise link test: a node x node bandwidth matrix, and which node or link is bad.
 
     One rank per node. Nodes are paired off in rounds, N/2 pairs at once, a different pairing each
@@ -174,7 +175,7 @@ def pairs(rounds, size, min_fraction, plot, **kw):
     if kw.get("nproc_per_node") not in (None, 1):
         raise UserError("pairs runs one rank per node: --nproc-per-node 1")
     kw["nproc_per_node"] = 1
-    spec = spec_from_options(kw)
+    spec = launch_specs(kw)[0]
     if spec.world_size < 2:
         raise UserError("pairs needs at least 2 nodes (--nodes N)")
     if (kw["min_bytes"], kw["max_bytes"]) != ("8", "256M"):
@@ -186,12 +187,12 @@ def pairs(rounds, size, min_fraction, plot, **kw):
                         "the schedule, and the records of every pair, operation and round stay in memory for the "
                         f"verdict): at most --rounds {max(1, PAIR_SLOTS_MAX // spec.world_size)} here")
     plan = build_plan(["pair"], take(kw, MeasureOptions), CaseOptions(), spec)
-    refuse_unread(None, [CASES["pair"]])
+    refuse_unread(None, [CASES["pair"]], given_fields())
     configs = [{**cfg, "round": r, "partner": partner}
                for r, partner in enumerate(tournament(spec.world_size, rounds)) for cfg in plan.configs]
     plan = dataclasses.replace(plan, configs=configs, iter_stats=True)   # pairs need every rank's own time
-    out, fmt, _ = kw.pop("out"), kw.pop("fmt"), kw.pop("show_stats")
+    output = take(kw, Output)
     refuse_given(["show_stats"], "pairs shows its node x node matrix, not the per-rank statistics table")
     no_leftovers(kw)
-    run_plan(spec, plan, out, fmt, print_pairs, "pairs", plot, plot_matrix,
+    run_plan([(spec, plan)], output, print_pairs, "pairs", plot_matrix,
              judge=lambda recs: verdict(recs, min_fraction, plan.run_id), derive=pair_records)

@@ -2,8 +2,7 @@
 import click
 
 from commbench.cases.registry import COLLECTIVE_NAMES, parse_names
-from commbench.launch.spec import launch_options
-from commbench.plan import PLACES, measure_options
+from commbench.commands.options import PLACES, launch_options, measure_options, parse
 from commbench.runner import measure
 
 
@@ -27,7 +26,7 @@ def run(collectives, **kw):
       commbench run --collective all_reduce,all_gather -b 8 -e 256M -f 2 -n 20 -w 5 --out results.jsonl
       commbench run --collective reduce,broadcast -d all -o all -r all --nproc-per-node 3 -b 1K -e 1M
     """
-    measure(parse_names(collectives, "collective", "--collective"), kw)
+    measure(parse_names(collectives, "collective", "--collective"), parse(kw))
 
 
 @click.command()
@@ -44,4 +43,4 @@ def ring(**kw):
       commbench ring --nodes 2 -b 1K -e 256M
       commbench ring --nodes 2 --rdzv-endpoint node0:29500 --node-rank 0   # on node0, then node-rank 1 on node1
     """
-    measure(["ring"], kw, label="ring all_reduce")
+    measure(["ring"], parse(kw), label="ring all_reduce")

@@ -1,4 +1,4 @@
-"""`commbench sweep` and `commbench env`: environment matrices, one launch per config."""
+"""`commbench sweep`: environment matrices, one launch per config."""
 import dataclasses
 import hashlib
 import itertools
@@ -12,24 +12,24 @@ import click
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from benchcore import inputs
-
-from benchcore.results import schema, stats
 from benchcore.errors import UserError, refuse_given
-from benchcore.results.records import PLOT_SUFFIXES, RecordWriter, new_output_option, new_run_id, output_file, read_records
 from benchcore.report.render import console, line_plot, print_table
-from benchcore.units import format_size
+from benchcore.results import schema, stats
+from benchcore.results.records import (PLOT_SUFFIXES, RecordWriter, new_output_option, new_run_id, output_file,
+                                       read_records)
 from benchcore.results.usable import SECONDS
+from benchcore.units import format_size
 from commbench import rankstats
 from commbench.cases.case import TOTAL, ReadOptions, refuse_unread
 from commbench.cases.registry import CASES, COLLECTIVE_NAMES, STRATEGY_NAMES, parse_names, record_label
 from commbench.commands import verdict
+from commbench.commands.options import (CaseOptionsText, MeasureOptions, case_options, given_fields, launch_options,
+                                        launch_specs, measure_options, no_leftovers, repeats_option, take)
 from commbench.launch.execute import execute
-from commbench.launch.spec import launch_options, spec_from_options
 from commbench.output import render
-from commbench.plan import (CaseOptionsText, MeasureOptions, build_plan, case_options, measure_options, no_leftovers,
-                            repeats_option, take)
+from commbench.planning import build_plan
 from commbench.runner import launches
-from commbench.transports.envvars import CATALOGUE, read_by, split_values, validate
+from commbench.transports.envvars import read_by, split_values, validate
 
 BASELINE = "baseline"
 DEFAULT_OUT = "commbench-sweep.jsonl"
@@ -198,7 +198,7 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
           --collective all_reduce -b 1M -e 1G --nodes 2 --out sweep.jsonl --resume
       commbench sweep --env 'NCCL_PROTO=^LL128,"LL,Simple"' --env NCCL_ALGO=allreduce:tree -b 1M -e 64M
     """
-    spec = spec_from_options(kw)
+    spec = launch_specs(kw)[0]
     configs = build_configs(env_options, matrix, allow_unknown)
     swept = {name for config in configs for name in config}
     for name in sorted(swept & set(os.environ)):  # the baseline means: none of the swept variables set
@@ -209,7 +209,7 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
         parse_names(collectives, "collective", "--collective")
     case_opts = ReadOptions(take(kw, CaseOptionsText).parse())
     plan = build_plan(names, take(kw, MeasureOptions), case_opts, spec)
-    refuse_unread(case_opts, [CASES[n] for n in names])
+    refuse_unread(case_opts, [CASES[n] for n in names], given_fields())
     table_fn = rankstats.with_stats(lambda _: print_ranking(outcomes, found, failed, notes), show_stats, fmt)
     no_leftovers(kw)
     backend = "nccl" if spec.may_use_nccl() else "gloo"
@@ -338,22 +338,3 @@ def run_configs(spec, plan, todo, out_file, fp, per_config_timeout):
         if writer:
             writer.close()
     return records
-
-
-@click.command(name="env")
-def env_catalogue():
-    """List the NCCL / PyTorch / Gloo variables commbench sweep knows.
-
-    \b
-    Example:
-      commbench env
-    """
-    rows = []
-    for var in CATALOGUE.values():
-        allowed = list(var.choices or []) + ([f"{var.int_range[0]}..{var.int_range[1]}"] if var.int_range else [])
-        text = ", ".join(allowed) or "text"
-        rows.append({"name": var.name, "allowed": f"list of {text}; ^, coll:" if var.listed else text,
-                     "read_by": ", ".join(read_by(var.name)), "meaning": var.meaning})
-    print_table(rows, [("name", "variable", None), ("allowed", "values", None), ("read_by", "read by", None),
-                       ("meaning", "meaning", None)],
-                title="commbench sweep: known variables (a variable its backend does not read changes nothing)")

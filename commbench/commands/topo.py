@@ -5,8 +5,8 @@ import json
 import click
 
 from benchcore.errors import UserError
-from benchcore.results.records import new_output_option
 from benchcore.report.render import print_table
+from benchcore.results.records import new_output_option
 from commbench.model.detect import detect, in_effect, match, unreported
 
 

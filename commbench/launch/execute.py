@@ -1,5 +1,5 @@
-"""Run a plan: start the chosen launcher's processes, follow the ranks' progress and records, stop what hangs,
-and say why a launch failed.
+"""Run a plan: start the chosen launcher's processes, follow the ranks' progress and records, stop what hangs
+(a Supervisor per launch), and say why a launch failed (failure.py reads it from the agents' logs).
 
 Launchers (chosen by --launcher auto in spec.py), one module each:
   slurm    inside an allocation (SLURM_JOB_ID): srun starts one node agent per node,
@@ -14,7 +14,6 @@ each to the launch directory's channel, which the launcher follows and returns (
 import contextlib
 import json
 import os
-import re
 import shlex
 import shutil
 import signal
@@ -27,13 +26,11 @@ from pathlib import Path
 import click
 
 from benchcore.processes import procs
-from benchcore.results.records import hostname, new_output
 from benchcore.report.render import console
-from commbench.launch import local, mpirun, slurm, torchrun
+from benchcore.results.records import hostname, new_output
+from commbench.launch import failure, local, mpirun, slurm, torchrun
 from commbench.launch.channel import Channel
-from commbench.launch.liveness import (ADDR_ENV, CHANNEL, EXIT_HANG, PROBE_TIMEOUT_S, STATUS_ENV, WORKER_NAME,
-                                       probe)
-from commbench.launch.torchrun import split_endpoint
+from commbench.launch.liveness import ADDR_ENV, CHANNEL, EXIT_HANG, STATUS_ENV, WORKER_NAME
 
 STOP_GRACE_S = 5   # a rank stopped past --hang-timeout + this is killed (rank 0's watchdog reports it first)
 AGENT_GRACE_S = 5  # an agent still running this long after one of its ranks failed is stuck: stopped
@@ -137,110 +134,194 @@ def execute(spec, plan, writer=None, progress_label="measuring", max_seconds=Non
     stopped and reported as hanging. A rank of this node stopped (SIGSTOP) for longer than
     --timeout is killed and named.
     """
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     if spec.dry_run:
         dry_run(spec, plan)
         return LaunchResult(0, [], [])
-    logdir = Path(tempfile.mkdtemp(prefix="commbench-logs-"))
-    channel = Channel(logdir / CHANNEL, writer)
-    agents, logs, ranks, faults, killed, stopped_since, failed_at = [], [], {}, [], set(), {}, None
-    stopped_killed = False   # a rank stopped past --hang-timeout was killed here: the run hung
-    plan_file, outside, after = plan_place(spec, plan, logdir), None, []
+    launch = Supervisor(spec, plan, writer)
     on_term = signal.signal(signal.SIGTERM, _terminated)
     try:
-        if not plan_file.startswith(str(logdir)):
-            outside = new_output(plan_file, "plan file")   # never the user's own file of that name
-        plan.write(plan_file)
-        before, cmds, after = steps(spec, plan, plan_file)
+        staging_failed = launch.start()
+        return staging_failed or launch.follow(progress_label, max_seconds, progress)
+    except Terminated:  # keep what was measured, stop every agent (srun passes it on to every node), report
+        return launch.terminated()
+    finally:
+        signal.signal(signal.SIGTERM, on_term)
+        launch.clean_up()
+
+
+class Supervisor:
+    """One launch on this machine, from its plan file to its clean-up. Its states, in order: start (the plan
+    written, staged under Slurm, the agents spawned), follow (a look every 0.2 s until every agent ended: ranks
+    stopped too long are killed; a hang a rank reported, agents blocked after their ranks failed, no progress or
+    too long a run stop it), a result (ended, hung or terminated), then clean_up, whatever happened."""
+
+    def __init__(self, spec, plan, writer):
+        self.spec, self.plan = spec, plan
+        self.logdir = Path(tempfile.mkdtemp(prefix="commbench-logs-"))
+        self.channel = Channel(self.logdir / CHANNEL, writer)
+        self.agents, self.logs, self.ranks = [], [], {}   # agents' processes and logs; {rank: status} of this node
+        self.faults, self.killed = [], set()   # reasons seen here; pids of workers ended here, not by their fault
+        self.stopped_since, self.stopped_killed = {}, False   # rank -> when seen stopped; one was killed: it hung
+        self.failed_at = None                  # when every rank here had ended, one of them badly
+        self.plan_file, self.outside, self.after = plan_place(spec, plan, self.logdir), None, []
+        self.seen, self.last_change, self.started, self.stall_limit = 0, None, None, None   # progress (follow)
+
+    def start(self):
+        """Write the plan file, stage it (sbcast) and spawn the agents; a LaunchResult where staging failed."""
+        if not self.plan_file.startswith(str(self.logdir)):
+            self.outside = new_output(self.plan_file, "plan file")   # never the user's own file of that name
+        self.plan.write(self.plan_file)
+        before, cmds, self.after = steps(self.spec, self.plan, self.plan_file)
         for argv in before:
             why = _staged(argv)
             if why:
                 return LaunchResult(1, [], [f"{shlex.join(argv)} failed: {why}"])
+        verbose = self.spec.verbose
         for i, (argv, env) in enumerate(cmds):
-            log = open(logdir / f"agent{i}.log", "w+")
-            logs.append(log)
-            env = {**os.environ, **env, STATUS_ENV: str(logdir)}
-            if spec.launcher != "slurm":  # torchrun's own torchelastic_* log dirs go in ours, removed with it
-                env["TMPDIR"] = str(logdir)
-            agents.append(procs.spawn(argv, env=env, stdout=None if spec.verbose else log,
-                                      stderr=None if spec.verbose else subprocess.STDOUT))
-        stall_limit = spec.rdzv_timeout + spec.timeout + 60
-        seen, last_change = 0, time.monotonic()
-        started = last_change
+            log = open(self.logdir / f"agent{i}.log", "w+")
+            self.logs.append(log)
+            env = {**os.environ, **env, STATUS_ENV: str(self.logdir)}
+            if self.spec.launcher != "slurm":  # torchrun's own torchelastic_* log dirs go in ours, removed with it
+                env["TMPDIR"] = str(self.logdir)
+            self.agents.append(procs.spawn(argv, env=env, stdout=None if verbose else log,
+                                           stderr=None if verbose else subprocess.STDOUT))
+        return None
+
+    def follow(self, progress_label, max_seconds, progress):
+        """Look at the ranks every 0.2 s until every agent ended (the bar shows the measurements done); the
+        launch's result."""
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.stall_limit = self.spec.rdzv_timeout + self.spec.timeout + 60
+        self.last_change = self.started = time.monotonic()
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TimeElapsedColumn(), transient=True, disable=spec.verbose or not progress,
+                      TimeElapsedColumn(), transient=True, disable=self.spec.verbose or not progress,
                       console=console(stderr=True)) as bar:
-            task = bar.add_task(progress_label, total=plan.records_expected())
-            while any(p.poll() is None for p in agents):
+            task = bar.add_task(progress_label, total=self.plan.records_expected())
+            while any(p.poll() is None for p in self.agents):
                 time.sleep(0.2)
-                channel.poll()
-                ranks.update(rank_status(logdir))
-                now = min((st["done"] for st in ranks.values()), default=0)  # every rank does every step
-                for rank, st in ranks.items():
-                    if worker_state(st["pid"]) != "T":
-                        stopped_since.pop(rank, None)
-                    elif time.monotonic() - stopped_since.setdefault(rank, time.monotonic()) > \
-                            spec.hang_timeout + STOP_GRACE_S:  # rank 0 itself stopped: nobody else reports it
-                        faults.append(f"rank {rank} on {st['host']} (pid {st['pid']}) was stopped (SIGSTOP, "
-                                      f"state T) for more than --hang-timeout {spec.hang_timeout:g} s; killed it")
-                        procs.kill(st["pid"])
-                        killed.add(st["pid"])
-                        stopped_since.pop(rank)
-                        stopped_killed = True
-                if any(st.get("exit") == EXIT_HANG for st in ranks.values()):
-                    killed.update(st["pid"] for st in ranks.values())  # ended by us, not by their own fault
-                    _stop(agents, ranks, grace=2)  # a stopped rank cannot act on torchrun's SIGTERM
+                self.channel.poll()
+                self.ranks.update(rank_status(self.logdir))
+                self._kill_stopped()
+                if self._hang_reported() or self._agents_stuck():
                     break
-                gone = {r: st.get("exit") is not None or worker_state(st["pid"]) is None for r, st in ranks.items()}
-                if failed_at is None and ranks and all(gone.values()) and \
-                        any(st.get("exit") for st in ranks.values()):
-                    failed_at = time.monotonic()  # every rank here ended, one of them badly
-                elif failed_at and time.monotonic() - failed_at > AGENT_GRACE_S:
-                    _stop(agents, ranks, grace=2)  # torchrun blocked, e.g. on a store it can no longer reach
-                    break
-                if now != seen:
-                    seen, last_change = now, time.monotonic()
-                    stall_limit = spec.timeout + 60
-                    bar.update(task, completed=now)
-                hang = None
-                if time.monotonic() - last_change > stall_limit:
-                    hang = f"no measurement finished in {stall_limit:.0f} s: a rank hangs; stopped"
-                elif max_seconds and time.monotonic() - started > max_seconds:
-                    hang = f"still running after {max_seconds:.0f} s; stopped"
+                self._progress(bar, task)
+                hang = self._hang(max_seconds)
                 if hang:
-                    _stop(agents, ranks)
-                    channel.poll()
-                    return LaunchResult(1, channel.records, faults + [hang], hung=True)
-        channel.poll()
-        ranks.update(rank_status(logdir))
-        codes = [p.returncode for p in agents]
-        code = next((c for c in codes if c), 0) or (1 if faults else 0)
-        if any(st.get("exit") == EXIT_HANG for st in ranks.values()) or stopped_killed:
+                    return self.hung(hang)
+        return self.ended()
+
+    def _kill_stopped(self):
+        """Kill a rank of this node stopped (SIGSTOP) past --hang-timeout + STOP_GRACE_S: rank 0 itself stopped,
+        nobody else reports it."""
+        limit = self.spec.hang_timeout + STOP_GRACE_S
+        for rank, st in self.ranks.items():
+            if worker_state(st["pid"]) != "T":
+                self.stopped_since.pop(rank, None)
+            elif time.monotonic() - self.stopped_since.setdefault(rank, time.monotonic()) > limit:
+                self.faults.append(f"rank {rank} on {st['host']} (pid {st['pid']}) was stopped (SIGSTOP, state T) "
+                                   f"for more than --hang-timeout {self.spec.hang_timeout:g} s; killed it")
+                procs.kill(st["pid"])
+                self.killed.add(st["pid"])
+                self.stopped_since.pop(rank)
+                self.stopped_killed = True
+
+    def _hang_reported(self):
+        """Whether a rank's watchdog reported a hang; then every agent is stopped (its ranks ended by us)."""
+        if not any(st.get("exit") == EXIT_HANG for st in self.ranks.values()):
+            return False
+        self.killed.update(st["pid"] for st in self.ranks.values())  # ended by us, not by their own fault
+        self._stop(grace=2)  # a stopped rank cannot act on torchrun's SIGTERM
+        return True
+
+    def _agents_stuck(self):
+        """Whether an agent still ran AGENT_GRACE_S after every rank here ended, one of them badly; then the
+        agents are stopped (torchrun blocked, e.g. on a store it can no longer reach)."""
+        ranks = self.ranks
+        gone = {r: st.get("exit") is not None or worker_state(st["pid"]) is None for r, st in ranks.items()}
+        if self.failed_at is None and ranks and all(gone.values()) and any(st.get("exit") for st in ranks.values()):
+            self.failed_at = time.monotonic()
+        elif self.failed_at and time.monotonic() - self.failed_at > AGENT_GRACE_S:
+            self._stop(grace=2)
+            return True
+        return False
+
+    def _progress(self, bar, task):
+        """Note the measurements every rank finished; once one is, the stall limit is --timeout + 60 s."""
+        done = min((st["done"] for st in self.ranks.values()), default=0)  # every rank does every step
+        if done != self.seen:
+            self.seen, self.last_change = done, time.monotonic()
+            self.stall_limit = self.spec.timeout + 60
+            bar.update(task, completed=done)
+
+    def _hang(self, max_seconds):
+        """Why the launch counts as hanging now (no progress within the stall limit, past max_seconds), or None."""
+        if time.monotonic() - self.last_change > self.stall_limit:
+            return f"no measurement finished in {self.stall_limit:.0f} s: a rank hangs; stopped"
+        if max_seconds and time.monotonic() - self.started > max_seconds:
+            return f"still running after {max_seconds:.0f} s; stopped"
+        return None
+
+    def hung(self, hang):
+        """The result of a launch stopped as hanging: what it measured, and why."""
+        self._stop()
+        self.channel.poll()
+        return LaunchResult(1, self.channel.records, self.faults + [hang], hung=True)
+
+    def ended(self):
+        """The result of a launch whose agents all ended: the first failing exit status (EXIT_HANG where a rank
+        reported a hang or one stopped was killed) and why, from what was seen and the agents' logs."""
+        self.channel.poll()
+        self.ranks.update(rank_status(self.logdir))
+        codes = [p.returncode for p in self.agents]
+        code = next((c for c in codes if c), 0) or (1 if self.faults else 0)
+        if any(st.get("exit") == EXIT_HANG for st in self.ranks.values()) or self.stopped_killed:
             code = EXIT_HANG   # rank 0's watchdog reported a hang: commbench's own exit status says so
-        reasons = list(dict.fromkeys(faults + _reasons(logs, spec, ranks, killed))) if code else []
-        return LaunchResult(code, channel.records, reasons)
-    except Terminated:  # keep what was measured, stop every agent (srun passes it on to every node), report
-        _stop(agents, ranks, grace=2)
-        channel.poll()
-        measured = sum(1 for r in channel.records if not r.get("event"))
-        nodes = slurm.failed_nodes() if spec.launcher == "slurm" else []  # Slurm ends a job whose node it lost
-        return LaunchResult(EXIT_TERM, channel.records, nodes + [f"terminated by SIGTERM (a time limit, scancel or "
-                                                                 f"kill) after {measured} measurements; they are kept"])
-    finally:
-        signal.signal(signal.SIGTERM, on_term)
-        _stop(agents, ranks)
-        channel.poll()
-        for log in logs:
+        if not code:
+            return LaunchResult(code, self.channel.records, [])
+        reasons = failure.reasons(self.logs, self.spec, self.ranks, self.killed)
+        return LaunchResult(code, self.channel.records, list(dict.fromkeys(self.faults + reasons)))
+
+    def terminated(self):
+        """The result of a launch that SIGTERM reached: what it measured, every agent stopped."""
+        self._stop(grace=2)
+        self.channel.poll()
+        measured = sum(1 for r in self.channel.records if not r.get("event"))
+        nodes = slurm.failed_nodes() if self.spec.launcher == "slurm" else []  # Slurm ends a job whose node it lost
+        reason = f"terminated by SIGTERM (a time limit, scancel or kill) after {measured} measurements; they are kept"
+        return LaunchResult(EXIT_TERM, self.channel.records, nodes + [reason])
+
+    def clean_up(self):
+        """Every agent stopped, the last records read, the logs closed, the plan file removed (this node's copy
+        first: srun cannot run in a job Slurm is ending), the launch directory removed."""
+        self._stop()
+        self.channel.poll()
+        for log in self.logs:
             log.close()
-        if after:            # this node's copy first: srun cannot run in a job Slurm is ending
+        if self.after:
             with contextlib.suppress(OSError):
-                os.unlink(slurm.node_plan_file(plan))
-        for argv in after:   # best effort: a node that is gone keeps a small file in its temp dir
+                os.unlink(slurm.node_plan_file(self.plan))
+        for argv in self.after:   # best effort: a node that is gone keeps a small file in its temp dir
             _staged(argv, UNSTAGE_TIMEOUT_S)
-        if outside and os.path.exists(outside):
-            os.unlink(outside)
-        shutil.rmtree(logdir, ignore_errors=True)
+        if self.outside and os.path.exists(self.outside):
+            os.unlink(self.outside)
+        shutil.rmtree(self.logdir, ignore_errors=True)
+
+    def _stop(self, grace=10):
+        """End every agent's process group (torchrun), then any worker of ours left behind.
+
+        torchrun starts each worker in a session of its own, so the agent's group does not reach
+        them; a stopped worker cannot act on torchrun's SIGTERM, so it gets SIGKILL at once.
+        """
+        workers = [st["pid"] for st in self.ranks.values()]
+        for pid in workers:
+            if worker_state(pid) == "T":
+                procs.kill(pid)
+        for agent in self.agents:
+            procs.stop(agent, grace)
+        for pid in workers:
+            if worker_state(pid) is not None:
+                procs.kill(pid)
 
 
 def _staged(argv, timeout=STAGE_TIMEOUT_S):
@@ -255,77 +336,3 @@ def _staged(argv, timeout=STAGE_TIMEOUT_S):
     if done.returncode:
         return (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
     return None
-
-
-def _stop(agents, ranks=None, grace=10):
-    """End every agent's process group (torchrun), then any worker of ours left behind.
-
-    torchrun starts each worker in a session of its own, so the agent's group does not reach
-    them; a stopped worker cannot act on torchrun's SIGTERM, so it gets SIGKILL at once.
-    """
-    workers = [st["pid"] for st in (ranks or {}).values()]
-    for pid in workers:
-        if worker_state(pid) == "T":
-            procs.kill(pid)
-    for agent in agents:
-        procs.stop(agent, grace)
-    for pid in workers:
-        if worker_state(pid) is not None:
-            procs.kill(pid)
-
-
-def _signalled(lines, ranks, killed):
-    """Local ranks that torchrun saw end by a signal (not its own SIGTERM, not our SIGKILL)."""
-    by_pid = {st["pid"]: st for st in ranks.values()}
-    out = []
-    for m in re.finditer(r"exitcode\s*:\s*-(\d+) \(pid: (\d+)\)", "\n".join(lines)):
-        sig, pid = int(m.group(1)), int(m.group(2))
-        if pid in killed or sig == signal.SIGTERM:
-            continue
-        st = by_pid.get(pid)
-        who = f"rank {st['rank']} on {st['host']} (pid {pid})" if st else f"a worker on {hostname()} (pid {pid})"
-        try:
-            name = signal.Signals(sig).name
-        except ValueError:
-            name = f"signal {sig}"
-        out.append(f"{who} was killed by {name}")
-    return out
-
-
-def _reasons(logs, spec, ranks=None, killed=()):
-    """Why the launch failed, from the agents' logs: ranks killed by a signal, worker lines (a rank
-    names the peer it blames first), rendezvous failures, else the tail."""
-    lines = []
-    for log in logs:
-        log.seek(0)
-        lines.extend(log.read().splitlines())
-    worker = [ln[ln.index("commbench-worker:") + len("commbench-worker:"):].strip()
-              for ln in lines if "commbench-worker:" in ln]
-    signalled = _signalled(lines, ranks or {}, set(killed)) + mpirun.dead_ranks(lines, ranks or {})
-    if worker or signalled:
-        return list(dict.fromkeys(signalled + worker))
-    where = spec.rdzv_endpoint or "127.0.0.1"
-    if any("RendezvousTimeoutError" in ln for ln in lines):
-        return [f"rendezvous at {where} timed out after {spec.rdzv_timeout:.0f} s: "
-                f"not all {spec.nodes} nodes joined (is the peer node started?)"]
-    if any(mark in ln for ln in lines for mark in ("while trying to connect to", "RendezvousConnectionError")):
-        return [f"rendezvous store at {where}: {_store_state(spec)}"]
-    tail = [ln for ln in lines if ln.strip()][-8:]
-    return tail or ["the launch failed without output"]
-
-
-def _store_state(spec):
-    """Why the rendezvous store cannot be used, from a probe of its endpoint now."""
-    if not spec.rdzv_endpoint:
-        return "the local store ended"
-    host, port = split_endpoint(spec.rdzv_endpoint)
-    state = probe(host, port)
-    if state == "dead":
-        return (f"nothing listens there (checked from {hostname()}): node rank 0 is not started, has ended, "
-                "or uses another port")
-    if state == "unreachable":
-        return (f"no answer from {host} within {PROBE_TIMEOUT_S:g} s (checked from {hostname()}): a wrong "
-                "address, a firewall or a link down")
-    return f"it answers, but the rendezvous failed within {spec.rdzv_timeout:.0f} s: see --verbose"
-
-

@@ -1,14 +1,12 @@
-"""The launch options every measuring command takes, checked into a LaunchSpec: how many nodes and ranks,
-which launcher and backend, the timeouts. Which launcher `auto` means is decided here."""
+"""A LaunchSpec, what the launch options of a measuring command say (parsed by commbench/commands/options.py),
+checked and completed: how many nodes and ranks, which launcher and backend, the timeouts. Which launcher `auto`
+means is decided here."""
 import os
 from dataclasses import dataclass, field
 
-import click
-
+from benchcore.errors import UserError
 from benchcore.processes import procs
-from benchcore.errors import UserError, given, refuse_given
 from benchcore.units import format_size
-from benchcore.results.usable import SECONDS
 from commbench.launch import mpirun
 from commbench.launch.torchrun import split_endpoint
 
@@ -48,56 +46,8 @@ class LaunchSpec:
         return self.backend == "nccl" or (self.backend == "auto" and gpu_count() > 0)
 
 
-def launch_options(fn):
-    """Click options every measuring command takes (one implementation for all)."""
-    options = [
-        click.option("--nodes", type=int, default=None,
-                     help="Nodes (torchrun agents) [default: the Slurm allocation's, else 1]."),
-        click.option("--nproc-per-node", type=int, default=None,
-                     help="Ranks per node [default: GPUs on this node; without GPUs 2 on one node, 1 per node "
-                          "on several]."),
-        click.option("--launcher", type=click.Choice(LAUNCHERS), default="auto", show_default=True,
-                     help="auto: slurm inside an allocation, torchrun with --rdzv-endpoint, mpirun with --backend "
-                          "mpi, else local emulation."),
-        click.option("--rdzv-endpoint", default=None, metavar="HOST:PORT",
-                     help="Rendezvous on node rank 0 (run the same command on every node)."),
-        click.option("--node-rank", type=int, default=None, help="This node's rank with --rdzv-endpoint."),
-        click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
-                     help="auto: NCCL when CUDA is available, else Gloo (mpi: mpi4py, under mpirun or srun)."),
-        click.option("-T", "--timeout", type=SECONDS, default=300, show_default=True,
-                     help="Process-group timeout in s: a dead or stuck peer ends the run within it."),
-        click.option("--rdzv-timeout", type=SECONDS, default=120, show_default=True,
-                     help="Seconds to wait for every node to join."),
-        click.option("--hang-timeout", type=SECONDS, default=60, show_default=True,
-                     help="No operation finishing this long is a hang: rank 0 reports where every rank is and the "
-                          "run ends with exit code 4 (kept below --timeout)."),
-        click.option("--dry-run", is_flag=True, help="Print the launch command lines and exit."),
-        click.option("-v", "--verbose", is_flag=True, help="Stream torchrun and worker output."),
-    ]
-    for option in reversed(options):
-        fn = option(fn)
-    return fn
-
-
-def parse_backends(text):
-    """'gloo,mpi' -> ['gloo', 'mpi'] (at least two, each known, auto excluded)."""
-    names = list(dict.fromkeys(b.strip() for b in str(text).split(",") if b.strip()))
-    bad = [b for b in names if b not in BACKENDS[1:]]
-    if bad or len(names) < 2:
-        raise UserError(f"--backends takes two or more of {', '.join(BACKENDS[1:])}, got {text!r}")
-    return names
-
-
-def spec_from_options(kw):
-    """Pop the launch options out of a command's keyword arguments into a checked LaunchSpec."""
-    spec = LaunchSpec(nodes=kw.pop("nodes"), nproc_per_node=kw.pop("nproc_per_node"),
-                      launcher=kw.pop("launcher"), rdzv_endpoint=kw.pop("rdzv_endpoint"),
-                      node_rank=kw.pop("node_rank"), backend=kw.pop("backend"), timeout=kw.pop("timeout"),
-                      rdzv_timeout=kw.pop("rdzv_timeout"), dry_run=kw.pop("dry_run"), verbose=kw.pop("verbose"),
-                      hang_timeout=kw.pop("hang_timeout", 60))
-    if spec.dry_run:   # what would be written or shown after the run (sweep's --resume reads --out: kept)
-        refuse_given(["plot", "show_stats", "fmt"] + ([] if given("resume") else ["out"]),
-                     "not with --dry-run, which prints the launch command lines and runs nothing")
+def resolve_spec(spec):
+    """spec (as the options gave it) checked, its defaults filled in (nodes, ranks per node, launcher): the spec."""
     allocation = int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or 0)
     if spec.nodes is None:
         spec.nodes = allocation if allocation and spec.launcher in ("auto", "slurm") else 1

@@ -9,8 +9,8 @@ import socket
 import struct
 
 from benchcore.errors import UserError
-from benchcore.results.records import hostname
 from benchcore.processes.torchrun import torchrun_argv
+from benchcore.results.records import hostname
 from commbench.launch.liveness import ADDR_ENV, RECORD_NODE_ENV
 
 IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")

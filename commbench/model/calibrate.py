@@ -42,7 +42,7 @@ RCVBUF = 1 << 20     # a stream's receive buffer: what it can hold from before a
 
 def copy_gbps(repeats=2 * REPEATS):
     """(GB/s, size) of the fastest single-thread copy (numpy) over COPY_SIZES."""
-    import numpy as np   # here: only --calibrate needs it
+    import numpy as np  # here: only --calibrate needs it
     best = (0.0, 0)
     for size in COPY_SIZES:
         src, dst = np.ones(size, np.uint8), np.zeros(size, np.uint8)

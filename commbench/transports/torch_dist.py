@@ -1,6 +1,6 @@
 """The primitives a transport supplies: the one table the cases and the timed path call.
 
-Per transport (gloo, nccl, mpi) only these differ (DESIGN.md): collectives.py, strategies.py,
+Per transport (gloo, nccl, mpi) only these differ (ARCHITECTURE.md): collectives.py, strategies.py,
 timing.py and context.py never call torch.distributed or mpi4py themselves. Every operation takes
 torch tensors; `async_op=True` returns a work with wait() and is_completed(), else None. Reduction
 ops are nccl-tests' names (sum, prod, max, min, avg). `group` is None (every rank) or one that

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from benchcore.results import records, read
 from benchcore.inputs import name
+from benchcore.results import read, records
 from tests.conftest import assert_one_line_error, read_records, run_tool
 
 pytestmark = pytest.mark.host_mount   # runs iobench on a host file system (its lock: one at a time)

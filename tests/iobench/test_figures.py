@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from benchcore.results import thresholds
 from benchcore.importers.fio_json import TIME_FIGURES
+from benchcore.results import thresholds
 from tests.conftest import host_mount_lock, read_records, run_tool
 
 pytestmark = pytest.mark.host_mount   # runs iobench on a host file system (its lock: one at a time)

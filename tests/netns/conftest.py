@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from benchcore.processes import procs
 from benchcore.emulate import netns
+from benchcore.processes import procs
 from commbench.launch.liveness import WORKER_NAME
 from tests.conftest import BIN, ROOT, read_records
 

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from commbench.commands.selftest.link import CEILING, PASS_RANGE
 from benchcore.emulate import netns
+from commbench.commands.selftest.link import CEILING, PASS_RANGE
 from commbench.launch.mpirun import MPIRUN_ARGS_ENV
 from tests.conftest import read_records
 from tests.netns.conftest import NETNS_CLUSTER, RATE, needs_netns, wait_all

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from benchcore.processes import procs
 from benchcore.emulate import netns
+from benchcore.processes import procs
 from tests.conftest import BIN, ROOT
 
 SLURM_CLUSTER = ROOT / "scripts" / "slurm-cluster"

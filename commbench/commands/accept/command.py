@@ -21,15 +21,14 @@ from pathlib import Path
 
 import click
 
-from benchcore.processes import procs
-
-from benchcore.results import thresholds
 from benchcore.errors import UserError, given
 from benchcore.inputs import name, shown
-from benchcore.results.records import RecordWriter, new_run_id, read_records
-from benchcore.report.render import console
+from benchcore.processes import procs
 from benchcore.report.page import out_dir
+from benchcore.report.render import console
+from benchcore.results import thresholds
 from benchcore.results.read import load_many
+from benchcore.results.records import RecordWriter, new_run_id, read_records
 from commbench.commands.accept.init import init_text
 from commbench.commands.accept.outputs import EXIT_FAIL, EXIT_PASS, Written, summary, verdict_event, write_outputs
 from commbench.commands.accept.spec import Check, load_spec

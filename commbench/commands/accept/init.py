@@ -6,9 +6,8 @@ from benchcore.errors import UserError
 from benchcore.inputs import shown
 from benchcore.units import format_size
 from commbench.commands.model import predictions
+from commbench.commands.options import CaseOptionsText
 from commbench.model.topology import resolve
-from commbench.plan import CaseOptionsText
-
 
 # The thresholds' margins under the model, and why (each is written beside its threshold).
 FULL = 0.9            # the bandwidth check starts where the model's busbw reaches this share of the link peak

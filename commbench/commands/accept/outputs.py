@@ -6,13 +6,12 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from benchcore.report import page
-
-from benchcore.results import schema, thresholds
 from benchcore.errors import UserError, WriteFailed
 from benchcore.inputs import name
-from benchcore.results.records import hostname, timestamp
+from benchcore.report import page
+from benchcore.results import schema, thresholds
 from benchcore.results.read import measurements
+from benchcore.results.records import hostname, timestamp
 from commbench.commands.accept import report
 
 EXIT_PASS, EXIT_FAIL = 0, 1

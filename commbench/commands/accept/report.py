@@ -6,11 +6,10 @@ from importlib import metadata
 from pathlib import Path
 
 from benchcore.report import page
-
-from benchcore.results import thresholds
 from benchcore.report.plots import plots, slug
-from benchcore.results.records import git_revision, timestamp
+from benchcore.results import thresholds
 from benchcore.results.read import identity, measurements
+from benchcore.results.records import git_revision, timestamp
 from benchcore.units import format_size
 
 ORDER = {"FAIL": 0, "NOT RUN": 1, "PASS": 2}

@@ -13,17 +13,17 @@ import time
 
 import click
 
-from benchcore.results import schema
+from benchcore.emulate import netns
 from benchcore.errors import UserError, refuse_given
-from benchcore.results.records import output_file
 from benchcore.report.render import console, print_table
-from benchcore.units import format_size, parse_size, size_range
+from benchcore.results import schema
+from benchcore.results.records import output_file
 from benchcore.results.usable import SECONDS
+from benchcore.units import format_size, parse_size, size_range
 from commbench.cases.case import TOTAL
 from commbench.cases.registry import CASES, case_of, record_label
-from commbench.commands.selftest.nodes import (JUDGED, PrivateNodes, best_of_cycles, check_ports, cycles_run,
-                                               launch, need_namespaces, save)
-from benchcore.emulate import netns
+from commbench.commands.selftest.nodes import (JUDGED, PrivateNodes, best_of_cycles, check_ports, cycles_run, launch,
+                                               need_namespaces, save)
 
 CEILING = 1448 / 1514      # TCP payload per Ethernet frame at MTU 1500 (timestamps on), as tbf counts it
 PASS_RANGE = (0.90, 1.00)  # of the ceiling

@@ -8,20 +8,19 @@ import time
 
 import click
 
-from benchcore.processes import procs
-
-from benchcore.results import schema
+from benchcore.emulate import netns
 from benchcore.errors import UserError
-from benchcore.results.records import output_file
+from benchcore.processes import procs
 from benchcore.report.render import console, print_table
-from benchcore.units import format_size, parse_size, size_range
+from benchcore.results import schema
+from benchcore.results.records import output_file
 from benchcore.results.usable import SECONDS
+from benchcore.units import format_size, parse_size, size_range
 from commbench.cases.case import TOTAL
 from commbench.cases.registry import record_label
 from commbench.commands.model import fit
-from commbench.commands.selftest.nodes import (JUDGED, PrivateNodes, best_of_cycles, check_ports, cycles_run,
-                                               launch, need_namespaces, save)
-from benchcore.emulate import netns
+from commbench.commands.selftest.nodes import (JUDGED, PrivateNodes, best_of_cycles, check_ports, cycles_run, launch,
+                                               need_namespaces, save)
 from commbench.model.topology import from_dict
 
 MODEL_RANGE = (0.90, 1.10)   # measured / predicted busbw, and fitted / configured rate (TCP ceiling included)
@@ -118,14 +117,37 @@ def model_check(rate, lo_rate, hierarchical_sizes, out, fmt, port, **args):
         bits, lo_bits = netns.parse_rate(rate), netns.parse_rate(lo_rate)
     except netns.ClusterError as exc:
         raise UserError(str(exc)) from None
+    ring_sizes, hier = _sizes(args, hierarchical_sizes)
+    check_ports(port, 2, args["cycles"])
+    need_namespaces("selftest model")
+    out_path = output_file(out)
+    ring_args, hier_args, deadline = _launch_args(args, ring_sizes, hier, bits, lo_bits)
+    t0 = time.monotonic()
+    records, errors, topo = _measure(rate, lo_rate, bits, lo_bits, port, ring_args, hier_args, deadline, fmt)
+    best, rows, fit_row, fit_errors = judge(records, topo, bits)
+    errors += fit_errors
+    passed = not errors and good(rows, fit_row) and not any(r.get("wrong") for r in best.values())
+    verdict = _verdict(records, rows, fit_row, errors, passed, topo, bits, round(time.monotonic() - t0, 1))
+    if save(out_path, records, verdict, fmt):
+        _show(records, rows, fit_row, passed, topo, bits, verdict["seconds"], args["cycles"])
+    for err in errors:
+        click.echo(f"error: {err}", err=True)
+    sys.exit(0 if passed else 1)
+
+
+def _sizes(args, hierarchical_sizes):
+    """(ring all_reduce sizes, hierarchical sizes) the options give."""
     ring_sizes = size_range(parse_size(args["min_bytes"], "-b/--min-bytes"),
                             parse_size(args["max_bytes"], "-e/--max-bytes"), args["step_factor"])
     hier = [parse_size(s, "--hierarchical-sizes") for s in hierarchical_sizes.split(",") if s.strip()]
     if not hier or args["cycles"] < 1:
         raise UserError("--hierarchical-sizes needs a size and -N/--cycles at least 1")
-    check_ports(port, 2, args["cycles"])
-    need_namespaces("selftest model")
-    out_path = output_file(out)
+    return ring_sizes, hier
+
+
+def _launch_args(args, ring_sizes, hier, bits, lo_bits):
+    """(ring launch's arguments, hierarchical launch's arguments, the deadline of each launch in s: 4 x what its
+    bytes take at the shaped rates, every iteration and cycle)."""
     per_round = sum(ring_sizes) * 8 / bits + sum(hier) * 8 * (3 / lo_bits + 1 / bits) * 2
     deadline = args["rdzv_timeout"] + 60 + 4 * per_round * (args["iters"] + args["warmup"] + 1) * args["cycles"]
     common = {k: args[k] for k in ("iters", "warmup", "cycles", "timeout", "rdzv_timeout")}
@@ -134,11 +156,17 @@ def model_check(rate, lo_rate, hierarchical_sizes, out, fmt, port, **args):
     hier_args = {**common, "min_bytes": str(min(hier)), "max_bytes": str(max(hier)),
                  "step_factor": max(2, max(hier) // min(hier)) if len(hier) > 1 else 2,
                  "chunk_size": "2M", "threshold": "16M", "extra": ["--nproc-per-node", "2"]}
-    errors, t0, topo, found = [], time.monotonic(), None, None
+    return ring_args, hier_args, deadline
+
+
+def _measure(rate, lo_rate, bits, lo_bits, port, ring_args, hier_args, deadline, fmt):
+    """(records, errors, the topology node 0 detects) of ring all_reduce, then the hierarchical all-reduce, on two
+    namespace nodes shaped to the rates (no topology where the nodes did not come up: errors say why)."""
+    errors, topo = [], None
     with PrivateNodes("cbsm") as run:
         prefix, tmp = run.prefix, run.path
         took = netns.up(2, rate, prefix, lo_rate=lo_rate)
-        topo, found = _node_topology(prefix)
+        topo, _ = _node_topology(prefix)
         if fmt == "table":
             console(stderr=True).print(
                 f"selftest model: 2 namespaces, eth0 shaped to {netns.format_rate(bits)}, lo to "
@@ -148,34 +176,31 @@ def model_check(rate, lo_rate, hierarchical_sizes, out, fmt, port, **args):
         errors += launch(["all_reduce"], port, ring_args, tmp, prefix, deadline, passes)
         if not errors:
             errors += launch(["hierarchical"], port + 1, hier_args, tmp, prefix, deadline, passes)
-    errors += run.errors
-    records = run.records
-    best, rows, fit_row, fit_errors = judge(records, topo, bits)
-    errors += fit_errors
+    return run.records, errors + run.errors, topo
+
+
+def _verdict(records, rows, fit_row, errors, passed, topo, bits, seconds):
+    """The verdict record: passed, why not, the rows judged and the fitted beta."""
+    return schema.event("commbench", "verdict", "; ".join(errors) or None,
+                        run_id=records[0]["run_id"] if records else None, check="selftest model", passed=passed,
+                        rate_bps=bits, ceiling_fraction=topo.payload_fraction if topo else None,
+                        pass_range=list(MODEL_RANGE), seconds=seconds, cycles=cycles_run(records),
+                        rows=[{k: r[k] for k in ("kind", "size_bytes", "busbw_gbps", "predicted_busbw_gbps",
+                                                  "ratio", "tier", "verdict")} for r in rows] +
+                        ([{"kind": "fitted inter-node beta", **fit_row}] if fit_row else []))
+
+
+def _show(records, rows, fit_row, passed, topo, bits, seconds, cycles):
+    """The table of measured against predicted, the fitted beta, and the one-line verdict."""
+    print_table(rows, [("kind", "case", None), ("size", "size", None), ("busbw_gbps", "busbw GB/s", ".4f"),
+                       ("predicted_busbw_gbps", "predicted GB/s", ".4f"), ("ratio", "measured / predicted", ".3f"),
+                       ("tier", "bound by", None), ("verdict", "verdict", None)],
+                title=f"measured against the model (best of {cycles_run(records)} of at most {cycles}; "
+                      f"pass {MODEL_RANGE[0]:.2f}-{MODEL_RANGE[1]:.2f})")
+    if fit_row:
+        click.echo(f"fitted inter-node: alpha {fit_row['alpha_us']:.1f} us, 1/beta {fit_row['fitted_gbps']:.4f} "
+                   f"GB/s = {fit_row['ratio']:.3f} x the configured {netns.format_rate(bits)} x "
+                   f"{topo.payload_fraction:.4f} TCP payload ({fit_row['verdict']})")
     judged = [r for r in rows if r["verdict"] != "info"]
-    passed = not errors and good(rows, fit_row) and not any(r.get("wrong") for r in best.values())
-    verdict = schema.event("commbench", "verdict", "; ".join(errors) or None,
-                           run_id=records[0]["run_id"] if records else None, check="selftest model", passed=passed,
-                           rate_bps=bits, ceiling_fraction=topo.payload_fraction if topo else None,
-                           pass_range=list(MODEL_RANGE), seconds=round(time.monotonic() - t0, 1),
-                           cycles=cycles_run(records),
-                           rows=[{k: r[k] for k in ("kind", "size_bytes", "busbw_gbps", "predicted_busbw_gbps",
-                                                     "ratio", "tier", "verdict")} for r in rows] +
-                           ([{"kind": "fitted inter-node beta", **fit_row}] if fit_row else []))
-    if save(out_path, records, verdict, fmt):
-        print_table(rows, [("kind", "case", None), ("size", "size", None), ("busbw_gbps", "busbw GB/s", ".4f"),
-                           ("predicted_busbw_gbps", "predicted GB/s", ".4f"), ("ratio", "measured / predicted", ".3f"),
-                           ("tier", "bound by", None), ("verdict", "verdict", None)],
-                    title=f"measured against the model (best of {cycles_run(records)} of at most {args['cycles']}; "
-                          f"pass {MODEL_RANGE[0]:.2f}-"
-                          f"{MODEL_RANGE[1]:.2f})")
-        if fit_row:
-            click.echo(f"fitted inter-node: alpha {fit_row['alpha_us']:.1f} us, 1/beta {fit_row['fitted_gbps']:.4f} "
-                       f"GB/s = {fit_row['ratio']:.3f} x the configured {netns.format_rate(bits)} x "
-                       f"{topo.payload_fraction:.4f} TCP payload ({fit_row['verdict']})")
-        summary = ", ".join(f"{r['kind']} {r['size']} {r['ratio']:.3f}" for r in judged if r["ratio"])
-        click.echo(f"selftest model: {'PASS' if passed else 'FAIL'} (measured / predicted: {summary}) "
-                   f"in {verdict['seconds']:.0f} s")
-    for err in errors:
-        click.echo(f"error: {err}", err=True)
-    sys.exit(0 if passed else 1)
+    summary = ", ".join(f"{r['kind']} {r['size']} {r['ratio']:.3f}" for r in judged if r["ratio"])
+    click.echo(f"selftest model: {'PASS' if passed else 'FAIL'} (measured / predicted: {summary}) in {seconds:.0f} s")

@@ -9,11 +9,11 @@ import tempfile
 
 import click
 
-from benchcore.processes import procs
+from benchcore.emulate import netns
 from benchcore.errors import UserError
+from benchcore.processes import procs
 from benchcore.results.records import RecordWriter, dumps, read_records
 from commbench.cases.registry import CASES, record_label
-from benchcore.emulate import netns
 
 JUDGED = "all_reduce"      # other collectives are reported, not judged (Gloo's all_gather does not overlap
 #                            its two directions and reaches about half the link)

@@ -25,16 +25,17 @@ import time
 
 import click
 
-from benchcore.results import schema
+from benchcore.emulate import netns
 from benchcore.errors import UserError
-from benchcore.results.records import output_file
 from benchcore.report.render import console, print_table
+from benchcore.results import schema
+from benchcore.results.records import output_file
 from benchcore.units import format_size, parse_size, size_range
 from commbench.cases.case import TOTAL
-from commbench.cases.overlap import AHEAD, simulate
+from commbench.cases.overlap_model import simulate
+from commbench.cases.overlap_schedule import AHEAD
 from commbench.cases.registry import record_label
 from commbench.commands.selftest.nodes import PrivateNodes, check_ports, cycles_run, launch, need_namespaces, save
-from benchcore.emulate import netns
 
 PATTERNS = ["ddp", "pipelined"]
 STEPS = 16

@@ -6,8 +6,8 @@ Run from the repository root as `python -S -m tests.benchcore.emulate.sleeper_fi
 import sys
 import time
 
-from benchcore.processes import procs
 from benchcore.emulate.skeleton import Cli, DirFixture, alive
+from benchcore.processes import procs
 
 PROG = "sleeper"
 

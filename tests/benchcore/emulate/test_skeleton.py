@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from benchcore.processes import procs
 from benchcore.emulate.skeleton import EXIT, Fail, Script, alive, live_pids
+from benchcore.processes import procs
 from tests.benchcore.emulate.sleeper_fixture import Sleeper
 from tests.conftest import ROOT
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from benchcore.results import read, schema
 from benchcore.errors import UserError
+from benchcore.results import read, schema
 from iobench.fio import measurements, parse_output
 
 FOREIGN = Path(__file__).resolve().parents[2] / "fixtures" / "foreign"

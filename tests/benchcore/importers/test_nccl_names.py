@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from benchcore.results import read
+from benchcore import vocabulary
 from benchcore.errors import UserError
-from commbench.cases import collectives
+from benchcore.results import read
 
 FOREIGN = Path(__file__).resolve().parents[2] / "fixtures" / "foreign"
 ROOT = Path(__file__).resolve().parents[3]
@@ -41,7 +41,7 @@ STARTING = "# Collective test starting: {}\n"
     ("HyperCube", "hypercube"), ("gpu", None), ("all", None), ("perf", None),
 ])
 def test_the_registry_knows_every_spelling(spelled, collective):
-    assert collectives.named(spelled) == collective
+    assert vocabulary.named(spelled) == collective
 
 
 @pytest.mark.parametrize("file_name,head,tail,expected", [

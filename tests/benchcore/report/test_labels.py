@@ -4,10 +4,9 @@ bounds, storage's legends never cover bars and its baseline bars are hatched (is
 from matplotlib.container import ErrorbarContainer
 from matplotlib.transforms import Bbox
 
-from benchcore.report import plots, page
-
-
+from benchcore.report import page, plots
 from benchcore.results import schema
+
 PHASES = {"reduce_scatter": 0.5, "all_gather": 0.5, "total": 1.0}
 SIZES = (1 << 18, 1 << 20, 1 << 22)
 

@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 from benchcore.report import page
-
-
 from benchcore.results import read, schema
+
 ROOT = Path(__file__).resolve().parents[3]
 FOREIGN = ROOT / "tests" / "fixtures" / "foreign"
 INPUTS = [str(FOREIGN / name) for name in ("nccl-tests-2.13-tag-output.log", "nccl-tests-truncated.log",

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from benchcore.results import schema, thresholds
 from benchcore.errors import UserError
+from benchcore.results import schema, thresholds
 from tests.conftest import assert_one_line_error, run_tool
 
 GIB = 1 << 30

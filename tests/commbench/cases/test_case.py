@@ -3,12 +3,13 @@ import dataclasses
 
 import pytest
 
-from benchcore.results import schema
 from benchcore.errors import UserError
+from benchcore.results import schema
 from commbench.cases.case import TOTAL, CaseOptions, label
 from commbench.cases.collectives import COLLECTIVES, DTYPES
 from commbench.cases.registry import CASES, parse_names
-from commbench.plan import Plan, no_leftovers
+from commbench.commands.options import no_leftovers
+from commbench.plan import Plan
 from commbench.transports.envvars import CATALOGUE
 
 RECORD_FIELDS = set(schema.DESIGN["commbench"]) | set(schema.EXTENSIONS["commbench"])

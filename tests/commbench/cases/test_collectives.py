@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 import torch
 
+from benchcore import vocabulary
 from benchcore.errors import UserError
 from commbench.cases.collectives import (COLLECTIVE_CASES, COLLECTIVES, DTYPES, OPS, PERIOD, fill_values, pattern,
                                          poison_value)
@@ -23,6 +24,11 @@ NCCL_TESTS_COUNTS = {
 
 def test_registry_has_every_collective():
     assert set(COLLECTIVES) == set(NCCL_TESTS_FACTOR)
+
+
+def test_the_vocabulary_names_the_registry_s_collectives_and_types():
+    assert tuple(COLLECTIVES) == vocabulary.COLLECTIVES
+    assert all(vocabulary.nccl_tests_type(d.nccl_tests) == (name, d.bytes) for name, d in DTYPES.items())
 
 
 @pytest.mark.parametrize("name", sorted(NCCL_TESTS_FACTOR))

@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from commbench.cases import compute
-from commbench.cases.overlap import FLOOR_NOISE, PHASES, hidden, simulate
+from commbench.cases.overlap_figures import FLOOR_NOISE, hidden
+from commbench.cases.overlap_model import simulate
+from commbench.cases.overlap_schedule import PHASES
 from tests.conftest import assert_one_line_error, read_records, run_tool
 
 
@@ -113,7 +115,8 @@ def test_every_pattern_gives_its_four_timings_exact_from_one_launch(tmp_path):
 
 
 def test_the_model_of_a_pattern_is_its_schedule_over_the_predicted_communication():
-    from commbench.cases.overlap import OVERLAP_CASES, predicted
+    from commbench.cases.overlap import OVERLAP_CASES
+    from commbench.cases.overlap_model import predicted
     from commbench.model import nccl
     from commbench.model.alphabeta import predict
     from commbench.model.topology import resolve

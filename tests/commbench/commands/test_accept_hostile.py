@@ -10,9 +10,10 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from commbench.commands.accept import outputs
 from commbench.commands.accept import command as accept
+from commbench.commands.accept import outputs
 from commbench.commands.accept import spec as accept_spec
+from commbench.commands.accept.kinds import KINDS
 from tests.commbench.commands.test_accept import GOOD
 from tests.conftest import ROOT, assert_one_line_error, run_tool
 
@@ -101,7 +102,7 @@ def test_an_input_that_is_not_a_regular_file_is_refused_at_once(tmp_path, reader
 def arguments():
     """(kind, key, the check's other keys) for every spec key that becomes an argument and takes text."""
     needs = {"commbench": {"collective": "all_reduce"}, "iobench": {"mounts": ["/tmp"]}}
-    for kind, row in accept_spec.KINDS.items():
+    for kind, row in KINDS.items():
         for key, (_, vkind) in row.options.items():
             if vkind in ("text", "names", "paths"):
                 yield kind, key, {} if key in (*row.one_of, *row.required) else needs.get(kind, {})
@@ -118,7 +119,7 @@ def test_a_spec_value_never_becomes_an_option(tmp_path, kind, key, other, value)
     if key == "top-level topology":
         top["topology"] = value
     else:
-        check[key] = [value] if accept_spec.KINDS[kind].options[key][1] == "paths" else value
+        check[key] = [value] if KINDS[kind].options[key][1] == "paths" else value
     path = tmp_path / "spec.yaml"
     path.write_text(json.dumps({**top, "checks": [check]}))
     for extra in ((), ("--dry-run",)):

@@ -2,8 +2,8 @@
 members point at it), and a row's name is never wrapped or cut, however narrow the terminal."""
 from rich.console import Console
 
-from benchcore.results import stats
 from benchcore.report.render import print_table
+from benchcore.results import stats
 from commbench.commands import verdict
 from commbench.commands.compare import payload_rows
 

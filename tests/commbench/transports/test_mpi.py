@@ -7,9 +7,9 @@ import time
 
 import pytest
 
+from benchcore.errors import UserError
 from benchcore.processes import procs
 from benchcore.results.diff import compare as compare_records
-from benchcore.errors import UserError
 from commbench.cases.collectives import COLLECTIVES
 from commbench.launch import mpirun
 from commbench.plan import Plan
