@@ -1,4 +1,8 @@
-"""User errors end as one clear line and a non-zero exit, never a traceback."""
+"""User errors end as one clear line and a non-zero exit, never a traceback; text from a user's file or a host
+reaches that line short and without a terminal escape (shown, name, key). Standard library only: the emulation
+scripts run under the system python3."""
+import os
+import re
 import signal
 import sys
 
@@ -13,6 +17,30 @@ class WriteFailed(UserError):
     def __init__(self, message, filename, why):
         super().__init__(message)
         self.filename, self.why = filename, why
+
+
+EXCERPT_CHARS = 200
+_KEY = re.compile(r"[A-Za-z_]\w{0,39}(\.[A-Za-z_]\w{0,39})?", re.ASCII)   # a key, or SECTION.key
+# C0 controls but tab, DEL, C1 controls, and whole ESC sequences (CSI ... final byte, OSC ... BEL or ST)
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x9b[0-?]*[ -/]*[@-~]|"
+                      r"\x9d[^\x07\x9c]*[\x07\x9c]?|\x1b.?|[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+
+
+def shown(text, limit=EXCERPT_CHARS):
+    """text as it may reach a terminal: escape sequences and control characters removed, at most limit chars."""
+    clean = _ESCAPES.sub(" ", str(text))
+    return clean if len(clean) <= limit else clean[:limit - 3] + "..."
+
+
+def key(value):
+    """A mapping's key as an error may quote it: a name (letters, digits, _; at most 40) in quotes, anything else
+    (a line of another kind of file, '/etc/shadow's 'root:$6$...:') not at all."""
+    return repr(value) if isinstance(value, str) and _KEY.fullmatch(value) else "(a key that is not a name, not shown)"
+
+
+def name(path):
+    """A path as an error line may show it (a name holding a newline or an escape stays one line)."""
+    return shown(os.fspath(path), 300)
 
 
 EXIT_USAGE = 2

@@ -10,14 +10,14 @@ link planted there must never turn a write against the system:
   the caller or root, with no second hard link;
 - an output directory is made by the run, or is owned by the caller and writable by nobody else; a private
   directory (locks, fixture state) is the caller's alone (0700).
-Each refusal is one line naming the path and what it is not.
+Each refusal is one line naming the path and what it is not. Standard library only (the emulation scripts keep
+their state with it under the system python3).
 """
 import errno
 import os
 import stat
 
-from benchcore.errors import UserError
-from benchcore.inputs import name
+from benchcore.errors import UserError, name
 
 NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 APPEND = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
@@ -90,8 +90,9 @@ def open_append(path, what, buffering=-1):
     return os.fdopen(fd, "a+", encoding="utf-8", buffering=buffering)
 
 
-def _trusted_dir(path, what, private):
-    """Refuse an existing path that is not a directory the caller may write in alone."""
+def trusted_dir(path, what, private=False):
+    """Refuse an existing path that is not a directory the caller may write in alone: a symbolic link, another
+    user's directory, one others may write in (private: one others may enter)."""
     st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode):
         raise UserError(f"{what} {name(path)} is a symbolic link; refusing to follow it")
@@ -113,7 +114,7 @@ def output_dir(path, what):
         os.mkdir(path, 0o755)
         return True
     except FileExistsError:
-        _trusted_dir(path, what, private=False)
+        trusted_dir(path, what)
         return False
     except OSError as exc:
         raise UserError(f"{what} {name(path)}: {exc.strerror}") from None
@@ -125,7 +126,7 @@ def private_dir(path, what):
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
-        _trusted_dir(path, what, private=True)
+        trusted_dir(path, what, private=True)
     except OSError as exc:
         raise UserError(f"{what} {name(path)}: {exc.strerror}") from None
     return str(path)

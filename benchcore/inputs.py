@@ -10,36 +10,12 @@ import stat
 
 import yaml
 
-from benchcore.errors import UserError
+from benchcore.errors import UserError, key, name, shown  # noqa: F401  (key: for the spec readers)
 
 MAX_TEXT_BYTES = 8 << 20     # a spec, topology, matrix or job file is a few KB; 8 MiB is far past any real one
 MAX_LINE_BYTES = 1 << 20     # a log or record line is at most a few KB; a file without newlines is cut here
 MAX_YAML_ALIASES = 32        # anchors are handy; an alias bomb needs dozens (9 levels of 9: 81)
 MAX_NESTING = 64             # real specs nest 4 deep; 400 levels is an attack or an accident
-EXCERPT_CHARS = 200
-_KEY = re.compile(r"[A-Za-z_]\w{0,39}(\.[A-Za-z_]\w{0,39})?", re.ASCII)   # a key, or SECTION.key
-# C0 controls but tab, DEL, C1 controls, and whole ESC sequences (CSI ... final byte, OSC ... BEL or ST)
-_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x9b[0-?]*[ -/]*[@-~]|"
-                      r"\x9d[^\x07\x9c]*[\x07\x9c]?|\x1b.?|[\x00-\x08\x0a-\x1f\x7f-\x9f]")
-
-
-def shown(text, limit=EXCERPT_CHARS):
-    """text as it may reach a terminal: escape sequences and control characters removed, at most limit chars."""
-    clean = _ESCAPES.sub(" ", str(text))
-    return clean if len(clean) <= limit else clean[:limit - 3] + "..."
-
-
-def key(value):
-    """A mapping's key as an error may quote it: a name (letters, digits, _; at most 40) in quotes, anything else
-    (a line of another kind of file, '/etc/shadow's 'root:$6$...:') not at all."""
-    return repr(value) if isinstance(value, str) and _KEY.fullmatch(value) else "(a key that is not a name, not shown)"
-
-
-def name(path):
-    """A path as an error line may show it (a name holding a newline or an escape stays one line)."""
-    return shown(os.fspath(path), 300)
-
-
 def regular_file(path, what="input"):
     """path, checked to be an existing regular file (not a directory, device, FIFO or socket): UserError else."""
     try:

@@ -10,10 +10,12 @@ import argparse
 import json
 import os
 import shutil
+import stat
 import sys
 import time
 
-from benchcore.errors import UserError
+from benchcore.errors import UserError, name
+from benchcore.files import output_dir, trusted_dir, write_new
 from benchcore.processes import procs
 
 EXIT = {"running": 0, "partial": 1, "stopped": 3}  # `status` exit codes
@@ -114,25 +116,42 @@ class DirFixture(Script):
 
     def __init__(self, prog, packages, d):
         super().__init__(prog, packages)
+        if os.path.lexists(d):   # root's `down` must never be driven by a state file someone else could edit
+            trusted_dir(d, "--dir")
         self.dir = os.path.realpath(d)
         self.mnt = self.path("mnt")
         self.state_file = self.path("state.json")
         self.started = False  # set once `up` has begun to create things
+        self.state = self._read_state()
+
+    def _read_state(self):
+        """The state file's content (None: there is none), opened without following a link and only when it is
+        the caller's regular file."""
         try:
-            with open(self.state_file) as f:
-                self.state = json.load(f)
+            fd = os.open(self.state_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
-            self.state = None
-        except (OSError, ValueError) as e:
-            raise Fail(f"unreadable state file {self.state_file}: {e}") from None
+            return None
+        except OSError as e:
+            raise Fail(f"unreadable state file {name(self.state_file)}: {e.strerror}") from None
+        with os.fdopen(fd) as f:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                raise Fail(f"unreadable state file {name(self.state_file)}: not a regular file of this user's; not "
+                           "using it")
+            try:
+                return json.load(f)
+            except (OSError, ValueError):
+                raise Fail(f"unreadable state file {name(self.state_file)}: not JSON this script wrote") from None
 
     def path(self, *parts):
         return os.path.join(self.dir, *parts)
 
     def save(self):
+        """The state file replaced whole (a new file in DIR, then renamed over the old one)."""
         tmp = self.state_file + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(self.state, f, indent=1)
+        if os.path.lexists(tmp):   # left by an interrupted save
+            os.unlink(tmp)
+        write_new(tmp, lambda f: json.dump(self.state, f, indent=1), "state file", mode=0o600)
         os.replace(tmp, self.state_file)
 
     def command(self, args):
@@ -165,12 +184,9 @@ class DirFixture(Script):
 
     def claim(self, **state):
         """Take DIR (new or empty) and DIR/mnt; from the saved state on, `down` knows they are ours."""
-        created = not os.path.exists(self.dir)
-        if not created:
-            if not os.path.isdir(self.dir):
-                raise Fail(f"{self.dir} exists and is not a directory")
-            if os.listdir(self.dir):
-                raise Fail(f"{self.dir} is not empty and holds no {self.prog} state; choose another --dir")
+        created = output_dir(self.dir, "--dir")   # made now, or the caller's alone (trusted_dir)
+        if not created and os.listdir(self.dir):
+            raise Fail(f"{self.dir} is not empty and holds no {self.prog} state; choose another --dir")
         os.makedirs(self.mnt, exist_ok=True)
         self.state = {"version": 1, "created_dir": created, **state}
         self.started = True
@@ -195,8 +211,8 @@ class DirFixture(Script):
     def _remove(self):
         if procs.mount_at(self.mnt):
             raise Fail(f"{self.mnt} is still mounted; state kept in {self.dir}")
-        for name in self.OWNED:
-            p = self.path(name)
+        for part in self.OWNED:
+            p = self.path(part)
             if os.path.isdir(p) and not os.path.islink(p):
                 shutil.rmtree(p)
             elif os.path.lexists(p):
