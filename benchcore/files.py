@@ -8,6 +8,7 @@ link planted there must never turn a write against the system:
   symlink, and the file is ours from its first byte (a failed write removes it);
 - an append (--out, locks) opens with O_NOFOLLOW, then checks what it opened (fstat): a regular file, owned by
   the caller or root, with no second hard link;
+- a file the tool keeps (fixture state) is replaced whole by renaming a new file of a unique name over it;
 - an output directory is made by the run, or is owned by the caller and writable by nobody else; a private
   directory (locks, fixture state) is the caller's alone (0700).
 Each refusal is one line naming the path and what it is not. Standard library only (the emulation scripts keep
@@ -16,6 +17,7 @@ their state with it under the system python3).
 import errno
 import os
 import stat
+import tempfile
 
 from benchcore.errors import UserError, name
 
@@ -42,6 +44,21 @@ def write_new(path, write, what, binary=False, mode=0o644):
 
 def write_new_text(path, text, what):
     return write_new(path, lambda f: f.write(text), what)
+
+
+def replace_text(path, text, mode=0o644):
+    """path's whole content replaced by text, for a file the tool itself keeps (fixture state, a namespace's hosts):
+    a new file of a unique name beside it (mkstemp: O_EXCL), renamed over path, which replaces a link there rather
+    than following it; readers see the old content or the new, never half."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=f".{os.path.basename(path)}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
 def _owner_problem(st, allow_root=True):

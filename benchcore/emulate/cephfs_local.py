@@ -13,6 +13,7 @@ import time
 import uuid
 
 from benchcore.emulate.skeleton import Cli, DirFixture, Fail, alive, live_pids
+from benchcore.files import open_append, write_new_text
 from benchcore.processes import procs
 
 PROG = "cephfs-local"
@@ -254,12 +255,11 @@ mds cache memory limit = 268435456
 admin socket = {d}/run/$cluster-$name.$pid.asok
 log to file = false
 """
-        with open(self.conf, "w") as f:
-            f.write(conf)
+        write_new_text(self.conf, conf, "conf")
 
     def spawn(self, name, cmd):
         """Start a daemon in a session of its own that outlives this script; record its PID."""
-        with open(self.path("log", f"{name}.out"), "ab") as out:
+        with open_append(self.path("log", f"{name}.out"), "daemon log") as out:
             p = procs.spawn(cmd, stdout=out, stderr=out, die_with_parent=False)
         self.state["daemons"][name] = p.pid
         self.save()

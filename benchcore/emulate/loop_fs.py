@@ -8,6 +8,7 @@ import os
 import time
 
 from benchcore.emulate.skeleton import Cli, DirFixture, Fail
+from benchcore.files import write_new
 from benchcore.processes import procs
 from benchcore.units import format_size, parse_size
 
@@ -107,8 +108,7 @@ class LoopFS(DirFixture):
             return
         fs, size = fs or "xfs", size or DEFAULT_SIZE
         self.claim(fs=fs, size_bytes=size, device=None)
-        with open(self.image, "wb") as f:
-            f.truncate(size)
+        write_new(self.image, lambda f: f.truncate(size), "disk image", binary=True, mode=0o600)   # sparse
         dev = self.run(["losetup", "--find", "--show", "--direct-io=on", self.image]).stdout.strip()
         self.state["device"] = dev
         self.save()

@@ -26,6 +26,7 @@ import zlib
 from pathlib import Path
 
 from benchcore.emulate.skeleton import EXIT, Cli, Fail, Script, need_root
+from benchcore.files import replace_text
 from benchcore.processes import procs
 
 DEFAULT_PREFIX = os.environ.get("NETNS_CLUSTER_PREFIX", "cb")
@@ -121,7 +122,7 @@ def write_hosts(prefix, nodes, subnet):
         if hosts.exists() and MARK not in hosts.read_text():
             raise Fail(f"{hosts} exists and was not written by netns-cluster; not touching it")
         d.mkdir(parents=True, exist_ok=True)
-        hosts.write_text("\n".join(lines) + "\n")
+        replace_text(hosts, "\n".join(lines) + "\n")
 
 
 def up(nodes, rate=None, prefix=DEFAULT_PREFIX, subnet=DEFAULT_SUBNET, lo_rate=None, burst=None):

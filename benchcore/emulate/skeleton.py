@@ -15,7 +15,7 @@ import sys
 import time
 
 from benchcore.errors import UserError, name
-from benchcore.files import output_dir, trusted_dir, write_new
+from benchcore.files import output_dir, replace_text, trusted_dir
 from benchcore.processes import procs
 
 EXIT = {"running": 0, "partial": 1, "stopped": 3}  # `status` exit codes
@@ -147,12 +147,8 @@ class DirFixture(Script):
         return os.path.join(self.dir, *parts)
 
     def save(self):
-        """The state file replaced whole (a new file in DIR, then renamed over the old one)."""
-        tmp = self.state_file + ".tmp"
-        if os.path.lexists(tmp):   # left by an interrupted save
-            os.unlink(tmp)
-        write_new(tmp, lambda f: json.dump(self.state, f, indent=1), "state file", mode=0o600)
-        os.replace(tmp, self.state_file)
+        """The state file replaced whole (benchcore.files.replace_text), the caller's alone (0600)."""
+        replace_text(self.state_file, json.dumps(self.state, indent=1), mode=0o600)
 
     def command(self, args):
         """Carry out the parsed `status`, `up` or `down`; the exit code."""
@@ -219,9 +215,9 @@ class DirFixture(Script):
                 os.unlink(p)
         if os.path.isdir(self.mnt):
             os.rmdir(self.mnt)  # an empty mount point: what someone wrote there is not ours to remove
-        for p in (self.state_file + ".tmp", self.state_file):  # the state file goes last
-            if os.path.lexists(p):
-                os.unlink(p)
+        for part in [p for p in os.listdir(self.dir) if p.startswith(".state.json.")] + ["state.json"]:
+            if os.path.lexists(self.path(part)):   # a save cut short, then the state file last
+                os.unlink(self.path(part))
         created, self.state = self.state.get("created_dir"), None
         if not created:
             return f"removed its files in {self.dir}"

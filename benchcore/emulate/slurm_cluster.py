@@ -6,7 +6,8 @@ Standard library only (scripts/slurm-cluster runs it without the virtualenv). As
   up --nodes N [--rate R]     namespaces PREFIX-node0..N-1 on --subnet (blackholed in the host namespace while
                               up); munged on DIR/munge/socket; slurmctld in node 0; `slurmd -N PREFIX-nodeI` in
                               each node under its own host name; DIR/slurm.conf (no cgroups, no accounting,
-                              proctrack/linuxproc, task/none, one partition). Returns once sinfo shows N idle.
+                              proctrack/linuxproc, task/none, one partition; --prolog PATH: Prolog=PATH with
+                              PrologFlags=Alloc). Returns once sinfo shows N idle.
   down                        stops the daemons by PID, removes the namespaces and what up wrote in DIR.
   status                      exit 0 running, 1 partial, 3 stopped.
   exec NODE -- CMD...         CMD inside node NODE with SLURM_CONF set: the only place to run sinfo, srun,
@@ -22,6 +23,7 @@ import time
 
 from benchcore.emulate import netns
 from benchcore.emulate.skeleton import Cli, DirFixture, Fail, alive, live_pids
+from benchcore.files import write_new, write_new_text
 from benchcore.processes import procs
 
 PROG = "slurm-cluster"
@@ -70,7 +72,7 @@ MpiDefault=none
 ReturnToService=2
 KillWait=5
 SlurmdTimeout=10
-{nodes}
+{prolog}{nodes}
 PartitionName={partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
 # Inside `ip netns exec` /sys is remounted without the cgroup mounts: slurmd dies initialising its cgroup plugin
@@ -145,9 +147,8 @@ class SlurmCluster(DirFixture):
         self.log(f"installing {' '.join(APT)} (apt-get, no recommends; their services are not started)")
         policy = not os.path.exists(POLICY_RC)
         if policy:
-            with open(POLICY_RC, "w") as f:
-                f.write("#!/bin/sh\n# written by slurm-cluster for one apt-get install: start no service\nexit 101\n")
-            os.chmod(POLICY_RC, 0o755)
+            write_new(POLICY_RC, lambda f: f.write("#!/bin/sh\n# written by slurm-cluster for one apt-get install: "
+                                                   "start no service\nexit 101\n"), "policy-rc.d", mode=0o755)
         try:
             apt = ["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-q", "--no-install-recommends"]
             if self.run(apt + list(APT), timeout=600, check=False).returncode != 0:
@@ -173,7 +174,8 @@ class SlurmCluster(DirFixture):
         self.need("ip", "unshare", "runuser")
         self.install()
         self.prefix, self.subnet, self.nodes = args.prefix, args.subnet, args.nodes
-        self.claim(prefix=self.prefix, subnet=self.subnet, nodes=self.nodes, rate=args.rate, cpus=args.cpus)
+        self.claim(prefix=self.prefix, subnet=self.subnet, nodes=self.nodes, rate=args.rate, cpus=args.cpus,
+                   prolog=args.prolog and os.path.abspath(args.prolog))
         netns.up(self.nodes, args.rate, self.prefix, self.subnet)
         self.start_munged()
         self.write_conf()
@@ -201,11 +203,10 @@ class SlurmCluster(DirFixture):
                           f"CPUs={self.state['cpus']} State=UNKNOWN" for i in range(self.nodes))
         for sub in ("ctld", "log", "run", *(f"spool/{self.node(i)}" for i in range(self.nodes))):
             os.makedirs(self.path(sub), exist_ok=True)  # slurmd does not create its spool directory
-        with open(self.conf, "w") as f:
-            f.write(CONF.format(prog=PROG, dir=self.dir, head=self.node(0), head_addr=netns.node_addr(0, self.subnet),
-                                nodes=nodes, partition=PARTITION))
-        with open(self.path("cgroup.conf"), "w") as f:
-            f.write(CGROUP_CONF)
+        prolog = f"Prolog={self.state['prolog']}\nPrologFlags=Alloc\n" if self.state.get("prolog") else ""
+        write_new_text(self.conf, CONF.format(prog=PROG, dir=self.dir, head=self.node(0), prolog=prolog, nodes=nodes,
+                                              head_addr=netns.node_addr(0, self.subnet), partition=PARTITION), "conf")
+        write_new_text(self.path("cgroup.conf"), CGROUP_CONF, "conf")
 
     def wait_idle(self):
         deadline = time.monotonic() + UP_TIMEOUT
@@ -281,6 +282,8 @@ def main(argv=None):
                       help="CPUs each node offers (default this machine's %(default)s; more lets jobs share nodes)")
     p_up.add_argument("--prefix", default=DEFAULT_PREFIX, type=netns.prefix_arg, help="namespace name prefix (default %(default)s)")
     p_up.add_argument("--subnet", default=DEFAULT_SUBNET, help="the nodes' private subnet (default %(default)s)")
+    p_up.add_argument("--prolog", metavar="PATH", help="a program every node runs before each job (Prolog=PATH, "
+                      "PrologFlags=Alloc: at allocation, before the first step)")
     cli.command("down", "stop the daemons, remove the nodes and what up wrote")
     cli.status_command()
     p_exec = cli.command("exec", "run a command on a node: exec NODE -- CMD...")
