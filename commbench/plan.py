@@ -4,9 +4,9 @@ built from a command's options by commbench/runner.py).
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import List, Optional
 
+from benchcore.files import write_new_text
 from commbench.cases.case import fit
 from commbench.cases.collectives import DTYPES
 from commbench.cases.registry import CASES
@@ -73,7 +73,7 @@ class Plan:
 
     def write(self, path):
         """The plan file every worker reads (--plan-file): a file, not argv, whatever its size."""
-        Path(path).write_text(self.to_json() + "\n")
+        write_new_text(path, self.to_json() + "\n", "plan file")
 
     def launches(self, nccl):
         """[(env, plan)]: under NCCL a case that needs variables (ring: NCCL_ALGO=Ring) runs in a launch

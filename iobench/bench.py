@@ -9,7 +9,7 @@ import sys
 import click
 
 from benchcore.errors import UserError
-from benchcore.files import write_new
+from benchcore.files import write_new, write_new_text
 from benchcore.report.render import console
 from benchcore.results import schema
 from benchcore.results.records import git_revision, hostname, timestamp
@@ -159,7 +159,7 @@ def _run_one(target, job, direct_ok, scratch, run_id, timeout, version, writer, 
     if job.direct and not direct_ok:
         job = dataclasses.replace(job, options={**job.options, "direct": 0})
     jobname = f"{job.profile}.fio"
-    (scratch.path / jobname).write_text(job_file([job], [f"iobench {run_id}: {job.profile}"]))
+    write_new_text(scratch.path / jobname, job_file([job], [f"iobench {run_id}: {job.profile}"]), "job file")
     eta = f" ~{job.options['runtime']}" if job.options.get("time_based") else ""
     with progress(f"iobench: {step} {job.profile} on {target.path} ({target.mount.fs_type}, "
                   f"{target.mount.storage_class}){eta}"):

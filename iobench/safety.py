@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from benchcore.errors import UserError
-from benchcore.files import private_dir
+from benchcore.files import private_dir, write_new_text
 from benchcore.processes.procs import proc_cmdline, proc_stat, signals_blocked
 from benchcore.results.records import hostname
 from benchcore.units import format_size
@@ -83,7 +83,7 @@ class ScratchDir:
         st = os.lstat(self.path)
         self._ident = (st.st_dev, st.st_ino)
         marker = {"run_id": self.run_id, "pid": os.getpid(), "host": hostname(), "started": time.time()}
-        (self.path / MARKER).write_text(json.dumps(marker) + "\n")
+        write_new_text(self.path / MARKER, json.dumps(marker) + "\n", "marker")
         return self
 
     def __exit__(self, *exc):

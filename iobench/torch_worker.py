@@ -27,6 +27,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Shard
 
 from benchcore.errors import UserError
+from benchcore.files import write_new_text
 from benchcore.processes.torchrun import rank_sum
 from iobench import torchckpt
 from iobench.fio import run_fio
@@ -214,7 +215,7 @@ def main():
         failed, = broadcast([failed])
         if failed:
             if rank == 0:
-                Path(args.result).write_text(json.dumps({"error": failed}))
+                write_new_text(args.result, json.dumps({"error": failed}), "result")
             dist.destroy_process_group()
             return
         for fmt in formats:
@@ -224,8 +225,8 @@ def main():
                        mesh, disks, args.keep and counted)
             results[fmt]["wrong"] = res["wrong"]   # the warm-up's tensors are checked too
     if rank == 0:
-        Path(args.result).write_text(json.dumps({"results": list(results.values()), "fio": fio_runs,
-                                                 "torch_version": torch.__version__, "world_size": world}))
+        write_new_text(args.result, json.dumps({"results": list(results.values()), "fio": fio_runs,
+                                                "torch_version": torch.__version__, "world_size": world}), "result")
     dist.barrier()
     dist.destroy_process_group()
 

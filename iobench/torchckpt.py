@@ -8,6 +8,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from benchcore.errors import UserError
+from benchcore.files import write_new_text
 from benchcore.processes import procs
 from benchcore.processes.procs import one_line
 from benchcore.processes.torchrun import torchrun_argv
@@ -137,7 +138,8 @@ def run(path, size, ranks, formats, fio_ceiling, timeout, keep, writer, run_id, 
     with stack, sigterm_as_interrupt(), ScratchDir(target.path, run_id, keep) if jobs else nullcontext() as fio_dir, \
             ScratchDir(target.path, f"{run_id}-torch", keep) as scratch:
         for job in jobs:
-            (fio_dir.path / f"{job.profile}.fio").write_text(job_file([job], [f"iobench {run_id}: {job.profile}"]))
+            write_new_text(fio_dir.path / f"{job.profile}.fio", job_file([job], [f"iobench {run_id}: {job.profile}"]),
+                           "job file")
         with bench.progress(f"iobench: torchrun {ranks} ranks: {', '.join(formats)} checkpoint of "
                             f"{size >> 20} MiB on {target.path}, {repeats} times"
                             + (", fio's reference before each" if jobs else "")):

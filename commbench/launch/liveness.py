@@ -30,6 +30,8 @@ import threading
 import time
 from pathlib import Path
 
+from benchcore.files import replace_text
+
 BEAT_S = 1.0
 DEAD_WAIT_BEATS = 4         # rank 0 stuck this many beats: it looks for a peer that died
 STORE_TIMEOUT_S = 5.0
@@ -135,12 +137,10 @@ class Liveness:
     def _write_status(self, exit_code=None):
         if not self.status or not self.status.parent.is_dir():
             return
-        tmp = self.status.with_suffix(".tmp")
         try:
-            tmp.write_text(json.dumps({"rank": self.rank, "pid": os.getpid(), "host": self.host,
-                                       "local_rank": int(os.environ.get("LOCAL_RANK", "0")), "done": self.done,
-                                       "exit": exit_code}))
-            tmp.replace(self.status)
+            replace_text(self.status, json.dumps({"rank": self.rank, "pid": os.getpid(), "host": self.host,
+                                                  "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
+                                                  "done": self.done, "exit": exit_code}))
         except OSError:
             pass  # the launcher's directory is gone: it is ending this run anyway
 
