@@ -37,7 +37,7 @@ def test_a_size_of_100_kb_is_refused_at_once_in_a_short_line(text):
     start = time.monotonic()
     with pytest.raises(UserError) as err:
         parse_size(text, "--size")
-    assert time.monotonic() - start < 1 and len(str(err.value)) < 400
+    assert time.monotonic() - start < 30 and len(str(err.value)) < 400   # milliseconds; minutes when quadratic
 
 
 def test_size_list():

