@@ -42,6 +42,14 @@ def write_new(path, write, what, binary=False, mode=0o644):
     return str(path)
 
 
+def open_new(path, what):
+    """A new text file at path, open for writing and reading back (a child's log), made as write_new makes one."""
+    try:
+        return os.fdopen(os.open(path, NEW & ~os.O_WRONLY | os.O_RDWR, 0o644), "w+", encoding="utf-8")
+    except FileExistsError:
+        raise UserError(f"{what} {name(path)} exists; refusing to replace a file this run did not create") from None
+
+
 def write_new_text(path, text, what):
     return write_new(path, lambda f: f.write(text), what)
 

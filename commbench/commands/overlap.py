@@ -4,7 +4,7 @@ import statistics
 
 import click
 
-from benchcore.report.render import console, print_table
+from benchcore.report.render import console, print_table, save_figure
 from benchcore.results import stats
 from benchcore.results.records import PLOT_SUFFIXES, new_output_option
 from benchcore.units import format_size
@@ -116,7 +116,7 @@ def plot(records, path):
                f"one overlapped iteration (comm bars end when waited on)")
         ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
 
 
