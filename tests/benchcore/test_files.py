@@ -5,6 +5,7 @@ directory never make root write through them, and iobench's per-mount lock lives
 Needs root (files owned by another user, a process run as nobody); cheap, so it runs two at a time."""
 import os
 import pwd
+import re
 import shutil
 import subprocess
 import tempfile
@@ -17,8 +18,9 @@ from benchcore.errors import UserError
 from benchcore.files import check_append, open_append, output_dir, private_dir, write_new, write_new_text
 from benchcore.results.records import RecordWriter, output_file
 from iobench.safety import LOCK_BASE, MountLock
+from tests.conftest import ROOT
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="plants files as another user: needs root")
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="plants files as another user: needs root")
 NOBODY = pwd.getpwnam("nobody")
 
 
@@ -44,6 +46,7 @@ def as_nobody(*argv):
                            *map(str, argv)], capture_output=True, text=True, timeout=30, check=True)
 
 
+@as_root
 def test_a_new_file_never_replaces_or_follows_what_another_user_planted(shared):
     link = shared.dir / "plot.png"
     as_nobody("ln", "-s", shared.victim, link)
@@ -56,6 +59,7 @@ def test_a_new_file_never_replaces_or_follows_what_another_user_planted(shared):
     assert shared.victim.read_text() == "root's secret\n" and not (shared.dir / "not-yet").exists()
 
 
+@as_root
 def test_a_new_file_is_whole_or_absent(tmp_path):
     path = tmp_path / "r.csv"
     assert write_new(path, lambda f: f.write(b"a,b\n"), "--out", binary=True) == str(path)
@@ -79,6 +83,7 @@ def _umask():
     (lambda d, v: as_nobody("ln", "-s", v, d / "rec.jsonl"), "is a symbolic link"),
     (lambda d, v: as_nobody("touch", d / "rec.jsonl"), "is owned by another user"),
 ])
+@as_root
 def test_records_are_never_appended_through_a_planted_file(shared, plant, why):
     plant(shared.dir, shared.victim)
     out = str(shared.dir / "rec.jsonl")
@@ -89,6 +94,7 @@ def test_records_are_never_appended_through_a_planted_file(shared, plant, why):
     assert shared.victim.read_text() == "root's secret\n"
 
 
+@as_root
 def test_a_hard_link_to_another_file_is_not_appended_to(tmp_path):
     mine = tmp_path / "mine.jsonl"
     mine.write_text("")
@@ -98,6 +104,7 @@ def test_a_hard_link_to_another_file_is_not_appended_to(tmp_path):
             check(tmp_path / "alias.jsonl", "--out")
 
 
+@as_root
 def test_appending_to_own_file_starts_on_a_fresh_line(tmp_path):
     path = tmp_path / "r.jsonl"
     path.write_text('{"a": 1}')           # a torn last line
@@ -106,6 +113,7 @@ def test_appending_to_own_file_starts_on_a_fresh_line(tmp_path):
     assert path.read_text() == '{"a": 1}\n{"b": 2}\n'
 
 
+@as_root
 def test_output_directories_are_made_or_the_callers_alone(shared):
     assert output_dir(shared.dir / "new" / "report", "--out") is True
     assert output_dir(shared.dir / "new" / "report", "--out") is False     # ours, again
@@ -119,6 +127,7 @@ def test_output_directories_are_made_or_the_callers_alone(shared):
         output_dir(shared.dir / "link", "--out")
 
 
+@as_root
 def test_a_private_directory_is_closed_to_everyone_else(tmp_path):
     assert private_dir(tmp_path / "p", "state") == str(tmp_path / "p")
     assert (tmp_path / "p").stat().st_mode & 0o777 == 0o700
@@ -127,6 +136,7 @@ def test_a_private_directory_is_closed_to_everyone_else(tmp_path):
         private_dir(tmp_path / "open", "state")
 
 
+@as_root
 def test_the_mount_lock_is_where_nobody_can_plant_a_link(shared):
     mount = types.SimpleNamespace(dev="259:77", mount_point="/mnt/x")
     old = "/run/lock/iobench-mount-259_77.lock"     # where the lock was, world-writable
@@ -145,6 +155,7 @@ def test_the_mount_lock_is_where_nobody_can_plant_a_link(shared):
             os.unlink(f"{LOCK_BASE}/mount-259_77.lock")
 
 
+@as_root
 def test_the_lock_holder_text_reaches_the_terminal_printable_and_short(tmp_path):
     mount = types.SimpleNamespace(dev="259:78", mount_point="/mnt/y")
     path = f"{LOCK_BASE}/mount-259_78.lock"
@@ -159,3 +170,18 @@ def test_the_lock_holder_text_reaches_the_terminal_printable_and_short(tmp_path)
     finally:
         if os.path.exists(path):
             os.unlink(path)
+
+
+WRITES = re.compile(r"\bopen\([^)\n]*[\"'][wa]b?\+?[\"']|\.write_text\b|\.write_bytes\b|savefig\((?!f\b)|"
+                    r"ElementTree\([^)\n]*\)\.write\((?!f\b)|"
+                    r"\.to_(csv|parquet)\((?!f\b|sys\.stdout)|os\.open\([^)\n]*O_CREAT(?![^)\n]*O_(EXCL|NOFOLLOW))")
+
+
+def test_every_file_is_written_the_one_way():
+    """No module of the three packages writes a file but through benchcore.files (or a file object it opened);
+    runs without root."""
+    found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+             for package in ("benchcore", "commbench", "iobench") for path in sorted((ROOT / package).rglob("*.py"))
+             if path != ROOT / "benchcore" / "files.py"
+             for n, line in enumerate(path.read_text().splitlines(), 1) if WRITES.search(line)]
+    assert not found, "\n".join(found)

@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from benchcore.errors import UserError, WriteFailed
+from benchcore.files import write_new, write_new_text
 from benchcore.inputs import name
 from benchcore.report import page
 from benchcore.results import schema, thresholds
@@ -107,7 +108,8 @@ def junit(results, spec, seconds, path):
         element.text = NOT_XML.sub("?", element.text) if element.text else element.text
         element.attrib = {k: NOT_XML.sub("?", v) for k, v in element.attrib.items()}
     ET.indent(root)
-    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+    write_new(path, lambda f: ET.ElementTree(root).write(f, encoding="utf-8", xml_declaration=True), "junit.xml",
+              binary=True)
 
 
 def _lines(check):
@@ -131,7 +133,8 @@ def write_outputs(written, spec, results, records, baseline_path, baseline, run_
                            "thresholds": [{**o.as_dict(), "line": line}
                                           for o, line in zip(r.outcomes, _lines(r.check))]}
                           for r in results]}
-    written("verdict.json", (directory / "verdict.json").write_text, json.dumps(verdict, indent=2) + "\n")
+    written("verdict.json", write_new_text, directory / "verdict.json", json.dumps(verdict, indent=2) + "\n",
+            "verdict.json")
     written("junit.xml", junit, results, spec, seconds, directory / "junit.xml")
     lead = list(notes) + [f"{'drained' if d['drained'] else 'not drained'} {d['node']}: {d['error'] or d['reason']}"
                           for d in drained]
