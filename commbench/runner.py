@@ -9,6 +9,7 @@ import click
 
 from benchcore.errors import UserError
 from benchcore.processes import procs
+from benchcore.report.render import console
 from benchcore.results.records import RecordWriter, hostname, output_file
 from benchcore.units import format_size
 from commbench import rankstats
@@ -67,7 +68,8 @@ class Derived:
 def run_plan(rounds, output, table_fn, label="measuring", plot_fn=None, judge=None, derive=None):
     """Launch rounds ([(spec, plan)], one after another: several with compare --backends), judge (verdict records,
     written after the measurements), render (and plot) as output (Output) says, and exit non-zero on failure or
-    wrong results. derive: record -> the records written and shown in its place (pairs)."""
+    wrong results; the records, where it returns. derive: record -> the records written and shown in its place
+    (pairs)."""
     spec = rounds[0][0]
     parts = [part for s, p in rounds for part in launches(s, p)]
     path = None if spec.dry_run else output_file(output.out)
@@ -102,11 +104,11 @@ def run_plan(rounds, output, table_fn, label="measuring", plot_fn=None, judge=No
     finally:
         if writer:
             writer.close()
-    if records:
-        render(records, output.fmt, table_fn)
-        if output.plot:
-            plot_fn(records, output.plot)
     measured = [r for r in records if not r.get("event")]
+    if records:   # a run that measured nothing (a rank hung at its first operation) has its events shown only
+        render(records, output.fmt, table_fn if measured else lambda _: console().print("no measurements"))
+        if output.plot and measured:
+            plot_fn(records, output.plot)
     wrong = sum(r.get("wrong") or 0 for r in measured)
     if wrong:
         click.echo(f"error: {wrong} wrong elements: the collective returned incorrect data", err=True)
@@ -122,6 +124,7 @@ def run_plan(rounds, output, table_fn, label="measuring", plot_fn=None, judge=No
         click.echo(f"error: only {raw} of {sum(p.records_expected() for _, p in rounds)} measurements were "
                    "recorded", err=True)
         sys.exit(1)
+    return records
 
 
 def measure(names, opts, table_fn=print_collective_tables, label="measuring", plot_fn=None, judge=None, reshape=None):

@@ -83,6 +83,8 @@ EXTENSIONS = {
 EVENT = ("tool", "run_id", "event", "reason", "hosts", "timestamp")
 EVENT_EXTENSIONS = {
     "commbench": {"sweep_config": "", "sweep_fingerprint": "", "config_env": "the swept variables",
+                  "sweep_options": "sweep: {option: value} of every option that changes what the sweep measures "
+                                   "(what --resume must share with the records it reuses)",
                   "seconds": "how long it ran", "check": "verdict: which check", "passed": "verdict: outcome",
                   "rate_bps": "selftest link: the shaped rate", "ceiling_fraction": "selftest link: TCP ceiling",
                   "pass_range": "selftest link: accepted fraction of the ceiling", "rows": "verdict: per-size rows",

@@ -150,6 +150,8 @@ def chunked(repeats, overlap, **kw):
     if overlap:
         refuse_given(["buckets"], "chunked --overlap measures one all_reduce after the compute (ddp with 1 bucket); "
                                   "buckets go with commbench overlap --patterns ddp")
+        refuse_given(["threshold"], "chunked --overlap cuts every payload into chunks, small ones too: no threshold "
+                                    "sends one whole (its plain all_gather is one chunk as large as the payload)")
         run_chunked_overlap(kw, repeats)
         return
     for name, default in (("compute_ratio", "1"), ("gemm", None), ("compute_kernel", "gemm"), ("compute_threads", 1),

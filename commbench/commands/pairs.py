@@ -7,13 +7,15 @@ the best is the link; by default every pair is tested twice):
   - a node is bad when its links' median is below --min-fraction of the median of the links it is not on
     (with 2 nodes there are none: no node is judged);
   - a link is bad when it is below --min-fraction of the median link between fine nodes, both its ends fine.
+A bad node or link named ends the run with exit 1 ('error: verdict: ...').
 """
 import dataclasses
 import statistics
+import sys
 
 import click
 
-from benchcore.errors import UserError, refuse_given
+from benchcore.errors import UserError, refuse_given, shown
 from benchcore.report.render import console, print_table
 from benchcore.results import schema
 from benchcore.results.records import PLOT_SUFFIXES, new_output_option
@@ -165,7 +167,8 @@ def pairs(rounds, size, min_fraction, **kw):
 
     One rank per node. Nodes are paired off in rounds, N/2 pairs at once, a different pairing each
     round; each pair runs sendrecv and a 2-rank all_reduce on its own process group. Records: one per
-    pair, operation and round (host, peer_host, round), then a verdict (bad_nodes, bad_links).
+    pair, operation and round (host, peer_host, round), then a verdict (bad_nodes, bad_links); exit 1
+    when it names a bad node or link.
 
     \b
     Example:
@@ -194,5 +197,9 @@ def pairs(rounds, size, min_fraction, **kw):
     output = take(kw, Output)
     refuse_given(["show_stats"], "pairs shows its node x node matrix, not the per-rank statistics table")
     no_leftovers(kw)
-    run_plan([(spec, plan)], output, print_pairs, "pairs", plot_matrix,
-             judge=lambda recs: verdict(recs, min_fraction, plan.run_id), derive=pair_records)
+    records = run_plan([(spec, plan)], output, print_pairs, "pairs", plot_matrix,
+                       judge=lambda recs: verdict(recs, min_fraction, plan.run_id), derive=pair_records)
+    named = [r for r in records or [] if r.get("event") == "verdict" and r.get("passed") is False]
+    if named:   # a bad node or link fails the run, as a health check's exit status; accept judges the record
+        click.echo(f"error: verdict: {shown(named[-1]['reason'], 1000)}", err=True)
+        sys.exit(1)

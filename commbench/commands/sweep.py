@@ -1,10 +1,9 @@
 """`commbench sweep`: environment matrices, one launch per config."""
 import dataclasses
-import hashlib
 import itertools
-import json
 import math
 import os
+import signal
 import sys
 import time
 
@@ -15,8 +14,7 @@ from benchcore import inputs
 from benchcore.errors import UserError, refuse_given
 from benchcore.report.render import console, line_plot, print_table
 from benchcore.results import schema, stats
-from benchcore.results.records import (PLOT_SUFFIXES, RecordWriter, new_output_option, new_run_id, output_file,
-                                       read_records)
+from benchcore.results.records import PLOT_SUFFIXES, RecordWriter, new_output_option, new_run_id, output_file
 from benchcore.results.usable import SECONDS
 from benchcore.units import format_size
 from commbench import rankstats
@@ -25,7 +23,8 @@ from commbench.cases.registry import CASES, COLLECTIVE_NAMES, STRATEGY_NAMES, pa
 from commbench.commands import verdict
 from commbench.commands.options import (CaseOptionsText, MeasureOptions, case_options, given_fields, launch_options,
                                         launch_specs, measure_options, no_leftovers, repeats_option, take)
-from commbench.launch.execute import execute
+from commbench.commands.sweep_resume import backend_of, fingerprint, measured_options, resumable
+from commbench.launch.execute import EXIT_TERM, Terminated, execute, on_sigterm
 from commbench.output import render
 from commbench.planning import build_plan
 from commbench.runner import launches
@@ -116,14 +115,6 @@ def config_key(config):
     return " ".join(f"{k}={v}" for k, v in sorted(config.items())) or BASELINE
 
 
-def fingerprint(plan, spec):
-    """What makes two sweeps the same measurement (for --resume)."""
-    keys = ("sizes", "iters", "warmup", "agg_iters", "cuda_graph", "cpu_time", "cycles", "configs")
-    basis = {k: getattr(plan, k) for k in keys}
-    basis.update(world_size=spec.world_size, nodes=spec.nodes)
-    return hashlib.sha1(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:12]
-
-
 def judge_sweep(records, configs):
     """Outcomes per measured item and size; configs whose env the backend reads identically are one group."""
     by_key = {config_key(c): c for c in configs}
@@ -171,7 +162,8 @@ def print_ranking(outcomes, verdicts, failed, notes):
               help="Comma list: " + ",".join(COLLECTIVE_NAMES))
 @click.option("--strategy", default=None, help="Sweep a strategy instead: " + ",".join(STRATEGY_NAMES))
 @click.option("--allow-unknown", is_flag=True, help="Pass variables and values the catalogue does not know.")
-@click.option("--resume", is_flag=True, help="Skip configs (per round) already done or failed in --out.")
+@click.option("--resume", is_flag=True, help="Skip configs (per round) already done or failed in --out by a sweep "
+                                            "with the same measured options (a sweep with others is refused).")
 @click.option("--per-config-timeout", type=SECONDS, default=None, help="Seconds before a config counts as hung.")
 @repeats_option(3)
 @case_options(place_default="both")
@@ -190,7 +182,8 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
     order); a config is called faster only when the 95% interval of its time
     ratio excludes 1. Configs whose variables the backend ignores (NCCL_* on
     Gloo) are one group, never ranked. A config that crashes, hangs or returns
-    wrong data is recorded as failed and the sweep goes on.
+    wrong data is recorded as failed and the sweep goes on. SIGTERM (a time
+    limit) ends the sweep at once, exit 143; --resume runs what is left.
 
     \b
     Example:
@@ -212,7 +205,10 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
     refuse_unread(case_opts, [CASES[n] for n in names], given_fields())
     table_fn = rankstats.with_stats(lambda _: print_ranking(outcomes, found, failed, notes), show_stats, fmt)
     no_leftovers(kw)
-    backend = "nccl" if spec.may_use_nccl() else "gloo"
+    out_file = output_file(out or DEFAULT_OUT)
+    options = measured_options(plan, spec)
+    previous, settled, discarded = resumable(out_file, options) if resume and out_file else ([], set(), "")
+    backend = backend_of(spec)
     ignored = sorted(name for name in swept if backend not in read_by(name))
     if ignored:
         console(stderr=True).print(f"warning: {', '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} not read "
@@ -221,9 +217,6 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
     if out is None and not spec.dry_run:
         console(stderr=True).print(f"note: records go to {DEFAULT_OUT} (append; --out FILE to choose, --out /dev/null "
                                    "for none); --resume reads them back")
-    out_file = output_file(out or DEFAULT_OUT)
-    fp = fingerprint(plan, spec)
-    previous, settled, discarded = resumable(out_file, fp) if resume and out_file else ([], set(), "")
     failed_keys = {r["sweep_config"] for r in previous if r.get("event") == "failed"}
     todo = [(config, rnd) for rnd in range(repeats) for config in rotated(configs, rnd)
             if (config_key(config), rnd) not in settled and config_key(config) not in failed_keys]
@@ -235,9 +228,11 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
     if resume:
         console(stderr=True).print(f"resuming: {len(settled)} of {len(configs) * repeats} config runs "
                                    f"({len(configs)} configs x {repeats} rounds) done, {len(todo)} to run{discarded}")
-    records = previous + run_configs(spec, plan, todo, out_file, fp, per_config_timeout)
+    ran, stopped = run_configs(spec, plan, todo, out_file, options, per_config_timeout)
+    records = previous + ran
     failed = {r["sweep_config"]: r["reason"] for r in records if r.get("event") == "failed"}
-    good = [r for r in records if not r.get("event") and r["sweep_config"] not in failed]
+    cut = {r["run_id"] for r in records if r.get("event") == "interrupted"}   # never ranked: --resume reruns it
+    good = [r for r in records if not r.get("event") and r["sweep_config"] not in failed and r["run_id"] not in cut]
     outcomes = judge_sweep(good, configs)
     found = verdict.verdicts(outcomes, plan.run_id)
     if out_file:
@@ -250,6 +245,13 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
         plot_sweep(good, plot)
     if failed:
         click.echo(f"error: {len(failed)} of {len(configs)} configs failed", err=True)
+    if stopped:
+        ended = {(r["sweep_config"], r["repeat"]) for r in ran if r.get("event") in ("config_done", "failed")}
+        left = sum(1 for c, rnd in todo if config_key(c) not in failed and (config_key(c), rnd) not in ended)
+        click.echo(f"error: {stopped}; --resume with the same options and --out runs the {left} config runs not "
+                   "done", err=True)
+        sys.exit(EXIT_TERM)
+    if failed:
         sys.exit(1)
 
 
@@ -257,22 +259,6 @@ def rotated(configs, rnd):
     """Round rnd's order: each round starts one config later, so no config always runs first or last."""
     turn = rnd % len(configs)
     return configs[turn:] + configs[:turn]
-
-
-def resumable(out_file, fp):
-    """(records of config runs that completed or failed, their (config, round) keys, a note on what was left out)
-    from an earlier sweep with this fingerprint; measurements of a run cut short are never ranked."""
-    previous = [r for r in read_records(out_file, what="--resume: --out") if r.get("sweep_fingerprint") == fp]
-    ended = {r.get("run_id") for r in previous if r.get("event") in ("config_done", "failed")}
-    settled = {(r.get("sweep_config"), r.get("repeat", 0)) for r in previous
-               if r.get("event") in ("config_done", "failed")}
-    cut = [r for r in previous if r.get("run_id") not in ended and not r.get("event")]
-    note = ""
-    if cut:
-        runs = sorted({f"{r.get('sweep_config')} (round {r.get('repeat', 0)})" for r in cut})
-        note = (f"; left out {len(cut)} records of {len({r.get('run_id') for r in cut})} run(s) cut short, which run "
-                f"again: {', '.join(runs)}")
-    return [r for r in previous if r.get("run_id") in ended and r.get("event") != "verdict"], settled, note
 
 
 def plot_sweep(records, path):
@@ -286,32 +272,38 @@ def plot_sweep(records, path):
 
 
 def run_config(spec, plan, writer, max_seconds):
-    """(records, reason it failed or None) of one config's launches."""
+    """(records, the event that ends the config run: config_done, failed or interrupted (SIGTERM reached the
+    launch), why) of one config's launches."""
     records = []
     try:
         parts = launches(spec, plan)
     except UserError as exc:
-        return records, f"refused: {exc}"
+        return records, "failed", f"refused: {exc}"
     for part_spec, part in parts:
         result = execute(part_spec, part, writer, progress=False, max_seconds=max_seconds)
         records += result.records
+        if result.returncode == EXIT_TERM:
+            return records, "interrupted", "; ".join(result.errors)
         if result.returncode or result.hung:
-            return records, ("hang: " if result.hung else "crash: ") + "; ".join(result.errors)
+            return records, "failed", ("hang: " if result.hung else "crash: ") + "; ".join(result.errors)
     wrong = sum(r.get("wrong") or 0 for r in records)
     if wrong:
-        return records, f"wrong results: {wrong} elements"
+        return records, "failed", f"wrong results: {wrong} elements"
     if len(records) < plan.records_expected():
-        return records, f"only {len(records)} of {plan.records_expected()} measurements recorded"
-    return records, None
+        return records, "failed", f"only {len(records)} of {plan.records_expected()} measurements recorded"
+    return records, "config_done", None
 
 
-def run_configs(spec, plan, todo, out_file, fp, per_config_timeout):
-    """Launch each (config, round); a config_done or failed event after it. Returns every record, events included;
-    a config that failed is not run in later rounds."""
+def run_configs(spec, plan, todo, out_file, options, per_config_timeout):
+    """Launch each (config, round); the event that ended it after it (config_done, failed or interrupted), holding
+    the sweep's measured options.
+    Returns (every record, events included; why the sweep stopped short, or None): a config that failed is not run
+    in later rounds; SIGTERM ends the sweep at once, the run it reached marked interrupted (--resume runs it again)."""
     writer = RecordWriter(out_file) if out_file else None
-    records, failed = [], set()
+    records, failed, stopped, fp = [], set(), None, fingerprint(options)
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} runs"),
                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+    on_term = signal.signal(signal.SIGTERM, on_sigterm)   # between launches too
     try:
         with Progress(*columns, console=console(stderr=True), disable=spec.verbose) as bar:
             task = bar.add_task("sweep", total=len(todo))
@@ -324,17 +316,24 @@ def run_configs(spec, plan, todo, out_file, fp, per_config_timeout):
                 tags = {"sweep_config": key, "sweep_fingerprint": fp, "repeat": rnd}
                 run = dataclasses.replace(plan, run_id=new_run_id(), tags=tags)
                 started = time.monotonic()
-                measured, reason = run_config(dataclasses.replace(spec, env=dict(config)), run, writer,
-                                              per_config_timeout)
-                event = schema.event("commbench", "failed" if reason else "config_done", reason, run_id=run.run_id,
-                                     config_env=config, seconds=round(time.monotonic() - started, 1), **tags)
+                measured, kind, reason = run_config(dataclasses.replace(spec, env=dict(config)), run, writer,
+                                                    per_config_timeout)
+                event = schema.event("commbench", kind, reason, run_id=run.run_id, config_env=config,
+                                     seconds=round(time.monotonic() - started, 1), sweep_options=options, **tags)
                 if writer:
                     writer.write(event)
                 records += measured + [event]
-                if reason:
+                if kind == "interrupted":
+                    stopped = f"{key} (round {rnd}): {reason}"
+                    break
+                if kind == "failed":
                     failed.add(key)
                 bar.advance(task)
+    except Terminated:
+        stopped = "terminated by SIGTERM (a time limit, scancel or kill) between launches"
     finally:
+        if not stopped:   # stopped: SIGTERM stays ignored until what was measured is written and the sweep exits
+            signal.signal(signal.SIGTERM, on_term)
         if writer:
             writer.close()
-    return records
+    return records, stopped

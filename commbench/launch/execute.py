@@ -97,11 +97,13 @@ class LaunchResult:
 
 
 class Terminated(Exception):
-    """SIGTERM reached commbench during a launch."""
+    """SIGTERM reached commbench during a launch (or between a sweep's launches)."""
 
 
-def _terminated(signum, frame):
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # Slurm signals every process of the job, some twice
+def on_sigterm(signum, frame):
+    """The SIGTERM handler while commbench launches: Terminated, and SIGTERM ignored from then on (Slurm signals
+    every process of the job, some twice): the run ends writing what it measured, which a second one would cut."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise Terminated()
 
 
@@ -138,11 +140,12 @@ def execute(spec, plan, writer=None, progress_label="measuring", max_seconds=Non
         dry_run(spec, plan)
         return LaunchResult(0, [], [])
     launch = Supervisor(spec, plan, writer)
-    on_term = signal.signal(signal.SIGTERM, _terminated)
+    on_term = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         staging_failed = launch.start()
         return staging_failed or launch.follow(progress_label, max_seconds, progress)
     except Terminated:  # keep what was measured, stop every agent (srun passes it on to every node), report
+        on_term = signal.SIG_IGN   # until the caller has written what was measured and exits (EXIT_TERM)
         return launch.terminated()
     finally:
         signal.signal(signal.SIGTERM, on_term)

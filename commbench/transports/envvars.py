@@ -61,12 +61,13 @@ NCCL_COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast", "red
 # Who reads a variable, by prefix (longest first): NCCL reads NCCL_* when a communicator is created;
 # PyTorch's NCCL process group reads TORCH_NCCL_*; CUDA_* matter on GPUs only; Gloo reads GLOO_*; commbench itself reads its test hooks.
 READERS = (("TORCH_NCCL_", ("nccl",)), ("NCCL_", ("nccl",)), ("CUDA_", ("nccl",)), ("GLOO_", ("gloo",)),
-           ("COMMBENCH_", ("nccl", "gloo")))
+           ("COMMBENCH_", ("nccl", "gloo", "mpi")))
 
 
 def read_by(name):
-    """The backends whose behaviour name can change (an unknown prefix: assume both)."""
-    return next((backends for prefix, backends in READERS if name.startswith(prefix)), ("nccl", "gloo"))
+    """The backends whose behaviour name can change (an unknown prefix, e.g. Open MPI's OMPI_MCA_: assume every
+    one)."""
+    return next((backends for prefix, backends in READERS if name.startswith(prefix)), ("nccl", "gloo", "mpi"))
 
 
 def split_values(text):

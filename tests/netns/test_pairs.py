@@ -5,11 +5,12 @@ that case, so it is not run twice."""
 import json
 import os
 import statistics
+import subprocess
 
 import pytest
 
 from benchcore.emulate import netns
-from tests.conftest import ROOT, read_records, run_tool
+from tests.conftest import BIN, ROOT, read_records, run_tool
 from tests.netns.conftest import needs_netns
 
 pytestmark = [pytest.mark.slow, pytest.mark.root, needs_netns]
@@ -97,3 +98,24 @@ def test_the_slow_node_is_named_and_only_it(quad):
     # every round
     assert max(fast) >= 0.65 * RATE / 8e9 * 1448 / 1514, fast
 
+
+
+def test_pairs_itself_exits_1_naming_the_slow_node(quad):
+    """`commbench pairs` on every node, as a health check runs it without accept: node rank 0, which judges, exits 1
+    with the verdict as its error line (it exited 0 after naming the node); the other nodes 0."""
+    prefix, logdir = quad
+    shape_node(prefix, 3, RATE // 3)
+    try:
+        nodes = [subprocess.Popen([str(ROOT / "scripts/netns-cluster"), "exec", "--prefix", prefix, str(node), "--",
+                                   str(BIN / "commbench"), "pairs", "--nodes", str(NODES), "--size", "4M", "-n", "3",
+                                   "-w", "1", "--rdzv-endpoint", f"{netns.node_addr(0)}:29570", "--node-rank",
+                                   str(node), "--out", str(logdir / f"alone{node}.jsonl")],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                 for node in range(NODES)]
+        ends = [(p.communicate(timeout=300)[1], p.returncode) for p in nodes]
+    finally:
+        shape_node(prefix, 3, RATE)
+    (stderr, code), others = ends[0], ends[1:]
+    assert code == 1 and stderr.splitlines()[-1] == f"error: verdict: bad node(s): {netns.ns_name(prefix, 3)} " \
+        "(sendrecv busbw below 0.7 of the median link: a node's median against the links it is not on)", stderr
+    assert [c for _, c in others] == [0] * (NODES - 1), others

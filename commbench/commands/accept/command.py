@@ -72,6 +72,13 @@ def _reason(rc, stderr, node):
     return f"{f'node {node}: ' if node is not None else ''}exit {rc}: {shown(text, 500)}"
 
 
+def verdict_exit(check, rc, stderr):
+    """Whether a command that judges itself (pairs) exited 1 for its verdict alone ('error: verdict: ...', its one
+    error line): the check judges that verdict's record (own_verdict); the run itself did not fail."""
+    errors = [ln for ln in stderr.splitlines() if ln.startswith("error: ")]
+    return bool(check.row.verdict) and rc == 1 and len(errors) == 1 and errors[0].startswith("error: verdict: ")
+
+
 def validate(spec, programs):
     """Check every check that has --dry-run as its command's dry run would, in this process (programs: Kind.program
     -> its click group): its options parsed and its plan built by the command itself, nothing started (no
@@ -141,7 +148,9 @@ def run_check(spec, index, directory, result):
                     reasons.append(f"{f'node {node}: ' if node is not None else ''}still running after "
                                    f"{time.monotonic() - t0:.0f} s ({why}); stopped")
                 elif p.returncode:
-                    reasons.append(_reason(p.returncode, err.read(), node))
+                    text = err.read()
+                    if not verdict_exit(check, p.returncode, text):
+                        reasons.append(_reason(p.returncode, text, node))
             result.reason = "; ".join(reasons)
         except STOPS as stop:
             for _, p, _ in running:

@@ -152,3 +152,114 @@ def test_env_lists_every_test_hook_the_code_reads():
     hooks = {m for p in root.rglob("*.py") for m in re.findall(r"COMMBENCH_TEST_[A-Z_]+", p.read_text())}
     listed = run_tool("commbench", "env").stdout
     assert len(hooks) >= 6 and {h for h in hooks if h not in listed} == set()
+
+
+HOOKS = {"COMMBENCH_TEST_HOOKS": "1"}   # the test hooks (commbench/cases/faults.py) act only with it
+
+
+@pytest.mark.slow
+def test_sigterm_ends_the_sweep_at_once_and_resume_runs_the_interrupted_run_again(tmp_path):
+    """SIGTERM (again and again, as Slurm may send it) while a config runs: the sweep stops there, the run it cut is
+    marked interrupted (it was 'failed ... crash: terminated by SIGTERM', the sweep ran on, exited 1 and --resume
+    never ran that config again), the ranking and the plot of the runs that completed are written, exit 143; then
+    --resume runs the interrupted run whole and the rest."""
+    out, plot = tmp_path / "sweep.jsonl", tmp_path / "sweep.png"
+    args = [str(BIN / "commbench"), "sweep", "--env", "NCCL_PROTO=LL", "--nproc-per-node", "2", "-b", "4K", "-e", "4M",
+            "-f", "4", "-n", "3", "-w", "1", "--repeats", "2", "--out", str(out), "--resume"]
+    env = {**os.environ, **HOOKS, "COMMBENCH_TEST_SLOW": "all_reduce:0.05", "TMPDIR": str(tmp_path)}
+    sweep = subprocess.Popen(args + ["--plot", str(plot)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=env)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            recs = read_records(out) if out.exists() else []
+            if configs_done(recs) and not recs[-1].get("event"):   # one config run done, the next one measuring
+                break
+            time.sleep(0.05)
+        while sweep.poll() is None:
+            sweep.send_signal(signal.SIGTERM)
+            time.sleep(0.05)
+        stdout, stderr = sweep.communicate()
+    finally:
+        sweep.kill()
+    assert sweep.returncode == 143 and "Traceback" not in stderr, stderr
+    recs = read_records(out)
+    (stopped,) = [r for r in recs if r.get("event") == "interrupted"]
+    assert stopped["reason"].startswith("terminated by SIGTERM (a time limit, scancel or kill) after")
+    assert [r for r in recs if r.get("event") == "failed"] == []
+    ended = {r["run_id"] for r in recs if r.get("event") in ("config_done", "interrupted")}
+    assert {r["run_id"] for r in recs if not r.get("event")} <= ended   # no run started after the interrupted one
+    done = len(configs_done(recs))
+    assert len(ended) == done + 1 and 1 <= done < 4
+    assert f"error: {stopped['sweep_config']} (round {stopped['repeat']}): terminated by SIGTERM" in stderr
+    assert f"--resume with the same options and --out runs the {4 - done} config runs not done" in stderr
+    assert "sweep ranking" in stdout and plot.stat().st_size > 0
+    proc = run_tool("commbench", *args[1:], "--format", "json", env={**HOOKS, "COMMBENCH_TEST_SLOW": "all_reduce:0.05"})
+    assert proc.returncode == 0, proc.stderr
+    assert f"resuming: {done} of 4 config runs (2 configs x 2 rounds) done, {4 - done} to run" in proc.stderr
+    after = read_records(out)
+    assert after[:len(recs)] == recs
+    assert sorted((r["sweep_config"], r["repeat"]) for r in after if r.get("event") == "config_done") == \
+        sorted((c, k) for c in ("baseline", "NCCL_PROTO=LL") for k in (0, 1))
+    printed = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert printed and stopped["run_id"] not in {r["run_id"] for r in printed}
+
+
+MATRIX = "baseline: false\nconfigs:\n  - {NCCL_PROTO: LL}\n"   # one config: one launch
+BASES = {"collective": ["--collective", "reduce", "-b", "4K", "-e", "16K", "-f", "4"],
+         "strategy": ["--strategy", "chunked", "-b", "4K", "-e", "4K"]}
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    """{base: its sweep's arguments}: one real sweep of a collective and one of a strategy, done; resumed with the same
+    measured options (a longer --timeout changes nothing measured), each has nothing left to run."""
+    tmp = tmp_path_factory.mktemp("resume")
+    (tmp / "m.yaml").write_text(MATRIX)
+    done = {}
+    for base, what in BASES.items():
+        args = ["sweep", "--matrix", tmp / "m.yaml", *what, "--nproc-per-node", 2, "-n", 2, "-w", 1, "--repeats", 1,
+                "--out", tmp / f"{base}.jsonl"]
+        proc = run_tool("commbench", *args)
+        assert proc.returncode == 0, proc.stderr
+        proc = run_tool("commbench", *args, "--timeout", 100, "--resume")
+        assert proc.returncode == 0 and "1 of 1 config runs (1 configs x 1 rounds) done, 0 to run" in proc.stderr, \
+            proc.stderr
+        done[base] = args
+    return done
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("base, given, differs", [
+    ("collective", ["--agg", "max", "--no-blocking"], "-a/--agg avg there, max here; --blocking/-z default there, "
+                                                      "no here"),
+    ("collective", ["-b", "8K"], "-b/-e/-f 4K,16K there, 8K here"),
+    ("collective", ["-e", "64K"], "-b/-e/-f 4K,16K there, 4K,16K,64K here"),
+    ("collective", ["-f", "2"], "-b/-e/-f 4K,16K there, 4K,8K,16K here"),
+    ("collective", ["-n", "3"], "-n/--iters 2 there, 3 here"),
+    ("collective", ["-w", "2"], "-w/--warmup 1 there, 2 here"),
+    ("collective", ["-m", "2"], "-m/--agg-iters 1 there, 2 here"),
+    ("collective", ["-N", "2"], "-N/--cycles 1 there, 2 here"),
+    ("collective", ["-d", "int32"], "-d/--dtype float32 there, int32 here"),
+    ("collective", ["-o", "max"], "-o/--op sum there, max here"),
+    ("collective", ["-r", "1"], "-r/--root 0 there, 1 here"),
+    ("collective", ["--nproc-per-node", "3"], "--nproc-per-node 2 there, 3 here"),
+    ("strategy", ["--chunk-size", "1M"], "--chunk-size 2M there, 1M here"),
+    ("strategy", ["--threshold", "8M"], "--threshold 16M there, 8M here"),
+    ("strategy", ["--inflight", "2"], "--inflight 1 there, 2 here"),
+    ("strategy", ["--place", "out"], "--place in,out there, out here"),
+])
+def test_resume_refuses_records_measured_with_other_options(swept, base, given, differs):
+    """A sweep resumed with an option that changes what is measured reused the records (--agg max --no-blocking
+    over a default run said '4 of 4 done'); it is refused in one line naming the option, before anything runs."""
+    proc = run_tool("commbench", *swept[base], *given, "--resume", "--dry-run")
+    assert_one_line_error(proc, f"--resume: {swept[base][-1]} holds a sweep measured with other options ({differs}): "
+                                "the same options resume it; another --out starts a new sweep")
+
+
+def test_a_sweep_on_mpi_says_mpi_reads_no_nccl_variable():
+    """--backend mpi: the warning said 'not read by gloo'; a variable of no known prefix (Open MPI's) may be read."""
+    proc = run_tool("commbench", "sweep", "--env", "NCCL_ALGO=Ring,Tree", "--env", "OMPI_MCA_btl_tcp_links=1,2",
+                    "--allow-unknown", "--backend", "mpi", "--dry-run", *SMALL)
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: NCCL_ALGO is not read by mpi, which this sweep runs on" in proc.stderr
