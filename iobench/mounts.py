@@ -1,5 +1,6 @@
 """Which mount a path is on, its fs type, backing device and storage class (from /proc/self/mountinfo)."""
 import os
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -27,6 +28,10 @@ FS_CLASSES = {
     "overlay": {"overlay"},
 }
 FS_CLASS = {fs: name for name, types in FS_CLASSES.items() for fs in types}
+# Storage other machines share: network and parallel file systems by class, and any file system (a FUSE one such as
+# sshfs) mounted from another host: host:/path, [v6 address]:/path, //server/share.
+SHARED_CLASSES = {"cephfs", "nfs", "smb", "lustre", "gpfs", "beegfs", "wekafs", "glusterfs", "juicefs", "daos"}
+NETWORK_SOURCE = re.compile(r"(//[^/\s]+/|[^/\s]+:/)")
 
 # Block-backed file systems: the class of each backing whole disk, first match wins:
 # (class, disk-name prefixes, rotational as sysfs says (None: either)). dm/md resolve to their members.
@@ -116,6 +121,11 @@ def storage_class(fs_type, disks):
         return FS_CLASS[fs_type]
     classes = {disk_class(d) for d in disks}
     return classes.pop() if len(classes) == 1 else ("mixed" if classes else "unknown")
+
+
+def shared(fs_type, source):
+    """Whether a mount (its fs type, its source) is storage other machines share."""
+    return FS_CLASS.get(fs_type) in SHARED_CLASSES or bool(NETWORK_SOURCE.match(source or ""))
 
 
 def classify(entry):

@@ -12,9 +12,11 @@ import pytest
 
 import commbench.cases.registry  # noqa: F401  (its cases document their record fields in the schema)
 from benchcore.results import records, schema
+from commbench.transports.envvars import TEST_SWITCH
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+HOOKS_ON = {TEST_SWITCH: "1"}   # the environment in which commbench's test hooks act (commbench/cases/faults.py)
 
 
 def read_records(path, **kw):

@@ -1,6 +1,8 @@
 """Test-only faults, injected around a case's runs and its check, never inside the timed loop's code: the tests
-make a rank crash, stall, straggle or a result wrong through these variables (`commbench env` lists them) and
-see the watchdog, the per-rank statistics and the check catch it.
+make a rank crash, stall, straggle or a result wrong through these variables and see the watchdog, the per-rank
+statistics and the check catch it. They act only where the tests set COMMBENCH_TEST_HOOKS=1 in the environment
+(commbench.transports.envvars.TEST_SWITCH): no spec, matrix or --env can name a hook without it, and `commbench env`
+does not list them.
 
   COMMBENCH_TEST_EXIT_RANK=RANK          that rank exits (status 17) right after start-up
   COMMBENCH_TEST_SLOW=CASE:SECONDS[,...] a sleep inside every timed run of those cases
@@ -14,6 +16,7 @@ import os
 import time
 
 from commbench.cases.case import TOTAL
+from commbench.transports.envvars import hooks_on
 
 EXIT_RANK_ENV = "COMMBENCH_TEST_EXIT_RANK"
 SLOW_ENV = "COMMBENCH_TEST_SLOW"
@@ -23,9 +26,14 @@ SKIP_ENV = "COMMBENCH_TEST_SKIP"
 CORRUPT_ENV = "COMMBENCH_TEST_CORRUPT"
 
 
+def _hook(name):
+    """The value of a test hook; "" unless the tests turned hooks on."""
+    return os.environ.get(name, "") if hooks_on() else ""
+
+
 def at_start(ctx):
     """EXIT_RANK: this rank ends here when the variable names it."""
-    if os.environ.get(EXIT_RANK_ENV) == str(ctx.rank):
+    if _hook(EXIT_RANK_ENV) == str(ctx.rank):
         os._exit(17)
 
 
@@ -36,7 +44,7 @@ def timed_run(ctx, case, run_once, samples=None):
     such a run the loop has marked the iteration's arrival in samples (the list the timed loop is given) and counted
     the operation entered, so a late rank marks its arrival again after its sleep and a stalled one takes the entry
     back: both as if they came before the loop's own steps."""
-    delays = dict(item.split(":") for item in os.environ.get(SLOW_ENV, "").split(",") if ":" in item)
+    delays = dict(item.split(":") for item in _hook(SLOW_ENV).split(",") if ":" in item)
     slow = float(delays.get(case.name, 0))
     late, stall = _rank_number(ctx, SLOW_RANK_ENV), _rank_number(ctx, STALL_ENV)
     if not (slow or late or stall):
@@ -61,8 +69,8 @@ def timed_run(ctx, case, run_once, samples=None):
 def checked(ctx, case, timed):
     """timed as its check sees it, with the faults the variables ask of case: its run does nothing (SKIP), rank 0
     corrupts one element of its result (CORRUPT); timed itself when neither."""
-    skip = case.name in os.environ.get(SKIP_ENV, "").split(",")
-    corrupt = os.environ.get(CORRUPT_ENV) == case.name and ctx.rank == 0
+    skip = case.name in _hook(SKIP_ENV).split(",")
+    corrupt = _hook(CORRUPT_ENV) == case.name and ctx.rank == 0
     if not (skip or corrupt):
         return timed
 
@@ -75,5 +83,5 @@ def checked(ctx, case, timed):
 
 def _rank_number(ctx, name):
     """The number a RANK:NUMBER variable gives this rank (0 when it names another)."""
-    rank, _, number = os.environ.get(name, "").partition(":")
+    rank, _, number = _hook(name).partition(":")
     return float(number) if rank == str(ctx.rank) else 0

@@ -16,7 +16,7 @@ def env_catalogue():
     rows = []
     for var in CATALOGUE.values():
         allowed = list(var.choices or []) + ([f"{var.int_range[0]}..{var.int_range[1]}"] if var.int_range else [])
-        text = ", ".join(allowed) or "text"
+        text = ", ".join(allowed) or ("a path (a spec: allow_paths)" if var.path else "text")
         rows.append({"name": var.name, "allowed": f"list of {text}; ^, coll:" if var.listed else text,
                      "read_by": ", ".join(read_by(var.name)), "meaning": var.meaning})
     print_table(rows, [("name", "variable", None), ("allowed", "values", None), ("read_by", "read by", None),

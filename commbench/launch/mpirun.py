@@ -55,14 +55,15 @@ def user_vars(environ=os.environ):
     return json.loads(environ.get(USER_VARS_ENV) or "{}")
 
 
-def resolve(spec):
-    """--backend mpi pairs with mpirun (also inside a Slurm allocation); say what the machine needs."""
+def resolve(spec, job):
+    """--backend mpi pairs with mpirun (also inside a Slurm allocation: job, launch.spec.slurm_job()); say what
+    the machine needs."""
     if spec.backend == "auto":
         spec.backend = "mpi"
     if spec.backend != "mpi":
         raise UserError(f"--launcher mpirun starts MPI ranks: use --backend mpi (or auto), not {spec.backend}")
     if spec.launcher == "auto":
-        spec.launcher = "slurm" if os.environ.get("SLURM_JOB_ID") else "mpirun"
+        spec.launcher = "slurm" if job else "mpirun"
     if spec.launcher not in ("mpirun", "slurm"):
         raise UserError(f"--backend mpi runs under mpirun or srun: use --launcher mpirun or slurm (or auto), "
                         f"not {spec.launcher}")

@@ -4,17 +4,33 @@ means is decided here."""
 import os
 from dataclasses import dataclass, field
 
-from benchcore.errors import UserError
-from benchcore.processes.torchrun import too_many
+from benchcore.errors import UserError, shown
+from benchcore.processes import procs
+from benchcore.units import format_size
 from commbench.launch import mpirun
 from commbench.launch.torchrun import split_endpoint
 
 LAUNCHERS = ("auto", "local", "torchrun", "slurm", "mpirun")
 BACKENDS = ("auto", "nccl", "gloo", "mpi")
+# Every emulated node and rank on this machine is a process that imports torch: measured here (torch 2.13 CPU, a
+# 2-rank local run) torchrun's agent and each worker hold 227-232 MB resident before any buffer. 200 MiB each is
+# less than any of them: what this refuses could never start (the plan's buffers are judged at launch).
+PROCESS_FLOOR_BYTES = 200 << 20
 # Gloo connects every pair of ranks when its process group starts, so start-up grows as ranks squared: 46 min at
 # 8,192 ranks (Meta's measurement in pytorch/gloo#408). A world that would still be connecting when --timeout
 # ends cannot start.
 GLOO_START = (46 * 60, 8192)   # (seconds, ranks)
+
+
+def slurm_job():
+    """The Slurm job whose allocation srun can start steps in here, or None. A node's own Slurm scripts are not
+    such a place though some see a job: a Prolog or Epilog has the job's SLURM_JOB_ID (SLURM_SCRIPT_CONTEXT names
+    the script; older Slurm: SLURM_NODELIST without SLURM_JOB_NODELIST), and srun from a Prolog with
+    PrologFlags=Alloc waits until it times out; a HealthCheckProgram has no job. There commbench runs on this node."""
+    env = os.environ
+    if env.get("SLURM_SCRIPT_CONTEXT") or not env.get("SLURM_JOB_NODELIST"):
+        return None
+    return env.get("SLURM_JOB_ID") or None
 
 
 @dataclass
@@ -43,7 +59,8 @@ class LaunchSpec:
 
 def resolve_spec(spec):
     """spec (as the options gave it) checked, its defaults filled in (nodes, ranks per node, launcher): the spec."""
-    allocation = int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or 0)
+    job = slurm_job()
+    allocation = int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or 0) if job else 0
     if spec.nodes is None:
         spec.nodes = allocation if allocation and spec.launcher in ("auto", "slurm") else 1
     elif allocation and spec.launcher in ("auto", "slurm") and spec.nodes != allocation:
@@ -63,11 +80,10 @@ def resolve_spec(spec):
         raise UserError("--timeout, --rdzv-timeout and --hang-timeout must be positive")
     spec.hang_timeout = min(spec.hang_timeout, spec.timeout * 0.8)   # reported before the process group gives up
     if spec.backend == "mpi" or spec.launcher == "mpirun":
-        mpirun.resolve(spec)
+        mpirun.resolve(spec, job)
     chosen = spec.launcher
     if spec.launcher == "auto":
-        spec.launcher = ("slurm" if os.environ.get("SLURM_JOB_ID") else
-                         "torchrun" if spec.rdzv_endpoint else "local")
+        spec.launcher = "slurm" if job else "torchrun" if spec.rdzv_endpoint else "local"
     if spec.launcher == "torchrun":
         if not spec.rdzv_endpoint or spec.node_rank is None:
             raise UserError("--launcher torchrun needs --rdzv-endpoint HOST:PORT and --node-rank R")
@@ -83,8 +99,11 @@ def resolve_spec(spec):
     if not gpus and spec.launcher == "local" and spec.world_size > cores:
         spec.notes.append(f"{spec.world_size} ranks on {cores} cores: they compete for the CPU and the numbers "
                           "show it")
-    if spec.launcher == "slurm" and not os.environ.get("SLURM_JOB_ID") and not spec.dry_run:
-        raise UserError("--launcher slurm needs a Slurm allocation (SLURM_JOB_ID is not set)")
+    if spec.launcher == "slurm" and not job and not spec.dry_run:
+        script = os.environ.get("SLURM_SCRIPT_CONTEXT")
+        raise UserError("--launcher slurm needs a Slurm allocation (" + (
+            f"this is Slurm's {shown(script, 40)} script, where srun cannot start a step" if script else
+            "SLURM_JOB_ID / SLURM_JOB_NODELIST are not set") + ")")
     check_scale(spec)
     return spec
 
@@ -96,11 +115,13 @@ def check_scale(spec):
     here = {"local": spec.nodes * (spec.nproc_per_node + 1)}   # an agent per node, a worker per rank
     if not mpirun.across_hosts(spec):
         here["mpirun"] = spec.world_size
-    crowd = here.get(spec.launcher) and too_many(here[spec.launcher])   # the plan's buffers are judged at launch
-    if crowd:
+    processes, total = here.get(spec.launcher), procs.meminfo("MemTotal")
+    if processes and processes * PROCESS_FLOOR_BYTES > total:
         raise UserError(f"--nodes {spec.nodes} x --nproc-per-node {spec.nproc_per_node} on this machine "
-                        f"(--launcher {spec.launcher}) is {crowd}: fewer, or real nodes (--launcher torchrun, slurm or "
-                        "mpirun with hosts)")
+                        f"(--launcher {spec.launcher}) is {processes} torch processes, at least "
+                        f"{format_size(processes * PROCESS_FLOOR_BYTES, approx=True)} ({PROCESS_FLOOR_BYTES >> 20} MiB "
+                        f"each); this machine has {format_size(total, approx=True)}: fewer, or real nodes "
+                        "(--launcher torchrun, slurm or mpirun with hosts)")
     if spec.backend != "mpi" and not spec.may_use_nccl():
         seconds, ranks = GLOO_START
         start = seconds * (spec.world_size / ranks) ** 2

@@ -5,6 +5,7 @@ Sources: NCCL's environment-variable documentation (docs.nvidia.com/deeplearning
 """
 import csv
 import difflib
+import os
 import re
 from dataclasses import dataclass
 from typing import Optional, Tuple
@@ -25,6 +26,7 @@ class Var:
     # neither: free text (interface or device names)
     listed: bool = False   # NCCL's list syntax: a comma list of choices, ^ to exclude, per collective (2.24+)
                            # as "coll:list" parts joined by ';', e.g. ^LL128 or "ring;allreduce:tree"
+    path: bool = False     # the value names a library NCCL loads or a file it reads or writes (free text)
 
     def check(self, value):
         """None when value is allowed, else why not."""
@@ -101,8 +103,14 @@ CATALOGUE = {v.name: v for v in [
     Var("NCCL_IB_ROCE_VERSION_NUM", "RoCE version used with the GID index.", ("1", "2")),
     Var("NCCL_IB_CUDA_SUPPORT", "Deprecated: force (1) or disable (0) GPUDirect RDMA.", BOOL),
     Var("NCCL_NET", "Network module to use, e.g. IB or Socket."),
-    Var("NCCL_NET_PLUGIN", "Network plugin library name suffix, or none."),
-    Var("NCCL_TOPO_FILE", "XML topology file loaded before detection."),
+    Var("NCCL_NET_PLUGIN", "Network plugin library (libnccl-net-NAME.so, or a path), or none.", path=True),
+    Var("NCCL_TUNER_PLUGIN", "Tuner plugin library (libnccl-tuner-NAME.so, or a path).", path=True),
+    Var("NCCL_PROFILER_PLUGIN", "Profiler plugin library (libnccl-profiler-NAME.so, or a path).", path=True),
+    Var("NCCL_TOPO_FILE", "XML topology file loaded before detection.", path=True),
+    Var("NCCL_GRAPH_FILE", "XML file of the rings and trees to use instead of searching.", path=True),
+    Var("NCCL_TOPO_DUMP_FILE", "File NCCL writes the detected topology to.", path=True),
+    Var("NCCL_GRAPH_DUMP_FILE", "File NCCL writes the rings and trees it chose to.", path=True),
+    Var("NCCL_DEBUG_FILE", "File NCCL writes its log to (%h host, %p pid).", path=True),
     Var("NCCL_COLLNET_ENABLE", "1 enables CollNet (in-network reductions, e.g. SHARP).", BOOL),
     Var("NCCL_PXN_DISABLE", "1 disables PCI x NVLink (sending through a peer GPU's NIC).", BOOL),
     Var("NCCL_P2P_PXN_LEVEL", "When to use PXN: 0 never, 1 when needed, 2 always.", ("0", "1", "2")),
@@ -139,14 +147,15 @@ CATALOGUE = {v.name: v for v in [
     Var("CUDA_DEVICE_MAX_CONNECTIONS", "Hardware work queues per GPU; Megatron sets 1 so that communication kernels "
         "are launched before the GEMMs they overlap.", int_range=(1, 32)),
     Var("GLOO_SOCKET_IFNAME", "Interface Gloo binds, e.g. eth0 (commbench picks the one that routes to the peer)."),
-    Var("COMMBENCH_TEST_EXIT_RANK", "Test only: this rank exits with status 17 right after start-up.",
-        int_range=(0, 1 << 20)),
-    Var("COMMBENCH_TEST_CORRUPT", "Test only: corrupt one element of this case's result on rank 0."),
-    Var("COMMBENCH_TEST_SKIP", "Test only: the check run of these cases (comma list) does nothing (the check must catch it)."),
-    Var("COMMBENCH_TEST_SLOW", "Test only: CASE:SECONDS[,...], a sleep inside every run of those cases."),
-    Var("COMMBENCH_TEST_SLOW_RANK", "Test only: RANK:SECONDS, that rank sleeps before each timed iteration."),
-    Var("COMMBENCH_TEST_STALL", "Test only: RANK:OP, that rank stops (alive) before timed operation OP."),
 ]}
+# The test hooks (commbench/cases/faults.py: COMMBENCH_TEST_*) act only in a process whose environment has the test
+# suite's switch; without it no --env, matrix or spec may name one, whatever it allows.
+TEST_HOOK = "COMMBENCH_TEST_"
+TEST_SWITCH = "COMMBENCH_TEST_HOOKS"
+
+
+def hooks_on():
+    return os.environ.get(TEST_SWITCH) == "1"
 
 
 def validate(name, values, allow_unknown=False, allow_with="--allow-unknown"):
@@ -157,6 +166,10 @@ def validate(name, values, allow_unknown=False, allow_with="--allow-unknown"):
         raise UserError(f"{shown(repr(name), 60)} is not a variable name (letters, digits, _)")
     if any("\0" in v for v in values):
         raise UserError(f"{name}: a value holds a NUL byte, which no environment carries")
+    if name.startswith(TEST_HOOK):
+        if hooks_on():
+            return
+        raise UserError(f"{name} is a test hook of commbench's own tests: refused (only the test suite turns them on)")
     var = CATALOGUE.get(name)
     if var is None:
         if allow_unknown:

@@ -11,7 +11,7 @@ from benchcore.results import schema
 from commbench.cases.collectives import COLLECTIVES
 from commbench.cases.registry import COLLECTIVE_NAMES
 from commbench.transports.torch_dist import drops
-from tests.conftest import BIN, assert_one_line_error, read_records, run_tool
+from tests.conftest import BIN, HOOKS_ON, assert_one_line_error, read_records, run_tool
 
 CLI_MEMORY = 1 << 30   # the command line never imports torch: 1 GiB of address space is plenty
 
@@ -42,7 +42,7 @@ def test_a_skipped_collective_is_caught_in_every_placement(tmp_path):
     out = tmp_path / "r.jsonl"
     every = ",".join(COLLECTIVE_NAMES)
     proc = run_tool("commbench", "run", "--collective", every, "--nproc-per-node", 2, "-b", "1K", "-e", "1K",
-                    "-n", 1, "-w", 0, "--out", out, env={"COMMBENCH_TEST_SKIP": every})
+                    "-n", 1, "-w", 0, "--out", out, env={**HOOKS_ON, "COMMBENCH_TEST_SKIP": every})
     assert proc.returncode == 1 and "wrong elements" in proc.stderr
     recs = read_records(out)
     assert {(r["collective"], r["in_place"]) for r in recs} == {

@@ -2,7 +2,7 @@
 import pytest
 
 from commbench import rankstats
-from tests.conftest import read_records, run_tool
+from tests.conftest import HOOKS_ON, read_records, run_tool
 
 
 def marks(arrivals, departures, skew=0.0):
@@ -56,7 +56,7 @@ def test_a_rank_slowed_by_a_hook_is_named_and_nothing_is_named_without_it(tmp_pa
     """COMMBENCH_TEST_SLOW_RANK makes rank 2 of 3 sleep 8 ms before each timed iteration."""
     slow, plain = tmp_path / "slow.jsonl", tmp_path / "plain.jsonl"
     args = ["run", "--nproc-per-node", 3, "-b", "96K", "-e", "96K", "-n", 20, "-w", 2, "--stats"]
-    proc = run_tool("commbench", *args, "--out", slow, env={"COMMBENCH_TEST_SLOW_RANK": "2:0.008"})
+    proc = run_tool("commbench", *args, "--out", slow, env={**HOOKS_ON, "COMMBENCH_TEST_SLOW_RANK": "2:0.008"})
     assert proc.returncode == 0, proc.stderr
     (rec,) = read_records(slow)
     assert rec["slowest_rank"] == 2 and rec["outlier_ranks"] == [2] and rec["slowest_host"]

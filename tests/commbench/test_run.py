@@ -1,6 +1,7 @@
 """commbench run / ring end to end: real torchrun, real Gloo process groups."""
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from commbench.launch.spec import LaunchSpec
 from commbench.launch.torchrun import route_to
 from commbench.plan import Plan
 from commbench.transports.torch_dist import drops
-from tests.conftest import assert_one_line_error, read_records, run_tool
+from tests.conftest import HOOKS_ON, assert_one_line_error, read_records, run_tool
 
 RECORD_FIELDS = ["tool", "run_id", "collective", "strategy", "size_bytes", "count", "dtype", "op", "in_place",
                  "blocking", "chunk_bytes", "time_us", "time_us_min", "time_us_max", "algbw_gbps", "busbw_gbps",
@@ -53,7 +54,7 @@ def test_three_ranks_catch_a_corrupted_result_and_stay_correct_elsewhere(tmp_pat
     out = tmp_path / "r.jsonl"
     proc = run_tool("commbench", "run", "--collective", ALL, "--nproc-per-node", 3, "-b", 96, "-e", 6144, "-f", 64,
                     "-n", 3, "-w", 1, "--dtype", "int32", "--op", "min", "--no-blocking", "--out", out,
-                    env={"COMMBENCH_TEST_CORRUPT": "reduce_scatter"})
+                    env={**HOOKS_ON, "COMMBENCH_TEST_CORRUPT": "reduce_scatter"})
     assert proc.returncode == 1
     assert "wrong elements" in proc.stderr and "Traceback" not in proc.stderr
     recs = read_records(out)
@@ -62,6 +63,18 @@ def test_three_ranks_catch_a_corrupted_result_and_stay_correct_elsewhere(tmp_pat
         assert rec["world_size"] == 3 and rec["blocking"] is False and rec["dtype"] == "int32"
         assert rec["wrong"] == (1 if rec["collective"] == "reduce_scatter" else 0), rec
     assert "FAILED" in proc.stdout
+
+
+@pytest.mark.slow
+def test_a_test_hook_acts_only_where_the_tests_turn_hooks_on(tmp_path):
+    """COMMBENCH_TEST_EXIT_RANK in the environment ends rank 1 only beside the tests' switch (it ended it always:
+    a spec's env could stall or crash a rank)."""
+    args = ["run", "--collective", "all_reduce", "--nproc-per-node", 2, "-b", "1K", "-e", "1K", "-n", 1, "-w", 0]
+    hook = {"COMMBENCH_TEST_EXIT_RANK": "1"}
+    plain = run_tool("commbench", *args, "--out", tmp_path / "plain.jsonl", env=hook)
+    assert plain.returncode == 0 and read_records(tmp_path / "plain.jsonl")[0]["wrong"] == 0, plain.stderr
+    hooked = run_tool("commbench", *args, "--out", tmp_path / "hooked.jsonl", env={**HOOKS_ON, **hook})
+    assert hooked.returncode == 1 and re.search(r"exitcode +: 17", hooked.stderr), hooked.stderr
 
 
 @pytest.mark.slow
@@ -177,6 +190,18 @@ def test_slurm_dry_run_prints_srun_and_the_torchrun_line_of_each_node():
         assert f"is_host={host}" in line
     assert_one_line_error(run_tool("commbench", "ring", "--nodes", 3, "--dry-run", env=SLURM),
                           "this Slurm allocation has 2 nodes")
+
+
+@pytest.mark.parametrize("context", [{"SLURM_SCRIPT_CONTEXT": "prolog_slurmd"}, {}])   # {}: a Slurm before 21.08
+def test_in_a_slurm_prolog_commbench_runs_on_this_node_and_never_starts_srun(context):
+    """A Prolog's environment as Slurm 22.05 gives it (the job's id, nodes and node count; SLURM_NODELIST, not
+    SLURM_JOB_NODELIST) is no allocation to srun into: the srun it started timed out and the prolog drained the node."""
+    prolog = {"SLURM_JOB_ID": "4242", "SLURM_NODELIST": "gpu[07-08]", "SLURM_JOB_NUM_NODES": "2",
+              "SLURMD_NODENAME": "gpu07", **context}
+    proc = run_tool("commbench", "ring", "--dry-run", "-e", "1K", env=prolog)
+    assert proc.returncode == 0 and "srun" not in proc.stdout and "--nnodes 1" in proc.stdout, proc.stdout
+    assert_one_line_error(run_tool("commbench", "ring", "--launcher", "slurm", "-e", "1K", env=prolog),
+                          "--launcher slurm needs a Slurm allocation")
 
 
 @pytest.mark.slow

@@ -1,8 +1,12 @@
 """A real 4-node Slurm cluster (scripts/slurm-cluster) for the module: its own namespace prefix, subnet and
 directory, private to this test process, always taken down (daemons, namespaces, blackhole route, files), also
-when a test fails; the clusters of killed test runs are removed first."""
+when a test fails; the clusters of killed test runs are removed first. Its Prolog (PrologFlags=Alloc) runs
+scripts/slurm/healthcheck, as the script's header documents, while a test arms it (Cluster.arm_prolog); otherwise
+it does nothing."""
+import contextlib
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import time
@@ -13,11 +17,19 @@ import pytest
 from benchcore.emulate import netns
 from benchcore.processes import procs
 from tests.conftest import BIN, ROOT
+from tests.storage_fixtures import cephfs_mount  # noqa: F401  (a shared file system for the health check)
 
 SLURM_CLUSTER = ROOT / "scripts" / "slurm-cluster"
 STEM = "slt"                 # namespaces slt<pid>-node*, directory /tmp/slt<pid>
 SUBNET = "10.226.0.0/24"     # apart from netns tests (10.213) and other Slurm runs (10.214)
 NODES = 4                    # most jobs take 2 (the templates' default); the pairs + drain job takes all 4
+PROLOG = """#!/bin/sh
+# the module's Prolog: nothing, or scripts/slurm/healthcheck while a test has written {armed}
+[ -f {armed} ] || exit 0
+set -a
+. {armed}
+exec {healthcheck} > "{work}/prolog-$SLURMD_NODENAME-$SLURM_JOB_ID.log" 2>&1
+"""
 
 
 def can_slurm():
@@ -50,6 +62,16 @@ class Cluster:
         self.dir, self.prefix, self.work = d, prefix, work
         self.nodes = [netns.ns_name(prefix, i) for i in range(NODES)]
         self.conf = f"{d}/slurm.conf"
+        self.armed = work / "prolog.env"
+
+    @contextlib.contextmanager
+    def arm_prolog(self, **env):
+        """Within: every job's Prolog is scripts/slurm/healthcheck with env (SPEC, COMMBENCH, ...)."""
+        self.armed.write_text("".join(f"{k}={shlex.quote(str(v))}\n" for k, v in env.items()))
+        try:
+            yield
+        finally:
+            self.armed.unlink()
 
     def argv(self, *cmd, node=0):
         return [str(SLURM_CLUSTER), "exec", "--dir", self.dir, str(node), "--", *map(str, cmd)]
@@ -119,10 +141,16 @@ def cluster(tmp_path_factory):
     d = f"/tmp/{STEM}{os.getpid()}"
     prefix = f"{STEM}{os.getpid()}"
     try:
+        work = tmp_path_factory.mktemp("slurm-work")
+        prolog = work / "prolog"
+        prolog.write_text(PROLOG.format(armed=work / "prolog.env", healthcheck=ROOT / "scripts/slurm/healthcheck",
+                                        work=work))
+        prolog.chmod(0o755)
         # 4 CPUs a node: the time-limit job runs beside the other tests' jobs (each takes one CPU a node)
-        up = slurm_cluster("up", "--nodes", NODES, "--cpus", 4, "--dir", d, "--prefix", prefix, "--subnet", SUBNET)
+        up = slurm_cluster("up", "--nodes", NODES, "--cpus", 4, "--dir", d, "--prefix", prefix, "--subnet", SUBNET,
+                           "--prolog", prolog)
         assert up.returncode == 0, up.stderr
-        yield Cluster(d, prefix, tmp_path_factory.mktemp("slurm-work"))
+        yield Cluster(d, prefix, work)
     finally:
         down = slurm_cluster("down", "--dir", d)
         shutil.rmtree(d, ignore_errors=True)

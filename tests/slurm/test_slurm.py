@@ -1,8 +1,9 @@
 """commbench under a real Slurm (scripts/slurm-cluster, 4 namespace nodes; most jobs take 2): the cluster script,
 the launcher in salloc and sbatch (Gloo through torchrun, MPI through mpirun), the sbatch templates as shipped, two
 jobs sharing the nodes, node lists, a job ended by scancel, by its time limit or by a node Slurm lost (a dead slurmd,
-a cut link), and accept draining the nodes its checks name (a hung rank, a storage check, pairs' slow node on 4
-nodes)."""
+a cut link), accept draining the nodes its checks name (a hung rank, a storage check, pairs' slow node on 4
+nodes), and scripts/slurm/healthcheck as a HealthCheckProgram and as the documented Prolog: a node drained for its
+own fault alone (never for shared storage or a check that could not run), and resumed once its check passes."""
 import json
 import os
 import re
@@ -17,12 +18,13 @@ import pytest
 
 from benchcore.emulate import netns
 from commbench.launch.slurm import expand_nodelist
-from tests.conftest import BIN, ROOT
+from tests.conftest import BIN, HOOKS_ON, ROOT
 from tests.slurm.conftest import SUBNET, needs_slurm, slurm_cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.root, needs_slurm]
 
 COMMBENCH = str(BIN / "commbench")
+HEALTHCHECK = str(ROOT / "scripts" / "slurm" / "healthcheck")
 TEMPLATE = str(ROOT / "scripts" / "slurm" / "commbench.sbatch")
 EDITS = ["--gpus-per-node=0", "--partition=debug"]  # the template's EDIT lines, set through sbatch options
 SHORT = ["-b", "1M", "-e", "4M", "-f", "4", "-n", "3", "-w", "1", "--timeout", "30", "--rdzv-timeout", "30"]
@@ -169,7 +171,8 @@ def test_iobench_and_accept_templates_exit_codes_and_drain(cluster, tmp_path, ca
     (cluster.work / "bad.yaml").write_text("checks: [{kind: nonsense}]\n")
     acc = {name: cluster.sbatch("--exclusive=user", *EDITS, str(ROOT / "scripts/slurm/accept.sbatch"),
                                 cluster.work / f"{name}.yaml",
-                                env={"COMMBENCH": COMMBENCH, "ON_FAIL": "drain" if name == "fail" else "report"})
+                                env={"COMMBENCH": COMMBENCH, "ON_FAIL": "drain" if name == "fail" else "report",
+                                     **HOOKS_ON})
            for name in ("pass", "fail", "bad")}
     try:
         ends = {"iobench": iob_end, **{name: cluster.wait_job(j, timeout=180)[1] for name, j in acc.items()}}
@@ -256,35 +259,152 @@ def test_pairs_on_four_nodes_drains_the_slow_node_and_at_full_rate_nobody(cluste
               f"[sinfo -R]\n{reasons['slow']}[every link alike: exit {even}]\n{even_log.strip()}")
 
 
-def test_healthcheck_drains_its_own_node_when_its_check_fails(cluster, tmp_path, capsys):
-    """scripts/slurm/healthcheck run on node 1 as slurmd runs a HealthCheckProgram (SLURMD_NODENAME set): with the
-    shipped spec it passes and drains nobody; with a bound no node meets it drains node 1 alone, the check's
-    measurement as the reason. The two run at once."""
-    failing = tmp_path / "health-fail.yaml"
+SHARED_IO = """\
+checks:
+  - name: shared-io
+    kind: iobench
+    mounts: [{mount}]
+    profiles: [shard-write]
+    quick: true
+    size: 16M
+    ranks: 1
+    wait: 120
+    thresholds:
+      - shard-write MB/s >= 10000000
+"""
+STOPPED = """\
+checks:
+  - name: node-all_reduce
+    kind: commbench
+    collective: all_reduce
+    min_bytes: 1M
+    max_bytes: 1M
+    timeout: 12
+    env: {COMMBENCH_TEST_SLOW: "all_reduce:120"}
+    thresholds:
+      - wrong == 0
+"""
+
+
+def stop(runs):
+    """End what spawn started (a process group each), if it is still there."""
+    for proc in runs:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_healthcheck_drains_its_own_node_for_its_own_fault_alone(cluster, tmp_path, cephfs_mount, capsys):
+    """scripts/slurm/healthcheck run as slurmd runs a HealthCheckProgram (SLURMD_NODENAME set). At once: the shipped
+    spec on node 1 passes and drains nobody; a bound no node meets drains node 1 alone, the check's measurement as
+    the reason; a storage check on CephFS (shared storage) below its bound on node 2 drains nobody (it drained the
+    node). Then a check stopped at its timeout (it could not run) drains nobody on node 3 (exit 2; it drained the
+    node), and with ON_ERROR=drain drains node 0, saying it could not run."""
+    failing, shared, stopped = tmp_path / "health-fail.yaml", tmp_path / "shared.yaml", tmp_path / "stopped.yaml"
     shipped = (ROOT / "acceptance/healthcheck.yaml").read_text()
     # an absolute bound: this CPU node's loopback has no ceiling, so a 'x link peak' bound is n/a here (skipped);
     # judged at 16M, the spec's second size (256M is half of the shipped run's time)
     failing.write_text(shipped.replace("0.5 x link peak at 256M", "1000 GB/s at 16M").replace("max_bytes: 256M",
                                                                                              "max_bytes: 16M"))
-    env = {"COMMBENCH": COMMBENCH, "SLURMD_NODENAME": cluster.nodes[1], "PYTHON": str(BIN / "python")}
-    ok = cluster.spawn(str(ROOT / "scripts/slurm/healthcheck"), node=1, env=env, log="health-ok")
+    shared.write_text(SHARED_IO.format(mount=cephfs_mount.path))
+    stopped.write_text(STOPPED)
+    env = {"COMMBENCH": COMMBENCH, "PYTHON": str(BIN / "python")}
+
+    def health(node, log, **extra):
+        return cluster.spawn(HEALTHCHECK, node=node, env={**env, "SLURMD_NODENAME": cluster.nodes[node], **extra},
+                             log=log)
+    runs = []
     try:
-        bad = cluster.run(str(ROOT / "scripts/slurm/healthcheck"), node=1, env={**env, "SPEC": str(failing)},
-                          timeout=120)
-        passed = ok.wait(timeout=120)
+        runs += [health(1, "health-ok"), health(1, "health-bad", SPEC=failing), health(2, "health-shared", SPEC=shared)]
+        codes = [p.wait(timeout=150) for p in runs]
         reasons = cluster.run("sinfo", "-R", "-h", "-o", "%N|%E").stdout
+        runs += [health(i, f"health-stopped-{i}", SPEC=stopped, **HOOKS_ON, **extra)
+                 for i, extra in ((3, {}), (0, {"ON_ERROR": "drain"}))]
+        codes += [p.wait(timeout=120) for p in runs[3:]]
+        after = cluster.run("sinfo", "-R", "-h", "-o", "%N|%E").stdout
     finally:
-        ok.kill()
+        stop(runs)
         cluster.resume()
-    ok_out = (cluster.work / "health-ok.out").read_text()
-    assert passed == 0 and f"healthcheck: {cluster.nodes[1]} failed" not in ok_out, ok_out   # drains nobody
-    assert bad.returncode == 1, bad.stdout + bad.stderr
-    assert reasons.startswith(f"{cluster.nodes[1]}|commbench healthcheck: node-all_reduce: measured busbw_gbps "), \
+    out = {log: (cluster.work / f"health-{log}.out").read_text()
+           for log in ("ok", "bad", "shared", "stopped-3", "stopped-0")}
+    assert codes == [0, 1, 0, 2, 1], (codes, out)
+    assert "accept: drained" not in out["ok"], out["ok"]   # drains nobody
+    assert reasons.startswith(f"{cluster.nodes[1]}|commbench accept: node-all_reduce: measured busbw_gbps "), \
         reasons
     assert len(reasons.splitlines()) == 1, reasons
+    assert "accept: shared-io: shared storage below its bound: not a node fault, nobody drained" in out["shared"]
+    assert "accept: node-all_reduce: could not run: still running after " in out["stopped-3"]
+    assert "nobody drained (--on-error drain drains the node it ran on)" in out["stopped-3"]
+    drained = dict(line.split("|", 1) for line in after.splitlines())
+    assert sorted(drained) == [cluster.nodes[0], cluster.nodes[1]], after
+    assert drained[cluster.nodes[0]].startswith("commbench accept: node-all_reduce: could not run: still running "
+                                                "after "), after
     with capsys.disabled():
-        print(f"\n[healthcheck on {cluster.nodes[1]}, a bound no node meets]\n{bad.stdout.strip()}\n"
-              f"[sinfo -R]\n{reasons}")
+        print(f"\n[healthcheck on {cluster.nodes[1]}, a bound no node meets]\n{out['bad'].strip()}\n"
+              f"[on {cluster.nodes[2]}, CephFS below its bound]\n{out['shared'].strip()}\n"
+              f"[on {cluster.nodes[3]}, a check stopped at its timeout]\n{out['stopped-3'].strip()}\n"
+              f"[on {cluster.nodes[0]}, the same with ON_ERROR=drain]\n{out['stopped-0'].strip()}\n"
+              f"[sinfo -R]\n{after}")
+
+
+def test_healthcheck_as_the_documented_prolog_drains_a_stalled_node_alone_and_resume_puts_it_back(cluster, tmp_path,
+                                                                                                    capsys):
+    """The module's Prolog (PrologFlags=Alloc) armed as scripts/slurm/healthcheck documents: a job on nodes 2-3
+    completes, each node having passed its check on itself, and no node drains (the check's srun timed out inside
+    the prolog and drained every node that got a job). Armed with a check whose rank 1 stops (the test hook), a job
+    on node 2 drains node 2, the hang as the reason, and Slurm requeues the job. Then the check passing on node 2 with
+    ON_PASS=resume puts node 2 back; on node 3, drained by someone else, it leaves the node drained."""
+    shipped = (ROOT / "acceptance/healthcheck.yaml").read_text()
+    passing, stalled = tmp_path / "pass.yaml", tmp_path / "stall.yaml"
+    passing.write_text(shipped.replace("max_bytes: 256M", "max_bytes: 16M").replace("at 256M", "at 16M"))
+    stalled.write_text(passing.read_text().replace("    hang_timeout: 30\n",
+                                                   '    hang_timeout: 5\n    env: {COMMBENCH_TEST_STALL: "1:3"}\n'))
+    n2, n3 = cluster.nodes[2:]
+    env = {"COMMBENCH": COMMBENCH, "PYTHON": str(BIN / "python")}
+    held, runs = None, []
+    try:
+        with cluster.arm_prolog(**env, SPEC=passing):
+            job = cluster.sbatch("-N2", f"--nodelist={n2},{n3}", *EDITS, "--wrap", "hostname")
+            ended = cluster.wait_job(job, timeout=150)
+            clean = cluster.run("sinfo", "-R", "-h", "-o", "%N|%E").stdout
+        with cluster.arm_prolog(**env, **HOOKS_ON, SPEC=stalled):
+            held = cluster.sbatch("-N1", f"--nodelist={n2}", *EDITS, "--wrap", "hostname")
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not (cluster.states()[n2] == "drain" and
+                                                       cluster.job(held).get("JobState") == "PENDING"):
+                time.sleep(0.5)
+            requeued = cluster.job(held).get("Reason")
+            reasons = cluster.run("sinfo", "-R", "-h", "-o", "%N|%E").stdout
+        cluster.run("scancel", held)
+        assert cluster.run("scontrol", "update", f"NodeName={n3}", "State=DRAIN",
+                           "Reason=maintenance: PSU swap").returncode == 0
+        runs = [cluster.spawn(HEALTHCHECK, node=i, env={**env, "SLURMD_NODENAME": n, "SPEC": passing,
+                                                        "ON_PASS": "resume"}, log=f"resume-{i}")
+                for i, n in ((2, n2), (3, n3))]
+        codes = [p.wait(timeout=120) for p in runs]
+        after, states = cluster.run("sinfo", "-R", "-h", "-o", "%N|%E").stdout, cluster.states()
+    finally:
+        if held:
+            cluster.run("scancel", held)
+        stop(runs)
+        cluster.resume()
+    logs = {p.name: p.read_text() for p in cluster.work.glob("prolog-*.log")}
+    assert ended == ("COMPLETED", 0) and clean == "", (ended, clean, logs)
+    assert requeued == "launch_failed_requeued_held", (requeued, logs)
+    assert reasons == f"{n2}|commbench accept: node-all_reduce: rank 1 never entered the operation the others " \
+        "waited in (hang)\n", (reasons, logs)
+    resumed = [(cluster.work / f"resume-{i}.out").read_text() for i in (2, 3)]
+    assert codes == [0, 0], resumed
+    assert f"accept: resumed {n2} (node-all_reduce passed; it was drained: commbench accept: node-all_reduce: " \
+        "rank 1 never entered" in resumed[0]
+    assert f"accept: did not resume {n3}: left drained: not drained by commbench for this check (maintenance: " \
+        "PSU swap)" in resumed[1]
+    assert after == f"{n3}|maintenance: PSU swap\n" and states[n2] in ("idle", "mix"), (after, states)
+    with capsys.disabled():
+        print(f"\n[Prolog on {n2}, rank 1 stalled: the job {requeued}]\n{logs[f'prolog-{n2}-{held}.log'].strip()}\n"
+              f"[sinfo -R]\n{reasons}[ON_PASS=resume on {n2}]\n{resumed[0].strip()}\n"
+              f"[ON_PASS=resume on {n3}]\n{resumed[1].strip()}")
 
 
 @pytest.fixture(scope="module", autouse=True)

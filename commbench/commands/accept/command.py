@@ -22,6 +22,7 @@ from pathlib import Path
 import click
 
 from benchcore.errors import UserError, given
+from benchcore.files import write_new
 from benchcore.inputs import name, shown
 from benchcore.processes import procs
 from benchcore.report.page import out_dir
@@ -29,10 +30,11 @@ from benchcore.report.render import console
 from benchcore.results import thresholds
 from benchcore.results.read import load_many
 from benchcore.results.records import RecordWriter, new_run_id, read_records
+from commbench.commands.accept import drain
+from commbench.commands.accept.gates import is_path
 from commbench.commands.accept.init import init_text
 from commbench.commands.accept.outputs import EXIT_FAIL, EXIT_PASS, Written, summary, verdict_event, write_outputs
 from commbench.commands.accept.spec import Check, load_spec
-from commbench.launch import slurm
 from commbench.transports.envvars import CATALOGUE
 from iobench.cli import cli as iobench_cli
 
@@ -191,70 +193,11 @@ def own_verdict(result):
     return thresholds.Outcome(threshold, said is True, judged=1, message=why)
 
 
-def named_nodes(result):
-    """{node: why} of the nodes a check's records name as the cause of its failure: pairs' bad nodes, the hosts
-    of the ranks that hung a run (never entered the operation the others wait in, or stopped beating), and the
-    host of an iobench record that missed a threshold (the node whose storage was measured). Never anyone
-    else: a collective's busbw spans every node and names none."""
-    named = {}
-    for outcome in result.outcomes:
-        for rec in outcome.missed if not outcome.passed else []:
-            if rec.get("tool") == "iobench":
-                for host in rec.get("hosts") or []:
-                    named.setdefault(host, f"iobench: {outcome.message}")
-    for rec in result.records:
-        if rec.get("event") == "verdict":
-            for node in rec.get("bad_nodes") or []:
-                named.setdefault(node, f"pairs: {rec.get('reason')}")
-        elif rec.get("event") == "hang":
-            for r in rec.get("ranks") or []:
-                if isinstance(r, dict) and r.get("state") in HANG_CULPRITS:
-                    named.setdefault(r.get("host"), f"rank {r.get('rank')} {HANG_CULPRITS[r['state']]} (hang)")
-    return {node: why for node, why in named.items() if isinstance(node, str) and node}
-
-
-HANG_CULPRITS = {"outside": "never entered the operation the others waited in", "silent": "stopped beating"}
-
-
-def drain_allowed():
-    """--on-fail drain runs only inside a Slurm allocation with scontrol: its nodes; UserError elsewhere."""
-    if not os.environ.get("SLURM_JOB_ID") or not os.environ.get("SLURM_JOB_NODELIST"):
-        raise UserError("--on-fail drain works inside a Slurm allocation (no SLURM_JOB_ID / SLURM_JOB_NODELIST "
-                        "here): run accept in sbatch or salloc")
-    if shutil.which("scontrol") is None:
-        raise UserError("--on-fail drain needs scontrol (not found)")
-    return slurm.hostnames(os.environ["SLURM_JOB_NODELIST"])
-
-
-def drain(results, allocation):
-    """scontrol update State=DRAIN for each node of the allocation a failed check names, with the check and what
-    it measured as the reason; [{node, check, reason, drained, error}]."""
-    out = []
-    for result in results:
-        if result.passed:
-            continue
-        for node, why in named_nodes(result).items():
-            reason = shown(f"commbench accept: {result.check.name}: {why}", 200).replace('"', "'")
-            entry = {"node": node, "check": result.check.name, "reason": reason, "drained": False, "error": None}
-            if node not in allocation:
-                entry["error"] = "not a node of this allocation: left alone"
-            else:
-                try:
-                    done = subprocess.run(["scontrol", "update", f"NodeName={node}", "State=DRAIN",
-                                           f"Reason={reason}"], capture_output=True, text=True, timeout=60)
-                    entry["drained"] = done.returncode == 0
-                    entry["error"] = None if done.returncode == 0 else procs.one_line(done.stderr or done.stdout)
-                except (OSError, subprocess.TimeoutExpired) as exc:    # scontrol gone, or slurmctld not answering
-                    entry["error"] = f"scontrol: {getattr(exc, 'strerror', None) or exc}"
-            out.append(entry)
-    return out
-
-
 def writable(directory):
     """directory, checked to take a new file (a read-only mount refuses here, before any check runs)."""
     probe = directory / ".accept-write-test"
     try:
-        probe.write_bytes(b"x")
+        write_new(probe, lambda f: f.write(b"x"), "--out", binary=True)
         probe.unlink()
     except OSError as exc:
         raise UserError(f"--out {name(directory)}: cannot write there ({exc.strerror}); nothing was run") from None
@@ -262,15 +205,24 @@ def writable(directory):
 
 
 def unknown_env(spec):
-    """What the run says of env variables outside the catalogue that a spec allowed (allow_unknown_env)."""
-    return [f"{c.name}: env {', '.join(k for k in c.env if k not in CATALOGUE)} set with allow_unknown_env: true "
-            "(not in `commbench env`'s catalogue)" for c in spec.checks
-            if c.allow_unknown_env and any(k not in CATALOGUE for k in c.env)]
+    """What the run says of env variables a spec allowed: outside the catalogue (allow_unknown_env), and those
+    naming a library or file NCCL loads or writes (allow_paths, or allow_unknown_env), with their values."""
+    notes = []
+    for c in spec.checks:
+        unknown = [k for k in c.env if k not in CATALOGUE]
+        paths = [f"{k}={shown(c.env[k], 200)}" for k in c.env if is_path(k)]
+        if unknown and c.allow_unknown_env:
+            notes.append(f"{c.name}: env {', '.join(unknown)} set with allow_unknown_env: true (not in `commbench "
+                         "env`'s catalogue)")
+        if paths:
+            notes.append(f"{c.name}: env {', '.join(paths)}: a library or file NCCL loads or writes, set with "
+                         f"{'allow_paths' if c.allow_paths else 'allow_unknown_env'}: true")
+    return notes
 
 
-def run(spec, out, baseline_path, programs, allocation=None):
-    """Run every check; write the outputs; returns the exit code. allocation: the Slurm nodes --on-fail drain may
-    drain (None: drain nobody)."""
+def run(spec, out, baseline_path, programs, nodes=None):
+    """Run every check; write the outputs; returns the exit code. nodes: (drain.Scope, on_fail, on_error, on_pass)
+    when Slurm nodes may be drained or resumed (None: nobody)."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     baseline = None
@@ -313,15 +265,14 @@ def run(spec, out, baseline_path, programs, allocation=None):
     results += [Result(c, [], ran=False, reason="not run: interrupted before it") for c in spec.checks[len(results):]]
     if code == EXIT_PASS and not all(r.passed for r in results):
         code = EXIT_FAIL
-    drained = drain(results, allocation) if allocation is not None and code == EXIT_FAIL else []
-    for entry in drained:
-        con.print(f"accept: {'drained' if entry['drained'] else 'did not drain'} {entry['node']}: "
-                  f"{entry['error'] or entry['reason']}", markup=False)
+    drained, resumed = drain.act(spec, results, *nodes) if nodes and code in (EXIT_PASS, EXIT_FAIL) else ([], [])
+    for line in drain.lines(drained, resumed):
+        con.print(f"accept: {line}", markup=False)
     with procs.signals_blocked():
         if writer:
             written("results.jsonl", writer.close)
         write_outputs(written, spec, results, records, baseline_path, baseline or [], run_id,
-                      time.monotonic() - t0, code, unknown_env(spec), drained)
+                      time.monotonic() - t0, code, unknown_env(spec), drained, resumed)
     passed = sum(r.passed for r in results)
     click.echo(f"accept: {({EXIT_PASS: 'PASS', EXIT_FAIL: 'FAIL'}).get(code, 'INTERRUPTED')}: "
                f"{passed} of {len(results)} checks passed; {name(directory)}/verdict.json, junit.xml, report.html")
@@ -343,8 +294,17 @@ def run(spec, out, baseline_path, programs, allocation=None):
 @click.option("--on-fail", type=click.Choice(["report", "drain"]), default="report", show_default=True,
               help="drain: inside a Slurm allocation, `scontrol update State=DRAIN` each node a failed check names "
                    "(pairs' bad nodes, a hung run's culprit ranks, a failed storage check's node), the check and "
-                   "measurement as the reason.")
-def accept(spec_path, out, baseline, dry_run, init, topology, nodes, on_fail):
+                   "measurement as the reason; in a node's own Slurm script (Prolog, Epilog, HealthCheckProgram), "
+                   "this node when a check fails. Shared storage (network or parallel file systems) below its bound "
+                   "drains nobody.")
+@click.option("--on-error", type=click.Choice(["report", "drain"]), default="report", show_default=True,
+              help="drain: also drain the node a check ran on when it could not run (a tool error, its timeout, "
+                   "nothing measured); report: such a check drains nobody.")
+@click.option("--on-pass", type=click.Choice(["report", "resume"]), default="report", show_default=True,
+              help="resume: `scontrol update State=RESUME` a node that commbench drained for a check (its reason "
+                   "'commbench accept: CHECK: ...') when that check passes on it again; never a node drained by "
+                   "someone else or for another check.")
+def accept(spec_path, out, baseline, dry_run, init, topology, nodes, on_fail, on_error, on_pass):
     """Cluster acceptance: run a spec's checks, judge their thresholds, write a verdict for CI and people.
 
     Writes DIR/results.jsonl (every record, each with accept_check), junit.xml (a testcase per check and
@@ -359,7 +319,7 @@ def accept(spec_path, out, baseline, dry_run, init, topology, nodes, on_fail):
     if init:
         if not topology:
             raise UserError("--init needs --topology: commbench accept --init --topology dgx-h100 --nodes 2 > spec.yaml")
-        misplaced = given("spec_path", "out", "baseline", "dry_run", "on_fail")
+        misplaced = given("spec_path", "out", "baseline", "dry_run", "on_fail", "on_error", "on_pass")
         if misplaced:
             example = f"commbench accept --init --topology {shown(shlex.quote(topology), 300)} --nodes {nodes} > spec.yaml"
             raise UserError(f"{', '.join(misplaced)}: not with --init, which prints a starting spec to stdout and runs "
@@ -372,13 +332,15 @@ def accept(spec_path, out, baseline, dry_run, init, topology, nodes, on_fail):
     if not spec_path:
         raise UserError("give --spec FILE (or --init --topology NAME to write one)")
     spec = load_spec(spec_path)
-    allocation = drain_allowed() if on_fail == "drain" else None
+    asked = [f"--{o} {v}" for o, v in (("on-fail", on_fail), ("on-error", on_error), ("on-pass", on_pass))
+             if v != "report"]
+    actions = (drain.scope(asked[0]), on_fail, on_error, on_pass) if asked else None
     programs = {"commbench.commands.cli": click.get_current_context().find_root().command, "iobench.cli": iobench_cli}
     if dry_run:
         validate(spec, programs)
         for i, check in enumerate(spec.checks):
-            for _, argv in spec.commands(check, i, "OUT/results.jsonl"):
-                env = " ".join(f"{k}={shlex.quote(v)}" for k, v in check.env.items())
+            for node, argv in spec.commands(check, i, "OUT/results.jsonl"):
+                env = " ".join(f"{k}={shlex.quote(v)}" for k, v in check.env.items()) if node is None else ""
                 click.echo(f"# {check.name}\n{env + ' ' if env else ''}{shlex.join(argv)}")
         return
-    sys.exit(run(spec, out, baseline, programs, allocation))
+    sys.exit(run(spec, out, baseline, programs, actions))

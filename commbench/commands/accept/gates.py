@@ -1,10 +1,11 @@
 """What an acceptance spec adds around the suite's own options, checked as hostile input: the cluster (an exec
 prefix each node's command starts with, and node 0's rendezvous endpoint) and a check's environment variables
-(`commbench env`'s catalogue, others only with allow_unknown_env: true)."""
+(`commbench env`'s catalogue; a variable naming a library or file NCCL loads or writes only with allow_paths: true;
+others only with allow_unknown_env: true; the test hooks never)."""
 import shlex
 
 from benchcore import inputs
-from benchcore.errors import UserError
+from benchcore.errors import UserError, shown
 from commbench.commands.accept.kinds import is_argument
 from commbench.transports import envvars
 
@@ -40,9 +41,10 @@ def check_cluster(cluster, data, fail):
         fail(cluster, "rdzv_endpoint", "rdzv_endpoint is HOST:PORT (port 1-65535)")
 
 
-def check_env(env, allow_unknown, fail):
+def check_env(env, allow_unknown, allow_paths, fail):
     """A check's env as {name: text}: names and values as `commbench env`'s catalogue allows (sweep --env's
-    rule), any other variable (LD_PRELOAD, PYTHONPATH, ...) only with allow_unknown_env: true."""
+    rule); a variable whose value is a library or file path (NCCL_NET_PLUGIN, NCCL_TOPO_FILE, ...) only with
+    allow_paths: true, any other variable (LD_PRELOAD, PYTHONPATH, ...) only with allow_unknown_env: true."""
     if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, (str, int, float)) and
                                             not isinstance(v, bool) for k, v in env.items()):
         fail("env is a mapping of variable names to values")
@@ -51,4 +53,12 @@ def check_env(env, allow_unknown, fail):
             envvars.validate(key, [str(value)], allow_unknown, "allow_unknown_env: true")
         except UserError as exc:
             fail(f"env: {exc}")
+        if is_path(key) and not (allow_paths or allow_unknown):
+            fail(f"env: {key}={shown(str(value), 60)} names a library or file NCCL loads or writes: only with "
+                 "allow_paths: true")
     return {k: str(v) for k, v in env.items()}
+
+
+def is_path(name):
+    var = envvars.CATALOGUE.get(name)
+    return bool(var and var.path)

@@ -13,7 +13,7 @@ from benchcore.report import page
 from benchcore.results import schema, thresholds
 from benchcore.results.read import measurements
 from benchcore.results.records import hostname, timestamp
-from commbench.commands.accept import report
+from commbench.commands.accept import drain, report
 
 EXIT_PASS, EXIT_FAIL = 0, 1
 NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")   # what XML 1.0 cannot hold
@@ -118,26 +118,26 @@ def _lines(check):
 
 
 def write_outputs(written, spec, results, records, baseline_path, baseline, run_id, seconds, code, notes=(),
-                  drained=()):
+                  drained=(), resumed=()):
     """verdict.json first (the smallest, what CI reads), junit.xml, then the report; notes: lines the report
-    and verdict.json carry (env variables a spec allowed outside the catalogue); drained: what --on-fail drain
-    did, node by node."""
+    and verdict.json carry (env variables a spec allowed outside the catalogue or naming files); drained and
+    resumed: what --on-fail/--on-error drain and --on-pass resume did, node by node."""
     directory = written.directory
     verdict = {"spec": spec.path, "run_id": run_id, "passed": code == EXIT_PASS, "exit_code": code,
                "interrupted": code not in (EXIT_PASS, EXIT_FAIL), "seconds": round(seconds, 1), "baseline": baseline_path,
-               "notes": list(notes), "drained": list(drained),
+               "notes": list(notes), "drained": list(drained), "resumed": list(resumed),
                "checks": [{"name": r.check.name, "kind": r.check.kind, "line": r.check.line, "ran": r.ran,
-                           "passed": r.passed, "reason": r.reason or None, "seconds": round(r.seconds, 1),
+                           "passed": r.passed, "status": drain.status(r), "reason": r.reason or None,
+                           "seconds": round(r.seconds, 1),
                            "records": len(r.records), "commands": r.commands, "env": r.check.env,
-                           "allow_unknown_env": r.check.allow_unknown_env,
+                           "allow_unknown_env": r.check.allow_unknown_env, "allow_paths": r.check.allow_paths,
                            "thresholds": [{**o.as_dict(), "line": line}
                                           for o, line in zip(r.outcomes, _lines(r.check))]}
                           for r in results]}
     written("verdict.json", write_new_text, directory / "verdict.json", json.dumps(verdict, indent=2) + "\n",
             "verdict.json")
     written("junit.xml", junit, results, spec, seconds, directory / "junit.xml")
-    lead = list(notes) + [f"{'drained' if d['drained'] else 'not drained'} {d['node']}: {d['error'] or d['reason']}"
-                          for d in drained]
+    lead = list(notes) + list(drain.lines(drained, resumed))
     if baseline_path:
         lead.append(f"baseline: {baseline_path} (dashed/hatched in the plots)")
     word = {EXIT_PASS: "PASS", EXIT_FAIL: "FAIL"}.get(code, "INTERRUPTED")

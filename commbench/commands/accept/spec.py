@@ -10,12 +10,14 @@ Top level:
   cluster:                     optional: run each node of a multi-node commbench check yourself
     exec: "scripts/netns-cluster exec {node} --"     prefix of node {node}'s command (ssh, ip netns exec)
     rdzv_endpoint: 10.213.0.1:29500                  node 0's address; the port grows by one per check
-  checks: [ {name, kind, thresholds, timeout, env, allow_unknown_env, ...the kind's keys} ]
+  checks: [ {name, kind, thresholds, timeout, env, allow_paths, allow_unknown_env, ...the kind's keys} ]
 
 A spec is read as hostile input: a regular UTF-8 file of bounded size, YAML with bounded aliases and nesting
 (benchcore.inputs); a value that becomes an argument never starts with '-' (it is never an option); numbers
-are finite and in range; env takes `commbench env`'s catalogue (others only with allow_unknown_env: true);
-errors quote at most a short excerpt without control characters.
+are finite and in range; env takes `commbench env`'s catalogue (a library or file path only with allow_paths: true,
+others only with allow_unknown_env: true, the test hooks never); under a cluster exec prefix, which may start the
+command with a clean environment (ssh), env is passed on the command line (`env NAME=VALUE ...`); errors quote at
+most a short excerpt without control characters.
 """
 import shlex
 import sys
@@ -28,7 +30,7 @@ from benchcore.results import thresholds
 from commbench.commands.accept.gates import check_cluster, check_env
 from commbench.commands.accept.kinds import KINDS, VALUES, is_argument
 
-COMMON = ("name", "kind", "thresholds", "timeout", "env", "allow_unknown_env")
+COMMON = ("name", "kind", "thresholds", "timeout", "env", "allow_paths", "allow_unknown_env")
 TOP = ("topology", "cluster", "checks")
 DEFAULT_TIMEOUT_S = 900
 MAX_TIMEOUT_S = 7 * 86400
@@ -51,6 +53,7 @@ class Check:
     timeout: float
     env: dict
     allow_unknown_env: bool = False
+    allow_paths: bool = False
 
     @property
     def row(self):
@@ -92,10 +95,12 @@ class Spec:
         return f"{host}:{int(port) + index}"
 
     def commands(self, check, index, out):
-        """[(node, argv)]: one command, or one per node under the cluster's exec prefix (node 0 writes out)."""
+        """[(node, argv)]: one command, or one per node under the cluster's exec prefix (node 0 writes out), the
+        check's env set by `env` after the prefix (ssh starts the command with an environment of its own)."""
         if not self.clustered(check):
             return [(None, check.argv(out))]
-        return [(node, shlex.split(self.cluster["exec"].format(node=node)) +
+        env = ["env", *(f"{k}={v}" for k, v in check.env.items())] if check.env else []
+        return [(node, shlex.split(self.cluster["exec"].format(node=node)) + env +
                  check.argv(out if node == 0 else None, node, self.endpoint(index))) for node in range(check.nodes())]
 
 
@@ -198,10 +203,11 @@ def _check(raw, topology, fail_at, lines):
         timeout = inputs.finite(timeout, "timeout (seconds)", 0, MAX_TIMEOUT_S, lo_open=True)
     except UserError as exc:
         fail("timeout", f"check {_q(name)}: {exc}")
-    allow = raw.get("allow_unknown_env", False)
-    if not isinstance(allow, bool):
-        fail("allow_unknown_env", f"check {_q(name)}: allow_unknown_env is true or false")
-    env = check_env(raw.get("env") or {}, allow, lambda message: fail("env", f"check {_q(name)}: {message}"))
+    allow, paths = raw.get("allow_unknown_env", False), raw.get("allow_paths", False)
+    for key, value in (("allow_unknown_env", allow), ("allow_paths", paths)):
+        if not isinstance(value, bool):
+            fail(key, f"check {_q(name)}: {key} is true or false")
+    env = check_env(raw.get("env") or {}, allow, paths, lambda message: fail("env", f"check {_q(name)}: {message}"))
     texts = raw.get("thresholds")
     if not isinstance(texts, list) or not texts:
         fail("thresholds" if "thresholds" in raw else None, f"check {_q(name)}: thresholds must be a non-empty list")
@@ -218,5 +224,5 @@ def _check(raw, topology, fail_at, lines):
             fail_at(texts, i, f"check {_q(name)}: threshold {_q(text)}: {_q(threshold.group)} is none of what this "
                               f"check measures ({', '.join(sorted(groups))})")
         judged.append((threshold, lines.get(id(texts), {}).get(i)))
-    return Check(name, raw["kind"], lines.get(id(raw), {}).get(None, 1), values, judged, timeout, env, allow)
+    return Check(name, raw["kind"], lines.get(id(raw), {}).get(None, 1), values, judged, timeout, env, allow, paths)
 

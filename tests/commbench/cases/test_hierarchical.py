@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from tests.conftest import read_records, run_tool
+from tests.conftest import HOOKS_ON, read_records, run_tool
 from tests.netns.conftest import fresh, needs_netns, pair, wait_all  # noqa: F401 (fixtures)
 
 PHASES = ["reduce_scatter", "all_reduce", "all_gather", "total"]
@@ -42,7 +42,7 @@ def test_a_skipped_step_is_caught(tmp_path):
     proc = run_tool("commbench", "compare", "--strategies", "hierarchical", "--baseline", "hierarchical",
                     "--nodes", 2, "--nproc-per-node", 1,
                     "-b", "4K", "-e", "4K", "-n", 1, "-w", 0, "--repeats", 1, "--out", out,
-                    env={"COMMBENCH_TEST_SKIP": "hierarchical"})
+                    env={**HOOKS_ON, "COMMBENCH_TEST_SKIP": "hierarchical"})
     assert proc.returncode == 1 and "wrong elements" in proc.stderr
     assert all(r["wrong"] > 0 for r in read_records(out))
 

@@ -1,6 +1,7 @@
 """commbench accept: specs refused before anything runs, and real acceptance runs end to end (torchrun, Gloo,
 fio), with a passing spec, an impossible threshold, a crashing check, a regressed baseline and Ctrl-C."""
 import json
+import os
 import re
 import signal
 import subprocess
@@ -16,7 +17,7 @@ from commbench.commands.accept import command as accept
 from commbench.commands.accept import spec as accept_spec
 from commbench.commands.accept.kinds import KINDS
 from tests import browser
-from tests.conftest import BIN, ROOT, assert_one_line_error, host_mount_lock, read_records, run_tool
+from tests.conftest import BIN, HOOKS_ON, ROOT, assert_one_line_error, host_mount_lock, read_records, run_tool
 
 pytestmark = pytest.mark.host_mount   # runs iobench on a host file system (its lock: one at a time)
 
@@ -285,7 +286,7 @@ def failing(localhost, tmp_path_factory):
     spec = write_spec(tmp, FAILING.replace("{tmp}", str(tmp)))
     with host_mount_lock():
         proc = run_tool("commbench", "accept", "--spec", spec, "--out", tmp / "out", "--baseline",
-                        tmp / "baseline.jsonl", timeout=600)
+                        tmp / "baseline.jsonl", timeout=600, env=HOOKS_ON)
     print(proc.stderr + proc.stdout)
     return proc, tmp / "out"
 
@@ -385,7 +386,7 @@ checks:
     # SIGINT back to its default first: a shell's background job (CI started with &) inherits it ignored, and
     # Python then installs no KeyboardInterrupt handler, so the Ctrl-C never reached accept
     proc = subprocess.Popen([str(BIN / "commbench"), "accept", "--spec", str(spec), "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **HOOKS_ON},
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 120

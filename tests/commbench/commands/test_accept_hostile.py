@@ -14,7 +14,7 @@ from commbench.commands.accept import outputs
 from commbench.commands.accept import spec as accept_spec
 from commbench.commands.accept.kinds import KINDS
 from tests.commbench.commands.test_accept import GOOD
-from tests.conftest import ROOT, assert_one_line_error, run_tool
+from tests.conftest import ROOT, assert_one_line_error, read_records, run_tool
 
 pytestmark = pytest.mark.host_mount   # runs iobench on a host file system (its lock: one at a time)
 
@@ -144,6 +144,18 @@ SPEC_DEFECTS = {   # what is wrong -> (edit of GOOD, what the line says)
     "env name with =": (("    thresholds:", '    env: {"A=B": x}\n    thresholds:'), "not a variable name"),
     "unknown env": (("    thresholds:", "    env: {PYTHONPATH: /tmp}\n    thresholds:"), "allow_unknown_env: true"),
     "LD_PRELOAD": (("    thresholds:", "    env: {LD_PRELOAD: /tmp/x.so}\n    thresholds:"), "unknown variable"),
+    "LD_PRELOAD with allow_paths": (("    thresholds:", "    allow_paths: true\n    env: {LD_PRELOAD: /tmp/x.so}\n"
+                                                      "    thresholds:"), "unknown variable"),
+    "a plugin library": (("    thresholds:", "    env: {NCCL_NET_PLUGIN: /tmp/x.so}\n    thresholds:"),
+                         "NCCL_NET_PLUGIN=/tmp/x.so names a library or file NCCL loads or writes: only with "
+                         "allow_paths"),
+    "a file to read": (("    thresholds:", "    env: {NCCL_TOPO_FILE: /etc/shadow}\n    thresholds:"),
+                       "NCCL_TOPO_FILE=/etc/shadow names a library or file NCCL loads or writes: only with "
+                       "allow_paths"),
+    "a test hook": (("    thresholds:", '    allow_unknown_env: true\n    env: {COMMBENCH_TEST_STALL: "1:1"}\n'
+                                      "    thresholds:"), "COMMBENCH_TEST_STALL is a test hook of commbench's own"),
+    "the hooks' switch": (("    thresholds:", '    allow_unknown_env: true\n    env: {COMMBENCH_TEST_HOOKS: "1"}\n'
+                                            "    thresholds:"), "COMMBENCH_TEST_HOOKS is a test hook"),
     "name with ESC": (("name: one", 'name: "one\\e]0;x\\a"'), "printable"),
     "exec {host}": (("checks:", 'cluster: {exec: "ssh {host} {node}", rdzv_endpoint: "h:29500"}\nchecks:'),
                     "hole other than {node}"),
@@ -210,7 +222,7 @@ def test_a_dry_run_runs_nothing_the_spec_names(tmp_path):
         "    min_bytes: 1K"))
     proc = run_tool("commbench", "accept", "--spec", path, "--dry-run", timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert f"PYTHONPATH={tmp_path}/site {prog} 0 " in proc.stdout and f"{prog} 1 " in proc.stdout
+    assert f"{prog} 0 env PYTHONPATH={tmp_path}/site " in proc.stdout and f"{prog} 1 env " in proc.stdout
     assert not list(tmp_path.glob("ran*"))
 
 
@@ -271,6 +283,51 @@ def test_an_unknown_env_variable_runs_only_when_the_spec_allows_it_and_the_verdi
     assert verdict["checks"][0]["allow_unknown_env"] and verdict["checks"][0]["env"] == {"MY_TOOL_FLAG": "1"}
     assert any("MY_TOOL_FLAG" in note for note in verdict["notes"])
     assert "MY_TOOL_FLAG set with allow_unknown_env" in (tmp_path / "out" / "report.md").read_text()
+
+
+@pytest.mark.parametrize("option", [["--on-fail", "drain"], ["--on-error", "drain"], ["--on-pass", "resume"]])
+def test_draining_or_resuming_nodes_outside_slurm_is_one_line_before_anything_runs(tmp_path, option):
+    proc = run_tool("commbench", "accept", "--spec", write_io_spec(tmp_path), "--out", tmp_path / "out", *option,
+                    env={"SLURM_JOB_ID": "", "SLURMD_NODENAME": ""}, timeout=60)
+    assert_one_line_error(proc, f"{' '.join(option)} works inside a Slurm allocation (sbatch, salloc) or a node's "
+                                "own Slurm script (Prolog, Epilog, HealthCheckProgram: SLURMD_NODENAME)")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_a_library_or_file_path_runs_only_when_the_spec_allows_paths_and_the_verdict_names_it(tmp_path):
+    """NCCL_NET_PLUGIN (a library NCCL loads) and NCCL_TOPO_FILE (a file it reads) passed the gate that refuses
+    LD_PRELOAD, with no note; now they need allow_paths: true, and the run, verdict.json and report name them."""
+    env = "    env: {NCCL_NET_PLUGIN: /tmp/x.so, NCCL_TOPO_FILE: /etc/shadow}\n"
+    proc = run_tool("commbench", "accept", "--spec", write_io_spec(tmp_path, env), "--out", tmp_path / "out")
+    assert_one_line_error(proc, "NCCL_NET_PLUGIN=/tmp/x.so names a library or file NCCL loads or writes")
+    assert not (tmp_path / "out").exists()
+    spec = write_io_spec(tmp_path, env + "    allow_paths: true\n")
+    proc = run_tool("commbench", "accept", "--spec", spec, "--out", tmp_path / "out", timeout=120)
+    assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr   # 1: another iobench ran
+    note = ("io: env NCCL_NET_PLUGIN=/tmp/x.so, NCCL_TOPO_FILE=/etc/shadow: a library or file NCCL loads or writes, "
+            "set with allow_paths: true")
+    assert f"note: {note}" in proc.stderr
+    verdict = json.loads((tmp_path / "out" / "verdict.json").read_text())
+    assert verdict["notes"] == [note] and verdict["checks"][0]["allow_paths"]
+    assert note in (tmp_path / "out" / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_cluster_exec_prefix_with_a_clean_environment_still_gets_the_checks_env(tmp_path):
+    """Under an ssh-like prefix (here `env -i`: the command starts with an empty environment) the spec's env was
+    not applied: the records' env lacked NCCL_DEBUG while verdict.json listed it. It now follows the prefix as
+    `env NCCL_DEBUG=WARN`: every node's records show what the verdict lists."""
+    path = tmp_path / "spec.yaml"
+    path.write_text('cluster: {exec: "env -i PATH=/usr/bin:/bin NODE={node}", rdzv_endpoint: "127.0.0.1:29613"}\n' +
+                    GOOD.replace("    min_bytes: 1K", "    nodes: 2\n    nproc_per_node: 1\n    iters: 2\n"
+                                 "    env: {NCCL_DEBUG: WARN}\n    min_bytes: 1K"))
+    proc = run_tool("commbench", "accept", "--spec", path, "--out", tmp_path / "out", timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    verdict = json.loads((tmp_path / "out" / "verdict.json").read_text())
+    recs = [r for r in read_records(tmp_path / "out" / "results.jsonl") if not r.get("event")]
+    assert verdict["checks"][0]["env"] == {"NCCL_DEBUG": "WARN"} and len(recs) == 3
+    assert all(r["env"]["NCCL_DEBUG"] == "WARN" and r["nodes"] == 2 for r in recs), [r["env"] for r in recs]
 
 
 def mount_tmpfs(where, *options):

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from commbench.cases import faults
 from commbench.commands.sweep import build_configs
-from tests.conftest import BIN, assert_one_line_error, read_records, run_tool
+from tests.conftest import BIN, HOOKS_ON, assert_one_line_error, read_records, run_tool
 
 SMALL = ["--nproc-per-node", 2, "-b", "4K", "-e", "4K", "-n", 2, "-w", 1]
 
@@ -46,7 +47,8 @@ def test_failing_config_is_recorded_and_the_rest_complete(tmp_path):
     matrix = tmp_path / "m.yaml"
     matrix.write_text("configs:\n  - {COMMBENCH_TEST_EXIT_RANK: 1}\n")
     out = tmp_path / "sweep.jsonl"
-    proc = run_tool("commbench", "sweep", "--matrix", matrix, *SMALL, "--repeats", 1, "--out", out, "--timeout", 30)
+    proc = run_tool("commbench", "sweep", "--matrix", matrix, *SMALL, "--repeats", 1, "--out", out, "--timeout", 30,
+                    env=HOOKS_ON)
     assert proc.returncode == 1 and "1 of 2 configs failed" in proc.stderr
     recs = read_records(out)
     failed = [r for r in recs if r.get("event") == "failed"]
@@ -138,7 +140,7 @@ def test_allow_unknown_lets_experts_pass_anything():
 
 
 def test_env_lists_the_catalogue():
-    proc = run_tool("commbench", "env")
+    proc = run_tool("commbench", "env", env={"COLUMNS": "300"})   # headers unwrapped ("read by" over "nccl")
     assert proc.returncode == 0
     for name in ("NCCL_ALGO", "NCCL_IB_QPS_PER_CONNECTION", "TORCH_NCCL_BLOCKING_WAIT", "GLOO_SOCKET_IFNAME",
                  "NCCL_IB_SL"):
@@ -146,12 +148,19 @@ def test_env_lists_the_catalogue():
     assert "read by" in proc.stdout
 
 
-def test_env_lists_every_test_hook_the_code_reads():
-    """Each COMMBENCH_TEST_* name in commbench's sources is in `commbench env` (two were missing)."""
+def test_env_lists_no_test_hook_and_faults_documents_each_one_the_code_reads(tmp_path):
+    """`commbench env` lists none of the COMMBENCH_TEST_* hooks (it listed all six, as variables a user may set);
+    faults.py's docstring names each one the code reads; without the tests' switch --env and a matrix refuse one."""
     root = Path(__file__).resolve().parents[3] / "commbench"
     hooks = {m for p in root.rglob("*.py") for m in re.findall(r"COMMBENCH_TEST_[A-Z_]+", p.read_text())}
     listed = run_tool("commbench", "env").stdout
-    assert len(hooks) >= 6 and {h for h in hooks if h not in listed} == set()
+    assert len(hooks) >= 6 and "COMMBENCH_" not in listed
+    assert {h for h in hooks if h not in faults.__doc__} == set()
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text("configs:\n  - {COMMBENCH_TEST_EXIT_RANK: 1}\n")
+    for args in (["--env", "COMMBENCH_TEST_STALL=1:1", "--allow-unknown"], ["--matrix", matrix]):
+        assert_one_line_error(run_tool("commbench", "sweep", *args, *SMALL, "--dry-run", timeout=60),
+                              "is a test hook of commbench's own tests: refused")
 
 
 HOOKS = {"COMMBENCH_TEST_HOOKS": "1"}   # the test hooks (commbench/cases/faults.py) act only with it

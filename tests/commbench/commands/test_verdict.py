@@ -8,7 +8,7 @@ from benchcore.results import stats
 from commbench.cases.case import work_key
 from commbench.cases.registry import CASES
 from commbench.commands.compare import payload_rows
-from tests.conftest import read_records, run_tool
+from tests.conftest import HOOKS_ON, read_records, run_tool
 
 TINY = ["--nproc-per-node", 2, "-n", 5, "-w", 1]
 
@@ -74,7 +74,7 @@ def test_a_real_difference_is_named_with_an_interval_excluding_one(tmp_path):
     speed-up column says faster."""
     out = tmp_path / "v.jsonl"
     proc = run_tool("commbench", "compare", "--strategies", "ring,plain", "-b", "4K", "-e", "4K", "--repeats", 4,
-                    *TINY, "--out", out, env={"COMMBENCH_TEST_SLOW": "ring:0.005"})
+                    *TINY, "--out", out, env={**HOOKS_ON, "COMMBENCH_TEST_SLOW": "ring:0.005"})
     assert proc.returncode == 0, proc.stderr
     recs = read_records(out)
     ring = [r for r in recs if r.get("strategy") == "ring"]
@@ -92,7 +92,7 @@ def test_chunked_answers_which_settings_and_from_which_size(tmp_path):
     must be recommended from the smallest payload, with its intervals; the answer is a verdict record."""
     out = tmp_path / "v.jsonl"
     proc = run_tool("commbench", "chunked", "-b", "8K", "-e", "16K", "--threshold", "4K", "--chunk-size", "4K",
-                    "--repeats", 4, *TINY, "--out", out, env={"COMMBENCH_TEST_SLOW": "ring:0.03,plain:0.03"})
+                    "--repeats", 4, *TINY, "--out", out, env={**HOOKS_ON, "COMMBENCH_TEST_SLOW": "ring:0.03,plain:0.03"})
     assert proc.returncode == 0, proc.stderr
     (answer,) = verdicts(read_records(out), "chunked")
     assert answer["winner"] == "chunked 4K x1 >4K" and answer["beats_from_bytes"] == 8192

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BIN, read_records
+from tests.conftest import BIN, HOOKS_ON, read_records
 
 pytestmark = [pytest.mark.slow, pytest.mark.alone]
 HANG_S = 4
@@ -45,7 +45,7 @@ def errors(stderr):
 def test_a_rank_that_never_enters_the_collective_is_told_from_those_waiting_inside(tmp_path):
     out = tmp_path / "h.jsonl"
     t0 = time.monotonic()
-    proc = start(tmp_path, out, {"COMMBENCH_TEST_STALL": "1:7"})
+    proc = start(tmp_path, out, {**HOOKS_ON, "COMMBENCH_TEST_STALL": "1:7"})
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 4, stderr
     lines = errors(stderr)
@@ -62,7 +62,7 @@ def test_a_rank_that_never_enters_the_collective_is_told_from_those_waiting_insi
 
 def test_a_stopped_rank_is_named_and_cleaned_up(tmp_path):
     out = tmp_path / "h.jsonl"
-    proc = start(tmp_path, out, {"COMMBENCH_TEST_SLOW_RANK": "0:0.2"})   # slow enough to stop rank 2 mid-run
+    proc = start(tmp_path, out, {**HOOKS_ON, "COMMBENCH_TEST_SLOW_RANK": "0:0.2"})   # slow enough to stop rank 2 mid-run
     pid, stderr, took = stop_after_first_record(proc, tmp_path, out, 2)
     assert proc.returncode == 4 and took < HANG_S + 10, (took, stderr)
     lines = errors(stderr)
@@ -76,7 +76,7 @@ def test_a_stopped_rank_is_named_and_cleaned_up(tmp_path):
 def test_rank_zero_stopped_is_reported_by_the_launcher(tmp_path):
     """Rank 0 runs the watchdog; stopped, it cannot: the launcher names it after --hang-timeout + 5 s."""
     out = tmp_path / "h.jsonl"
-    proc = start(tmp_path, out, {"COMMBENCH_TEST_SLOW_RANK": "1:0.2"})
+    proc = start(tmp_path, out, {**HOOKS_ON, "COMMBENCH_TEST_SLOW_RANK": "1:0.2"})
     pid, stderr, took = stop_after_first_record(proc, tmp_path, out, 0)
     assert proc.returncode == 4 and took < HANG_S + 5 + 10, (took, stderr)
     assert errors(stderr)[0].startswith(f"rank 0 on") and f"(pid {pid}) was stopped (SIGSTOP" in errors(stderr)[0]

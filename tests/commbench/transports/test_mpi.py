@@ -13,7 +13,7 @@ from benchcore.results.diff import compare as compare_records
 from commbench.cases.collectives import COLLECTIVES
 from commbench.launch import mpirun
 from commbench.plan import Plan
-from tests.conftest import assert_one_line_error, read_records, run_tool
+from tests.conftest import HOOKS_ON, assert_one_line_error, read_records, run_tool
 
 ALL = ",".join(COLLECTIVES)
 
@@ -142,7 +142,7 @@ def test_p2p_latency_and_bandwidth_on_both_transports(tmp_path):
 @pytest.mark.slow
 def test_a_rank_dying_ends_the_run_naming_it(tmp_path):
     proc = run_tool("commbench", "run", "--backend", "mpi", "-b", "8K", "-e", "8K", "-n", 2,
-                    env={"COMMBENCH_TEST_EXIT_RANK": "1"}, timeout=120)   # a hang: past the timeout
+                    env={**HOOKS_ON, "COMMBENCH_TEST_EXIT_RANK": "1"}, timeout=120)   # a hang: past the timeout
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "error: rank 1 on" in proc.stderr and "exited with code 17" in proc.stderr, proc.stderr
 
