@@ -16,6 +16,8 @@ MAX_TEXT_BYTES = 8 << 20     # a spec, topology, matrix or job file is a few KB;
 MAX_LINE_BYTES = 1 << 20     # a log or record line is at most a few KB; a file without newlines is cut here
 MAX_YAML_ALIASES = 32        # anchors are handy; an alias bomb needs dozens (9 levels of 9: 81)
 MAX_NESTING = 64             # real specs nest 4 deep; 400 levels is an attack or an accident
+MAX_FIELD_CHARS = 256        # a text an imported file gives a record: a host name has at most 253 characters, a type,
+#                              op or version tens (200,000-character types made report's legends take minutes)
 def regular_file(path, what="input"):
     """path, checked to be an existing regular file (not a directory, device, FIFO or socket): UserError else."""
     try:
@@ -146,6 +148,19 @@ def yaml_text(text, where, loader=_BoundedLoader):
 def load_yaml(path, what="input", loader=_BoundedLoader):
     """A YAML file read whole (regular, UTF-8, capped) and parsed with the bounds."""
     return yaml_text(read_text(path, what), f"{what} {name(path)}", loader)
+
+
+def clipped(value, limit=MAX_FIELD_CHARS):
+    """value (a text, or a list or mapping of them, as a record's field holds it) with every text of more than limit
+    characters cut to its first limit and '... (cut from N characters)': what a record made from a foreign file
+    keeps."""
+    if isinstance(value, str):
+        return value if len(value) <= limit else f"{value[:limit]}... (cut from {len(value)} characters)"
+    if isinstance(value, list):
+        return [clipped(v, limit) for v in value]
+    if isinstance(value, dict):
+        return {clipped(k, limit): clipped(v, limit) for k, v in value.items()}
+    return value
 
 
 def finite(value, what, lo=None, hi=None, lo_open=False):

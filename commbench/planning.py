@@ -7,7 +7,7 @@ import sys
 from benchcore.errors import UserError
 from benchcore.results.records import new_run_id
 from benchcore.units import parse_size, size_range
-from commbench.cases.case import fit_sizes
+from commbench.cases.case import check_steps, fit_sizes
 from commbench.cases.collectives import DTYPES, NCCL_ONLY_OPS, OPS
 from commbench.cases.registry import CASES
 from commbench.model.detect import for_run
@@ -93,6 +93,8 @@ def build_plan(names, measure, case_opts, spec, repeats=1):
                 where = "MPI" if spec.backend == "mpi" else "torch.distributed"
                 raise UserError(f"{name} has no {wanted} variant in {where}; see --place")
             for cfg in mine:
+                check_steps(case, {**cfg, "dtype": dtype}, [run for run in runs.values() if run], DTYPES[dtype].bytes,
+                            spec.world_size)
                 configs += [{**cfg, "dtype": dtype, "op": op, "root": root}
                             for op in (ops if case.reduces else ["sum" if case.sums else None])
                             for root in (root_list if case.rooted else [None])]

@@ -13,6 +13,7 @@ from benchcore.report.render import console
 from benchcore.results.records import RecordWriter, hostname, output_file
 from benchcore.units import format_size
 from commbench import rankstats
+from commbench.cases import compute
 from commbench.cases.case import ReadOptions, refuse_unread
 from commbench.cases.registry import CASES, record_label
 from commbench.launch.execute import execute
@@ -48,10 +49,20 @@ def check_memory(spec, plan):
     kind = "gpu" if gpus and spec.may_use_nccl() else "cpu"
     need = int(buffers * SCRATCH_FACTOR[kind]) + RUNTIME_BYTES[kind]
     have = min(gpus) if kind == "gpu" else procs.mem_available() // spec.nproc_per_node
-    if need > have:
-        where = "GPU memory" if kind == "gpu" else f"available RAM / {spec.nproc_per_node} ranks on this node"
-        raise UserError(f"{record_label(cfg)} at {format_size(size)} needs about {format_size(need, approx=True)} "
-                        f"per rank; there is {format_size(have, approx=True)} ({where}): use a smaller -e/--max-bytes")
+    if need <= have:
+        return
+    where = "GPU memory" if kind == "gpu" else f"available RAM / {spec.nproc_per_node} ranks on this node"
+    there = f"there is {format_size(have, approx=True)} ({where})"
+    if RUNTIME_BYTES[kind] > have:   # not one byte of buffer fits: the ranks are too many
+        raise UserError(f"--nproc-per-node {spec.nproc_per_node}: a rank needs about "
+                        f"{format_size(RUNTIME_BYTES[kind], approx=True)} before any buffer and {there}: fewer ranks "
+                        "per node")
+    kernel = compute.footprint(cfg["compute_kernel"], *cfg["gemm"]) if cfg.get("gemm") else 0
+    if int(kernel * SCRATCH_FACTOR[kind]) + RUNTIME_BYTES[kind] > have:   # the GEMM alone does not fit
+        raise UserError(f"--gemm {','.join(map(str, cfg['gemm']))}: its A, W and output need about "
+                        f"{format_size(kernel, approx=True)} per rank and {there}: a smaller --gemm")
+    raise UserError(f"{record_label(cfg)} at {format_size(size)} needs about {format_size(need, approx=True)} "
+                    f"per rank; {there}: use a smaller -e/--max-bytes")
 
 
 class Derived:

@@ -5,6 +5,7 @@ from pathlib import Path
 import click
 
 from benchcore.errors import UserError, refuse_given, run_cli
+from benchcore.processes.torchrun import too_many
 from benchcore.report.render import FORMATS, emit
 from benchcore.results import commands
 from benchcore.results.records import (PLOT_SUFFIXES, RecordWriter, new_output, new_output_option, new_run_id,
@@ -255,6 +256,9 @@ def torch_ckpt(path, size, ranks, ckpt_formats, repeats, fio_ceiling, out, fmt, 
         refuse_given(["keep_json"], "keeps fio's JSON: not with --no-fio, which runs no fio")
     if size < ranks << 20:
         raise UserError(f"--size must give every rank at least 1 MiB ({ranks} ranks)")
+    crowd = too_many(ranks + 1)   # torchrun's agent and a worker per rank
+    if crowd:
+        raise UserError(f"--ranks {ranks} on this machine is {crowd}: fewer --ranks")
     run_id = new_run_id()
     writer = open_writer(out)
     keeper = json_keeper(keep_json, out, run_id)

@@ -64,8 +64,8 @@ def units(version_text):
     """Units of a document written by fio version_text ('fio-3.33', 'fio-2.1.10-12-gabc'); UserError if unknown."""
     m = re.match(r"\s*fio-(\d+)\.(\d+)", str(version_text or ""))
     if not m:
-        raise UserError(f"no fio version in the document ({version_text!r}): fio's units changed between "
-                        f"versions, so its numbers cannot be read")
+        raise UserError(f"no fio version in the document ({shown(repr(version_text), 60)}): fio's units changed "
+                        "between versions, so its numbers cannot be read")
     v = (int(m.group(1)), int(m.group(2)))
     ns = v >= SINCE["latency_ns"]
     return Units(v, 1 if v >= SINCE["io_bytes_in_bytes"] else 1024, "_ns" if ns else "", 0.001 if ns else 1.0,

@@ -27,7 +27,7 @@ import re
 
 from benchcore.errors import UserError
 from benchcore.importers import nccl_names as names
-from benchcore.inputs import read_bytes, shown
+from benchcore.inputs import clipped, read_bytes, shown
 from benchcore.results import schema
 from benchcore.vocabulary import nccl_tests_type
 
@@ -38,6 +38,7 @@ CSV_KEYS = {"collective": "name", "inplace": "inPlace", "algbw": "algBw", "busbw
 FIRST_KEY = {NCCL: re.compile(r'\{\s*"size"\s*:'), RCCL: re.compile(r'\{\s*"numCycle"\s*:')}  # a row's object
 MAX_BYTES = 32 << 20     # a real document is KBs (MBs with per-iteration times); parsed, a number takes ~30 B
 BARE = re.compile(r"(?<=[:,\[])(\s*)-?(?:inf|nan)\b")
+WHOLE = re.compile(r"[0-9]{1,30}")   # a count written as text: ASCII digits (str.isdigit takes "²" for one)
 ENV_PREFIXES = ("NCCL_", "RCCL_")   # the variables that configure the run; the rest of its environment is not kept
 
 
@@ -73,7 +74,7 @@ def _value(value, where, whole=False, null=False):
     """A number as the writers put it (whole: a count >= 0); None for their no-value ("nan", a bare inf, "N/A")
     and, with null, for null or a missing key; UserError naming where for anything else."""
     if isinstance(value, str):
-        value = int(value) if whole and value.isdigit() else None if value in ("nan", "-nan", "N/A") else value
+        value = int(value) if whole and WHOLE.fullmatch(value) else None if value in ("nan", "-nan", "N/A") else value
     if isinstance(value, float) and not math.isfinite(value):
         value = None
     if value is None:
@@ -116,9 +117,8 @@ def _version(code):
 
 def _record(common, fields, line, cycles):
     """One measurement: fields of the row and placement; size -> count by the type's width, as for logs."""
-    type_name = fields.pop("type")
-    dtype, word = nccl_tests_type(type_name)
-    rec = schema.measurement("commbench", **common, **fields, dtype=dtype, source_line=line)
+    dtype, word = nccl_tests_type(fields.pop("type"))
+    rec = schema.measurement("commbench", **common, **clipped(fields), dtype=clipped(dtype), source_line=line)
     if word:
         rec["count"] = rec["size_bytes"] // word
     if rec["op"] == "none":
@@ -157,10 +157,10 @@ def _nccl(doc, text, path, run_id, option):
         raise UserError(names.unnamed(path, from_file, f"its binary ({shown(program or 'no args', 60)}) names none"))
     ranks = len(devices) * (setting["nthreads"] or 0) * (setting["ngpus"] or 0)   # a device line per process
     blocking = config.get("blocking_collectives")
-    common = dict(run_id=run_id, collective=collective, backend="nccl", hosts=hosts,
+    common = dict(run_id=run_id, collective=collective, backend="nccl", hosts=clipped(hosts),
                   nodes=len(hosts) if hosts else None, world_size=ranks or None,
                   versions={"nccl": _version(code)} if code and code > 0 else None,
-                  env=dict(e.split("=", 1) for e in env if e.startswith(ENV_PREFIXES) and "=" in e),
+                  env=clipped(dict(e.split("=", 1) for e in env if e.startswith(ENV_PREFIXES) and "=" in e)),
                   blocking=blocking in ("true", True) if blocking is not None else None,
                   iters=setting["iterations"], warmup=setting["warmup_iters"],
                   agg_iters=setting["aggregated_iterations"], source_file=path, source_format=NCCL)

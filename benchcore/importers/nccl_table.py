@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring_ascii as _json_str
 
+from benchcore.inputs import clipped
 from benchcore.vocabulary import nccl_tests_type
 
 # header words -> column; a placement's columns start at its time column
@@ -154,7 +155,8 @@ def _head(key, count):
     """JSON texts of a row's size_bytes, count (as its size and type say, where the type is known), dtype, op."""
     kind, op, _, size = key
     dtype, word = nccl_tests_type(kind)
-    return str(size), str(size // word if word else count), _string(dtype), _string(None if op == "none" else op)
+    return (str(size), str(size // word if word else count), _string(clipped(dtype)),
+            _string(clipped(None if op == "none" else op)))
 
 
 def _string(value):

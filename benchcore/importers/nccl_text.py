@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, field
 
 from benchcore.errors import UserError
+from benchcore.inputs import clipped
 from benchcore.importers import nccl_names as names
 from benchcore.importers.nccl_lines import logical_lines
 from benchcore.importers.nccl_reader import CRASH, Reader
@@ -77,10 +78,10 @@ def _done(table, source):
 
 def _hosts(ctx):
     if ctx.commbench:
-        return ctx.commbench[3]
+        return clipped(ctx.commbench[3])
     if ctx.elided:
         return None
-    return list(dict.fromkeys(ranks(tuple(ctx.devices)).values())) or None
+    return clipped(list(dict.fromkeys(ranks(tuple(ctx.devices)).values()))) or None
 
 
 def _records(table, source):
@@ -99,8 +100,9 @@ def _records(table, source):
     nodes = ctx.commbench[2] if ctx.commbench else (len(hosts) if hosts else None)
     settings = ctx.settings
     common = dict(run_id=source.run_id, collective=collective, world_size=world, nodes=nodes, backend=backend,
-                  blocking=ctx.blocking if ctx.blocking else (False if settings else None), env=dict(ctx.env),
-                  hosts=hosts, versions=dict(ctx.versions) or None, source_file=source.file, source_format=FORMAT)
+                  blocking=ctx.blocking if ctx.blocking else (False if settings else None), env=clipped(dict(ctx.env)),
+                  hosts=hosts, versions=clipped(dict(ctx.versions)) or None, source_file=source.file,
+                  source_format=FORMAT)
     if settings:
         common.update(iters=settings["iters"], warmup=settings["warmup"], agg_iters=settings["agg_iters"])
     if layout.cpu or settings.get("graph"):   # otherwise nccl-tests times on the host around a sync

@@ -16,7 +16,7 @@ from benchcore.errors import UserError
 from benchcore.importers import fio_json as fiojson
 from benchcore.importers import nccl_json as nccljson
 from benchcore.importers import nccl_text as nccltests
-from benchcore.inputs import name, read_bytes, regular_file, shown, text_blocks
+from benchcore.inputs import clipped, name, read_bytes, regular_file, shown, text_blocks
 from benchcore.results import schema
 from benchcore.results.records import read_records
 from benchcore.units import format_size
@@ -60,22 +60,23 @@ def _fio(path, run_id):
     """The records and events of fio's JSON (read whole, up to FIO_JSON_MAX_BYTES)."""
     text = read_bytes(path, "fio JSON", FIO_JSON_MAX_BYTES).decode("utf-8", errors="replace")
     data, start = fiojson.find_json(text)
-    version = data.get("fio version")
+    version = clipped(data.get("fio version"))
     signal = fiojson.interrupted_by(text)
     results = fiojson.job_results(data)
     lines = fiojson.job_lines(text, start, len(results))
     out = []
     for (job, job_name, opts, error, found), line in zip(results, lines):
-        mount = data.get("iobench_mount") or opts.get("directory") or opts.get("filename")
+        job_name = clipped(job_name)
+        mount = clipped(data.get("iobench_mount") or opts.get("directory") or opts.get("filename"))
         where = dict(source_file=path, source_format="fio-json", source_line=line)
-        hosts = [job["hostname"]] if job.get("hostname") else None
+        hosts = clipped([job["hostname"]]) if job.get("hostname") else None
         if error:
             out.append(schema.event("iobench", "failed", fiojson.error_text(job_name, error), run_id=run_id,
                                     mount=mount, job=job_name, hosts=hosts, **where))
             continue
         profile = data.get("iobench_profile") if data.get("iobench_profile") not in (None, "run") else None
-        for m in found:
-            rec = schema.measurement("iobench", run_id=run_id, mount=mount, profile=profile or m["job"],
+        for m in map(clipped, found):
+            rec = schema.measurement("iobench", run_id=run_id, mount=mount, profile=clipped(profile) or m["job"],
                                      fio_version=version, hosts=hosts, timestamp=fiojson.fio_timestamp(data),
                                      **where, **m)
             if signal is not None:

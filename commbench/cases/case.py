@@ -9,9 +9,16 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional, Tuple
 
 from benchcore.errors import UserError
+from benchcore.units import format_size
 from benchcore.vocabulary import COLLECTIVES
 
 TOTAL = "total"
+# Operations one iteration of a config may issue per payload (chunks, buckets): each is a collective call with its own
+# bookkeeping on every rank and a step the model replays. On 2 Gloo ranks here one in flight takes about 0.3 ms (4,096
+# buckets: 1.3 s a pass) and start-up calibrates the overlap patterns' compute with 4 passes before the first
+# heartbeat: 65,536 outlast the 60 s --hang-timeout (1,000,000 buckets: 3.1 GB per rank, then a hang). 16,384 chunks
+# of 512K are an 8G payload.
+MAX_STEPS = 1 << 14
 
 
 @dataclass
@@ -112,6 +119,8 @@ class Case:
     rooted: bool = False                       # takes -r/--root (one config per root)
     work: Optional[Callable] = None            # work(cfg, count, n, elt) -> what it executes; equal = same operations
                                                # (None: every config differs), so verdicts never rank them
+    steps: Optional[Callable] = None           # steps(cfg, size, n) -> operations one iteration issues at size bytes
+                                               # on n ranks (chunks, buckets): at most MAX_STEPS (check_steps)
     model: Optional[Callable] = None           # model(cfg, size, shape, backend) -> {phase: model.Phase}: its
                                                # alpha-beta terms per tier (commbench/model/alphabeta.py)
     fields: Dict[str, str] = field(default_factory=dict)   # record field -> meaning: the fields its records carry
@@ -141,6 +150,28 @@ def fit_sizes(case, sizes, elt, n, exact=False):
         raise UserError(f"{case.name} on {n} ranks takes multiples of {case.unit(elt, n)} B: every size of "
                         "-b/-e is below that")
     return runs
+
+
+def check_steps(case, cfg, sizes, elt, n):
+    """UserError where config cfg (with its dtype) of case issues more than MAX_STEPS operations per iteration at the
+    largest of sizes (bytes that run), or more than the smallest payload has elements (an operation of nothing)."""
+    if case.steps is None:
+        return
+    size = max(sizes)
+    steps = case.steps(cfg, size, n)
+    if steps > MAX_STEPS and "buckets" in cfg:
+        raise UserError(f"--buckets {cfg['buckets']}: one iteration issues at most {MAX_STEPS} collective calls per "
+                        "payload (more outlast --hang-timeout at start-up): fewer --buckets")
+    if steps > MAX_STEPS:
+        raise UserError(f"--chunk-size {format_size(cfg['chunk_bytes'])} makes {steps} chunks of the "
+                        f"{format_size(size)} payload on {n} ranks, and one iteration issues at most {MAX_STEPS} "
+                        f"collective calls per payload (more outlast --hang-timeout at start-up): a --chunk-size of at "
+                        f"least {format_size(-(-size // MAX_STEPS))} or a smaller -e/--max-bytes")
+    size = min(sizes)
+    if case.steps(cfg, size, n) > size // elt:   # a chunk holds an element of every rank: buckets alone can
+        raise UserError(f"--buckets {cfg['buckets']}: the {format_size(size)} payload holds {size // elt} "
+                        f"{cfg['dtype']} elements, fewer than its buckets (each all_reduces one at least): fewer "
+                        "--buckets or a larger -b/--min-bytes")
 
 
 def work_key(case, cfg, size, n, elt):

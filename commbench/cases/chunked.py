@@ -18,6 +18,10 @@ torch = lazy("torch", globals())
 CHUNK_FIELDS = {"chunks": "chunked: chunks per payload", "chunk_ops": "chunked: chunk operations issued per iteration",
                 "max_inflight": "chunked: most chunk operations seen in flight at once"}
 INFLIGHT = {"inflight": "chunked: operations in flight"}
+# In-flight slots (--inflight): each is a process group of its own that every rank opens at start-up (an NCCL
+# communicator with its own buffers on every GPU; on 2 Gloo ranks here 15-25 ms each: 2,000 outlast the 60 s
+# --hang-timeout), and a GPU runs at most 128 kernels at once (CUDA's concurrent kernels from compute capability 7.0)
+MAX_INFLIGHT = 128
 
 
 def chunk_layout(count, n, elt, chunk_bytes, threshold_bytes):
@@ -26,6 +30,11 @@ def chunk_layout(count, n, elt, chunk_bytes, threshold_bytes):
         return [(0, ceil_div(count, n) * n)]
     full = max(1, chunk_bytes // elt // n) * n
     return [(s, min(full, ceil_div(count - s, n) * n)) for s in range(0, count, full)]
+
+
+def chunks_of(count, n, elt, chunk_bytes, threshold_bytes):
+    """How many chunks chunk_layout makes, without making them."""
+    return 1 if count * elt <= threshold_bytes else ceil_div(count, max(1, chunk_bytes // elt // n) * n)
 
 
 class Counter:
@@ -118,6 +127,11 @@ def _chunked_configs(opts, dtype):
             for t in opts.thresholds for c in opts.chunk_sizes for k in opts.inflights for ip in places(opts)]
 
 
+def _chunked_steps(cfg, size, n):
+    elt = DTYPES[cfg["dtype"]].bytes
+    return chunks_of(size // elt, n, elt, cfg["chunk_bytes"], cfg["threshold_bytes"])
+
+
 def _chunked_label(cfg):
     return f"{format_size(cfg['chunk_bytes'])} x{cfg['inflight']} >{format_size(cfg['threshold_bytes'])}"
 
@@ -141,5 +155,5 @@ PLAIN = Case("plain", "strategy", "all_gather", (TOTAL,), _plain,
              fields=CHUNK_FIELDS)
 CHUNKED = Case("chunked", "strategy", "all_gather", (TOTAL,), _chunked, _chunked_configs,
                describe=_chunked_label, check_size=payload_size, setup=inflight_groups, both_places=True,
-               work=_gather_work, footprint=_gather_footprint, model=_chunked_model,
+               work=_gather_work, footprint=_gather_footprint, steps=_chunked_steps, model=_chunked_model,
                fields={**CHUNK_FIELDS, "threshold_bytes": "chunked: payloads above it are chunked", **INFLIGHT})

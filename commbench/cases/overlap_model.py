@@ -1,6 +1,6 @@
 """The model's side of the overlap patterns: a pattern's schedule replayed on one link and one compute stream
 (simulate), its step count, and its predicted figures from the communication's alpha-beta terms."""
-from commbench.cases.chunked import chunk_layout
+from commbench.cases.chunked import chunks_of
 from commbench.cases.collectives import DTYPES
 from commbench.cases.overlap_schedule import AHEAD
 from commbench.model.alphabeta import predict
@@ -38,7 +38,7 @@ def steps_of(cfg, size, n):
     if cfg.get("buckets"):
         return cfg["buckets"]
     elt = DTYPES[cfg["dtype"]].bytes
-    return len(chunk_layout(size // elt, n, elt, cfg["chunk_bytes"], 0))
+    return chunks_of(size // elt, n, elt, cfg["chunk_bytes"], 0)
 
 
 def predicted(case, cfg, size, topo, world_size, nodes, backend, ratio):

@@ -12,7 +12,7 @@ from benchcore.report.render import console, print_table
 from benchcore.results import usable
 from benchcore.results.records import dumps, read_records
 from benchcore.units import format_size, parse_size, size_range
-from commbench.cases.case import TOTAL, ReadOptions, label, refuse_unread, work_key
+from commbench.cases.case import TOTAL, ReadOptions, check_steps, label, refuse_unread, work_key
 from commbench.cases.collectives import DTYPES
 from commbench.cases.registry import CASES, case_of, parse_names, record_label
 from commbench.commands.options import CaseOptionsText, case_options, given_fields, overlap_options
@@ -36,6 +36,8 @@ def predictions(topo, names, sizes, nodes, local, backend, opts):
     """One row per (size, case config): the model's time and busbw, the tier that bounds it and its peak."""
     if nodes * local < 2:
         raise UserError("one rank moves no data: the model needs 2 or more ranks (--nodes, --nproc-per-node)")
+    for cfg in configs(names, opts).values():
+        check_steps(CASES[cfg["case"]], cfg, sizes, DTYPES[cfg["dtype"]].bytes, nodes * local)
     rows = []
     for size in sizes:
         for name, cfg in configs(names, opts).items():

@@ -14,6 +14,7 @@ from benchcore.report.render import FORMATS
 from benchcore.results.usable import SECONDS
 from benchcore.units import size_list
 from commbench.cases.case import CaseOptions
+from commbench.cases.chunked import MAX_INFLIGHT
 from commbench.cases.collectives import DTYPES, OPS
 from commbench.cases.compressed import COMPRESS
 from commbench.cases.compute import KERNELS, parse_gemm
@@ -80,6 +81,10 @@ class CaseOptionsText:
             raise UserError("--chunk-size, --threshold and --inflight need at least one value")
         if min(inflights) < 1:
             raise UserError(f"--inflight must be at least 1, got {min(inflights)}")
+        if max(inflights) > MAX_INFLIGHT:
+            raise UserError(f"--inflight {max(inflights)}: at most {MAX_INFLIGHT} operations in flight (each is a "
+                            "process group every rank opens at start-up, and a GPU runs at most "
+                            f"{MAX_INFLIGHT} kernels at once)")
         return CaseOptions(places=PLACES[self.place], chunk_sizes=chunks,
                            thresholds=thresholds, inflights=inflights,
                            compress=self.compress, buckets=_whole_list(self.buckets, "--buckets"),

@@ -8,7 +8,8 @@ from benchcore.report.render import console, print_table, save_figure
 from benchcore.results import stats
 from benchcore.results.records import PLOT_SUFFIXES, new_output_option
 from benchcore.units import format_size
-from commbench.cases.case import TOTAL
+from commbench.cases.case import TOTAL, check_steps
+from commbench.cases.collectives import DTYPES
 from commbench.cases.overlap_model import predicted
 from commbench.cases.registry import CASES, PATTERN_NAMES, parse_names, record_label
 from commbench.commands import verdict
@@ -122,6 +123,9 @@ def plot(records, path):
 
 def model_rows(topo, names, sizes, nodes, local, backend, opts):
     """`commbench model --overlap`: each pattern config's predicted figures at each size and compute ratio."""
+    for name in names:
+        for cfg in CASES[name].configs(opts, "float32"):
+            check_steps(CASES[name], {**cfg, "dtype": "float32"}, sizes, DTYPES["float32"].bytes, nodes * local)
     rows = []
     for size in sizes:
         for name in names:

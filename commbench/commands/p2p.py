@@ -5,13 +5,15 @@ import click
 from click.core import ParameterSource
 
 from benchcore.errors import UserError, refuse_given
-from benchcore.inputs import finite
+from benchcore.inputs import finite, shown
 from benchcore.report.render import print_table
 from benchcore.units import format_size
 from commbench.cases.p2p import LARGE, MODES, WINDOW, case_name, osu_counts
 from commbench.commands.options import launch_options, measure_options, parse, parse_backends
 from commbench.runner import measure
 
+# the ranks agree on each measurement's share of --time-budget in nanoseconds, a signed 64-bit integer (fit_budget)
+MAX_BUDGET_S = (2 ** 63 - 1) // 10 ** 9
 # mode -> its columns: (name, header, format, the value of a record). Latency: OSU's average beside the median and
 # the 99th percentile of the iterations (rankstats.py), since a few descheduled iterations can make the average
 COLUMNS = {  # alone misleading (Gloo, 1 B, busy machine: average 386.8 us, p50 30.7, p99 3832)
@@ -124,5 +126,8 @@ def p2p(click_ctx, modes, backends, window, budget, **kw):
     kw["dtype"] = "uint8"  # bytes, as OSU's MPI_CHAR
     backends = None if backends is None else parse_backends(backends)
     osu = all(click_ctx.get_parameter_source(p) == ParameterSource.DEFAULT for p in ("iters", "warmup"))
-    budget = None if budget is None else finite(budget, "--time-budget", 0, lo_open=True)
-    measure(list(dict.fromkeys(names)), parse(kw, backends), p2p_table, "p2p", reshape=osu_rounds(window, osu, budget))
+    seconds = None if budget is None else finite(budget, "--time-budget", 0, lo_open=True)
+    if seconds and seconds > MAX_BUDGET_S:
+        raise UserError(f"--time-budget {shown(budget, 40)}: the ranks share a budget in 64-bit nanoseconds, at most "
+                        f"{MAX_BUDGET_S} s (292 years)")
+    measure(list(dict.fromkeys(names)), parse(kw, backends), p2p_table, "p2p", reshape=osu_rounds(window, osu, seconds))

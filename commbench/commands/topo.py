@@ -4,10 +4,10 @@ import json
 
 import click
 
-from benchcore.errors import UserError
+from benchcore.errors import UserError, shown
 from benchcore.report.render import print_table
 from benchcore.results.records import new_output_option
-from commbench.model.detect import detect, in_effect, match, unreported
+from commbench.model.detect import detect, in_effect, interfaces, match, unreported
 
 
 @click.command("topo")
@@ -30,6 +30,11 @@ def topo(as_json, link, calibrate, out):
     """
     if out and not calibrate:
         raise UserError("--out goes with --calibrate (the topology file it writes)")
+    if link is not None:
+        names = [n["name"] for n in interfaces()]
+        if link not in names:
+            raise UserError(f"--link {shown(repr(link), 40)}: no such interface on this node (it has "
+                            f"{shown(', '.join(names))})")
     if calibrate:
         if as_json:
             raise UserError("--json: not with --calibrate, which prints a topology file (YAML)")

@@ -5,17 +5,12 @@ import os
 from dataclasses import dataclass, field
 
 from benchcore.errors import UserError, shown
-from benchcore.processes import procs
-from benchcore.units import format_size
+from benchcore.processes.torchrun import too_many
 from commbench.launch import mpirun
 from commbench.launch.torchrun import split_endpoint
 
 LAUNCHERS = ("auto", "local", "torchrun", "slurm", "mpirun")
 BACKENDS = ("auto", "nccl", "gloo", "mpi")
-# Every emulated node and rank on this machine is a process that imports torch: measured here (torch 2.13 CPU, a
-# 2-rank local run) torchrun's agent and each worker hold 227-232 MB resident before any buffer. 200 MiB each is
-# less than any of them: what this refuses could never start (the plan's buffers are judged at launch).
-PROCESS_FLOOR_BYTES = 200 << 20
 # Gloo connects every pair of ranks when its process group starts, so start-up grows as ranks squared: 46 min at
 # 8,192 ranks (Meta's measurement in pytorch/gloo#408). A world that would still be connecting when --timeout
 # ends cannot start.
@@ -115,13 +110,11 @@ def check_scale(spec):
     here = {"local": spec.nodes * (spec.nproc_per_node + 1)}   # an agent per node, a worker per rank
     if not mpirun.across_hosts(spec):
         here["mpirun"] = spec.world_size
-    processes, total = here.get(spec.launcher), procs.meminfo("MemTotal")
-    if processes and processes * PROCESS_FLOOR_BYTES > total:
+    crowd = here.get(spec.launcher) and too_many(here[spec.launcher])   # the plan's buffers are judged at launch
+    if crowd:
         raise UserError(f"--nodes {spec.nodes} x --nproc-per-node {spec.nproc_per_node} on this machine "
-                        f"(--launcher {spec.launcher}) is {processes} torch processes, at least "
-                        f"{format_size(processes * PROCESS_FLOOR_BYTES, approx=True)} ({PROCESS_FLOOR_BYTES >> 20} MiB "
-                        f"each); this machine has {format_size(total, approx=True)}: fewer, or real nodes "
-                        "(--launcher torchrun, slurm or mpirun with hosts)")
+                        f"(--launcher {spec.launcher}) is {crowd}: fewer, or real nodes (--launcher torchrun, slurm or "
+                        "mpirun with hosts)")
     if spec.backend != "mpi" and not spec.may_use_nccl():
         seconds, ranks = GLOO_START
         start = seconds * (spec.world_size / ranks) ** 2

@@ -26,6 +26,7 @@ one line naming the file and the field. GB/s = 1e9 B/s.
 """
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -50,6 +51,10 @@ def _text(v):
 
 
 MAX_COUNT = 1 << 16         # GPUs or NICs in one node (an NVL72 rack is 72)
+# A number with an exponent (1e3, 1.5e3, 2E-6) is text to PyYAML (YAML 1.1 wants a dot and a signed exponent), a
+# number to YAML 1.2 and to people: read as one in the fields that hold numbers (their names end so)
+EXPONENT = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+")
+NUMBER_FIELDS = ("_gbps", "_us", "_fraction")
 
 
 def _count(lo):
@@ -136,6 +141,8 @@ def validate(data, where):
             raise UserError(f"{where}: field {section} must be a mapping")
     flat = {k: v for k, v in data.items() if k not in SECTIONS + ("source",)}
     flat.update((f"{s}.{k}", v) for s in SECTIONS for k, v in (data.get(s) or {}).items())
+    flat = {k: float(v) if k.endswith(NUMBER_FIELDS) and isinstance(v, str) and EXPONENT.fullmatch(v) else v
+            for k, v in flat.items()}
     for key in flat:
         if key not in SCHEMA:
             raise UserError(f"{where}: unknown field {inputs.key(key)} (known: {', '.join(SCHEMA)})")

@@ -67,6 +67,17 @@ def test_broken_file_on_the_command_line_is_one_line(tmp_path):
     assert_one_line_error(run_tool("commbench", "model", "--fit", tmp_path / "missing.jsonl"), "no such file")
 
 
+def test_numbers_written_with_an_exponent_are_numbers(tmp_path):
+    """PyYAML (YAML 1.1) reads 1e3 and 1.5E-1 as text; a topology file means the numbers."""
+    text = GOOD.read_text().replace("per_gpu_gbps: 450", "per_gpu_gbps: 1e3")
+    mine = tmp_path / "exp.yaml"
+    mine.write_text(text.replace("latency_us: 9.6", "latency_us: 9.6E0").replace("nic_gbps: 50", "nic_gbps: +5e1"))
+    topo = topology.resolve(str(mine))
+    assert (topo.intra_gbps, topo.inter_latency_us, topo.nic_gbps) == (1000.0, 9.6, 50.0)
+    mine.write_text(text.replace("name: dgx-h100", "name: 1e3"))
+    assert topology.resolve(str(mine)).name == "1e3"   # a text field keeps its text
+
+
 def predicted(name, size, topo, n, nodes, backend="nccl", cfg=None, env=None):
     return model.predict(CASES[name], {**CFG, **(cfg or {})}, size, topo, n, nodes, backend, env)
 
