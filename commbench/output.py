@@ -104,7 +104,7 @@ def table_console():
     """benchcore's console, narrowed to COLUMNS when the user sets it (a pipe otherwise gets 200)."""
     out = console()
     columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit() and int(columns) > 0:
+    if columns.isascii() and columns.isdigit() and 0 < len(columns) <= 5 and int(columns) > 0:
         out.width = int(columns)
     return out
 

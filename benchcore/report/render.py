@@ -26,7 +26,8 @@ def console(stderr=False):
     """Rich console for tables and notes: tables fit the terminal's width, else COLUMNS, else PIPE_WIDTH; a line of
     text is never wrapped (print_table wraps a table's title)."""
     columns = os.environ.get("COLUMNS", "")
-    width = None if sys.stdout.isatty() else int(columns) if columns.isdigit() and int(columns) > 0 else PIPE_WIDTH
+    width = None if sys.stdout.isatty() else int(columns) if columns.isascii() and \
+        columns.isdigit() and len(columns) <= 5 and int(columns) > 0 else PIPE_WIDTH
     return Console(stderr=stderr, highlight=False, markup=False, soft_wrap=True, width=width)
 
 

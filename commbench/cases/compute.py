@@ -15,7 +15,7 @@ the overlapped run can be set against the time it takes alone (compute_slowdown)
 """
 import time
 
-from benchcore.errors import UserError
+from benchcore.errors import UserError, shown
 from benchcore.lazy import lazy
 
 torch = lazy("torch", globals())
@@ -46,8 +46,8 @@ def parse_gemm(text):
     if text is None:
         return None
     parts = [p.strip() for p in str(text).split(",")]
-    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
-        raise UserError(f"--gemm takes M,N,K (three positive whole numbers), got {text!r}")
+    if len(parts) != 3 or not all(p.isascii() and p.isdigit() and len(p) <= 9 and int(p) > 0 for p in parts):
+        raise UserError(f"--gemm takes M,N,K (three positive whole numbers), got {shown(repr(text), 60)}")
     dims = tuple(int(p) for p in parts)
     if max(dims) > 1 << 20:
         raise UserError(f"--gemm {text}: a dimension above 1048576 is not a GEMM one rank can hold")

@@ -8,7 +8,7 @@ import os
 import socket
 import struct
 
-from benchcore.errors import UserError
+from benchcore.errors import UserError, shown
 from benchcore.processes.torchrun import torchrun_argv
 from benchcore.results.records import hostname
 from commbench.launch.liveness import ADDR_ENV, RECORD_NODE_ENV
@@ -45,8 +45,8 @@ def check_endpoint(spec):
 
 def split_endpoint(endpoint):
     host, sep, port = endpoint.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UserError(f"--rdzv-endpoint {endpoint!r} is not HOST:PORT")
+    if not sep or not host or not (port.isascii() and port.isdigit() and len(port) <= 5) or not 0 < int(port) < 65536:
+        raise UserError(f"--rdzv-endpoint {shown(repr(endpoint), 80)} is not HOST:PORT")
     return host, int(port)
 
 

@@ -47,3 +47,13 @@ def test_past_a_bound_is_one_line_before_anything_starts(tmp_path, tool, args, n
     assert done.returncode == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == []   # nothing written, nothing run
 
+
+
+@pytest.mark.parametrize("args", [["overlap", "--gemm", "²,1,1", "-b", "1M", "-e", "1M"],
+                                  ["overlap", "--gemm", "9" * 5000 + ",1,1", "-b", "1M", "-e", "1M"],
+                                  ["run", "--nodes", 2, "--rdzv-endpoint", "h:²", "--node-rank", 0]])
+def test_digits_that_are_not_ascii_or_too_many_are_refused_in_one_short_line(args):
+    """'²' is a digit to str.isdigit() and not to int(): a traceback; 5,000 digits: int() refuses them."""
+    done = run_tool("commbench", *args, timeout=60)
+    assert_one_line_error(done, "")
+    assert len(done.stderr) < 300, done.stderr
