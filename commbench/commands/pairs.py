@@ -16,7 +16,7 @@ import sys
 import click
 
 from benchcore.errors import UserError, refuse_given, shown
-from benchcore.report.render import console, print_table
+from benchcore.report.render import console, print_table, save_figure
 from benchcore.results import schema
 from benchcore.results.records import PLOT_SUFFIXES, new_output_option
 from benchcore.results.usable import FRACTION
@@ -147,7 +147,7 @@ def plot_matrix(records, path):
     fig.colorbar(image, label="sendrecv busbw (GB/s)")
     ax.set_title("commbench pairs")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
 
 

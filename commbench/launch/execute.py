@@ -25,6 +25,7 @@ from pathlib import Path
 
 import click
 
+from benchcore.files import open_new
 from benchcore.processes import procs
 from benchcore.report.render import console
 from benchcore.results.records import hostname, new_output
@@ -181,7 +182,7 @@ class Supervisor:
                 return LaunchResult(1, [], [f"{shlex.join(argv)} failed: {why}"])
         verbose = self.spec.verbose
         for i, (argv, env) in enumerate(cmds):
-            log = open(self.logdir / f"agent{i}.log", "w+")
+            log = open_new(self.logdir / f"agent{i}.log", "agent log")
             self.logs.append(log)
             env = {**os.environ, **env, STATUS_ENV: str(self.logdir)}
             if self.spec.launcher != "slurm":  # torchrun's own torchelastic_* log dirs go in ours, removed with it
