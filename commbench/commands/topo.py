@@ -5,6 +5,7 @@ import json
 import click
 
 from benchcore.errors import UserError, shown
+from benchcore.files import write_new_text
 from benchcore.report.render import print_table
 from benchcore.results.records import new_output_option
 from commbench.model.detect import detect, in_effect, interfaces, match, unreported
@@ -83,8 +84,7 @@ def write_calibration(link, out):
     if not out:
         click.echo(text, nl=False)
         return
-    with open(out, "x") as f:       # new_output refused an existing file; "x" refuses one made since
-        f.write(text)
+    write_new_text(out, text, "--out")   # new_output refused an existing file; this refuses one made since
     click.echo("".join(ln[1:] + "\n" for ln in text.splitlines() if ln.startswith("#")), nl=False)
     click.echo(f"wrote {out}: commbench run --topology {out}")
 

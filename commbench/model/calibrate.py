@@ -30,6 +30,7 @@ import time
 
 import yaml
 
+from benchcore.errors import shown
 from benchcore.results.records import git_revision, hostname, timestamp
 from commbench.model import detect, topology
 
@@ -195,9 +196,11 @@ def _tc_payload(net):
 
 
 def file_text(found):
-    """The topology file: how each rate was measured, in comments, then the fields."""
-    head = [f"# Calibrated by `commbench topo --calibrate` on {hostname()} at {timestamp()} (suite {git_revision()}).",
+    """The topology file: how each rate was measured, in comments (each one line: a host name holding a newline
+    cannot start a line of YAML), then the fields (yaml.safe_dump quotes what needs it)."""
+    head = [f"# Calibrated by `commbench topo --calibrate` on {shown(hostname(), 100)} at {timestamp()} "
+            f"(suite {shown(git_revision(), 60)}).",
             "# Every rate is a ceiling busbw cannot exceed (commbench/model/calibrate.py says why each is one):"]
-    head += [f"#   {n}" for n in found["notes"]]
+    head += [f"#   {shown(n, 400)}" for n in found["notes"]]
     head.append("# Use: commbench run --topology THIS_FILE (util = busbw / these ceilings; MPI uses shared_memory).")
     return "\n".join(head) + "\n" + yaml.safe_dump(found["data"], sort_keys=False)

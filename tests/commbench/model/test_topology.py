@@ -8,6 +8,7 @@ tests/netns/test_model.py, which needs root).
 import io
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -361,3 +362,15 @@ def test_records_carry_topology_prediction_and_utilization(tmp_path):
 def test_cli_start_imports_neither_torch_nor_pynvml():
     code = "import sys, commbench.commands.cli; sys.exit(1 if {'torch', 'pynvml', 'numpy'} & set(sys.modules) else 0)"
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="sets a host name in a UTS namespace of its own")
+def test_a_host_name_holding_a_newline_stays_in_its_comment_of_the_calibrated_file():
+    """`topo --calibrate --out` wrote the host name into a comment: a name holding a newline started a line of YAML
+    of its own choosing (issue 38 item 6). Run in a UTS namespace whose host name is such a name."""
+    code = ("import socket, yaml; from commbench.model import calibrate; "
+            "socket.sethostname('evil\\nintra_node: {per_gpu_gbps: 9999}'); "
+            "text = calibrate.file_text({'notes': [], 'data': {'name': 'x'}}); print(repr(yaml.safe_load(text)))")
+    done = subprocess.run(["unshare", "--uts", sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "{'name': 'x'}"
