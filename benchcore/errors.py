@@ -26,9 +26,15 @@ _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\
                       r"\x9d[^\x07\x9c]*[\x07\x9c]?|\x1b.?|[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 
 
+def printable(text):
+    """text with every escape sequence and control character (tab kept) a space: nothing in it can move a
+    terminal's cursor, retitle its window or start a new line."""
+    return _ESCAPES.sub(" ", str(text))
+
+
 def shown(text, limit=EXCERPT_CHARS):
-    """text as it may reach a terminal: escape sequences and control characters removed, at most limit chars."""
-    clean = _ESCAPES.sub(" ", str(text))
+    """text as it may reach a terminal: printable(), at most limit chars."""
+    clean = printable(text)
     return clean if len(clean) <= limit else clean[:limit - 3] + "..."
 
 

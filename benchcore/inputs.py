@@ -10,7 +10,7 @@ import stat
 
 import yaml
 
-from benchcore.errors import UserError, key, name, shown  # noqa: F401  (key: for the spec readers)
+from benchcore.errors import UserError, key, name, printable, shown  # noqa: F401  (key: for the spec readers)
 
 MAX_TEXT_BYTES = 8 << 20     # a spec, topology, matrix or job file is a few KB; 8 MiB is far past any real one
 MAX_LINE_BYTES = 1 << 20     # a log or record line is at most a few KB; a file without newlines is cut here
@@ -151,10 +151,12 @@ def load_yaml(path, what="input", loader=_BoundedLoader):
 
 
 def clipped(value, limit=MAX_FIELD_CHARS):
-    """value (a text, or a list or mapping of them, as a record's field holds it) with every text of more than limit
-    characters cut to its first limit and '... (cut from N characters)': what a record made from a foreign file
-    keeps."""
+    """value (a text, or a list or mapping of them, as a record's field holds it) printable (errors.printable: an
+    escape sequence in a foreign file never reaches a terminal, a report or a plot through a record) with every text
+    of more than limit characters cut to its first limit and '... (cut from N characters)': what a record made from
+    a foreign file keeps."""
     if isinstance(value, str):
+        value = printable(value)
         return value if len(value) <= limit else f"{value[:limit]}... (cut from {len(value)} characters)"
     if isinstance(value, list):
         return [clipped(v, limit) for v in value]

@@ -100,3 +100,19 @@ def test_a_long_text_is_cut_where_the_record_is_made_and_says_so(tmp_path, name,
         assert all(len(t) <= MAX_FIELD_CHARS or CUT.fullmatch(t, MAX_FIELD_CHARS) for k, v in rec.items()
                    if k != "source_file" for t in texts(v)), rec
     assert any(CUT.fullmatch(t, MAX_FIELD_CHARS) for t in texts(records[0][field]))
+
+
+def test_an_escape_sequence_in_a_foreign_value_never_reaches_the_terminal_or_a_report(tmp_path):
+    """An nccl-tests JSON whose type holds an OSC sequence (retitle the terminal) and a newline: diff printed it
+    raw and report.md/html kept it (issue 38 item 6). The record holds the text with each one a space."""
+    good = FOREIGN / "nccl-tests-2.19-J-all_reduce.json"
+    evil = tmp_path / "evil.json"
+    evil.write_text(re.sub(r'"type": ?"float"', '"type": "float\\\\u001b]0;pwned\\\\u0007\\\\n"', good.read_text()))
+    assert "\\u001b" in evil.read_text()
+    diff = run_tool("commbench", "diff", good, evil, timeout=120)
+    report = run_tool("commbench", "report", evil, "--out", tmp_path / "rep", timeout=120)
+    assert report.returncode == 0, report.stderr
+    shown = diff.stdout + diff.stderr + report.stdout + report.stderr + (tmp_path / "rep" / "report.md").read_text() \
+        + (tmp_path / "rep" / "report.html").read_text()
+    assert "\x1b" not in shown and "\x07" not in shown
+    assert {r["dtype"] for r in read.load(str(evil)).records if not r.get("event")} == {"float  "}   # the OSC sequence one space, the newline another
