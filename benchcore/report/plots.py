@@ -12,6 +12,7 @@ from benchcore.results import stats, usable
 from benchcore.results.read import group_of, measurements
 
 MAX_PLOTS = 12          # a report of 1,000 groups draws 12 plots, not 1,000 (each costs ~0.3 s and 50 KB)
+MAX_SERIES = 12         # lines per side of a plot: 5,000 runs drew 5,000 lines and an 80,590-pixel-tall legend
 # y axes of a commbench plot: busbw and time always, another field's panel only where a threshold bounds it
 AXES = {"busbw_gbps": "busbw (GB/s)", "time_us": "time (us)", "algbw_gbps": "algbw (GB/s)"}
 LATENCIES = (("lat_mean_us", "mean"), ("lat_p50_us", "P50"), ("lat_p99_us", "P99"), ("lat_p999_us", "P99.9"))
@@ -56,13 +57,34 @@ def run_of(rec):
     return str(isinstance(source, str) and os.path.basename(source) or rec.get("run_id") or "?")
 
 
-def series_name(rec, several_runs):
-    """What one line of a busbw/time plot is: run (when several), phase, placement, type, cycle, repeat."""
+def series_name(rec, several_runs, pooled=False):
+    """What one line of a busbw/time plot is: run (when several), phase, placement, type, cycle, repeat (pooled:
+    neither run nor cycle nor repeat)."""
     place = {True: "in-place", False: "out-of-place"}.get(rec.get("in_place"))
-    parts = [run_of(rec) if several_runs else None, rec.get("phase"), place, rec.get("dtype"),
-             f"cycle {rec['cycle']}" if rec.get("cycle") is not None else None,
-             f"repeat {rec['repeat']}" if rec.get("repeat") is not None else None]
+    parts = [run_of(rec) if several_runs and not pooled else None, rec.get("phase"), place, rec.get("dtype"),
+             f"cycle {rec['cycle']}" if rec.get("cycle") is not None and not pooled else None,
+             f"repeat {rec['repeat']}" if rec.get("repeat") is not None and not pooled else None]
     return " ".join(str(p) for p in parts if p not in (None, "")) or "measured"
+
+
+def _series(recs, several, tag):
+    """{label: records}, a line each: per run, phase, placement, type, cycle and repeat; beyond MAX_SERIES lines,
+    the runs, cycles and repeats of each phase, placement and type pooled into one line (its bars: their range),
+    and beyond MAX_SERIES of those the first MAX_SERIES drawn and a last label saying how many were not."""
+    recs = [r for r in recs if usable.usable(r.get("size_bytes"))]
+    series = {}
+    for r in recs:
+        series.setdefault(tag + series_name(r, several), []).append(r)
+    if len(series) <= MAX_SERIES:
+        return series
+    pooled = {}
+    for r in recs:
+        pooled.setdefault(tag + series_name(r, several, pooled=True), []).append(r)
+    runs = {k: len({(run_of(r), r.get("cycle"), r.get("repeat")) for r in rs}) for k, rs in pooled.items()}
+    shown = {f"{k} ({runs[k]} runs, cycles and repeats pooled: their range)": rs for k, rs in pooled.items()}
+    left = len(shown) - MAX_SERIES
+    return dict(list(shown.items())[:MAX_SERIES] + ([(f"{tag}{left} more lines not drawn (in the tables)", [])]
+                                                    if left > 0 else []))
 
 
 def _peak_name(rec):
@@ -82,11 +104,9 @@ def busbw_figure(title, recs, base_recs, marks=()):
     axes = dict(zip(fields, axes[0]))
     several = len({run_of(r) for r in list(recs) + list(base_recs)}) > 1
     for recs_, style, tag in ((recs, "-", ""), (base_recs, "--", "baseline ")):
-        series = {}
-        for r in recs_:
-            if usable.usable(r.get("size_bytes")):
-                series.setdefault(tag + series_name(r, several), []).append(r)
-        for key, rs in series.items():
+        for key, rs in _series(recs_, several, tag).items():
+            if not rs:      # the lines not drawn, said in the legend
+                axes["busbw_gbps"].plot([], [], " ", label=key)
             for field, ax in axes.items():
                 sizes = sorted({r["size_bytes"] for r in rs if usable.usable(r.get(field))})
                 at = {s: sorted(r[field] for r in rs if r["size_bytes"] == s and usable.usable(r.get(field)))
@@ -98,10 +118,10 @@ def busbw_figure(title, recs, base_recs, marks=()):
                                               [max(0.0, at[s][-1] - m) for s, m in zip(sizes, mid)]],
                             fmt=style, marker="o", markersize=3, capsize=2, label=key)
     models = {}
-    for r in recs:          # the model per phase, placement and type: the same for every cycle and repeat
+    for r in recs:          # the model per phase, placement, type and topology: the same for every run and repeat
         if usable.usable(r.get("predicted_time_us")) and usable.usable(r.get("time_us")):
-            name = " ".join(str(p) for p in ("model", r.get("phase"), series_name(dict(r, phase=None, cycle=None,
-                            repeat=None), several)) if p) + f" ({r.get('topology') or 'alpha-beta'})"
+            name = " ".join(str(p) for p in ("model", r.get("phase"), series_name(dict(r, phase=None), several,
+                            pooled=True)) if p) + f" ({r.get('topology') or 'alpha-beta'})"   # one per topology, not run
             models.setdefault(name, set()).add((r["size_bytes"], r["predicted_time_us"], r.get("busbw_gbps") and
                                                 r["busbw_gbps"] * r["time_us"] / r["predicted_time_us"]))
     for name, points in models.items():

@@ -89,3 +89,15 @@ def test_storage_legends_never_cover_bars_and_baseline_bars_are_hatched():
             assert all((p.get_hatch() == plots.BASELINE_HATCH) == baseline for p in container.patches), \
                 (ax.get_title(), container.get_label())
     assert sum(c.get_label().startswith("baseline ") for ax in fig.axes for c in ax.containers) == 1 + 4
+
+
+def test_thousands_of_runs_are_pooled_into_a_few_lines_of_a_plot_of_bounded_size():
+    """A report of 10,000 records in 5,000 runs drew 5,000 lines and an 80,590-pixel-tall legend in 80 s and 1.7 GB
+    (issue 38 item 7): past plots.MAX_SERIES lines, the runs of each phase, placement and type are one line whose bars
+    span them."""
+    recs = [dict(r, run_id=f"run{k}") for k in range(2000) for r in rsag(repeats=1)[:3]]
+    fig = plots.busbw_figure("rs-ag", recs, [])
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert len(labels) <= plots.MAX_SERIES + 4, labels         # + the model lines and the link peak
+    assert any("2000 runs, cycles and repeats pooled" in label for label in labels), labels
+    assert fig.get_figheight() * fig.dpi < 2000
