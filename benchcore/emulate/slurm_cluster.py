@@ -4,8 +4,9 @@
 Standard library only (scripts/slurm-cluster runs it without the virtualenv). As root:
 
   up --nodes N [--rate R]     namespaces PREFIX-node0..N-1 on --subnet (blackholed in the host namespace while
-                              up); munged on DIR/munge/socket; slurmctld in node 0; `slurmd -N PREFIX-nodeI` in
-                              each node under its own host name; DIR/slurm.conf (no cgroups, no accounting,
+                              up); munged on /run/slurm-cluster-munge/PREFIX/socket (the munge user reaches it under
+                              any --dir); slurmctld in node 0; `slurmd -N PREFIX-nodeI` in each node under its own
+                              host name; DIR/slurm.conf (no cgroups, no accounting,
                               proctrack/linuxproc, task/none, one partition; --prolog PATH: Prolog=PATH with
                               PrologFlags=Alloc). Returns once sinfo shows N idle.
   down                        stops the daemons by PID, removes the namespaces and what up wrote in DIR.
@@ -16,6 +17,7 @@ Standard library only (scripts/slurm-cluster runs it without the virtualenv). As
 Slurm and munge are installed with apt-get when missing, with no packaged daemon started.
 """
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -23,7 +25,7 @@ import time
 
 from benchcore.emulate import netns
 from benchcore.emulate.skeleton import Cli, DirFixture, Fail, alive, live_pids
-from benchcore.files import write_new, write_new_text
+from benchcore.files import trusted_dir, write_new, write_new_text
 from benchcore.processes import procs
 
 PROG = "slurm-cluster"
@@ -36,6 +38,9 @@ PACKAGES = {"slurmctld": "slurmctld", "slurmd": "slurmd", "sinfo": "slurm-client
             "mungekey": "munge", "ip": "iproute2", "unshare": "util-linux", "runuser": "util-linux"}
 POLICY_RC = "/usr/sbin/policy-rc.d"
 UP_TIMEOUT = 30  # seconds for every node to read idle (measured: ~1 s)
+# munged runs as the munge user, which cannot enter a --dir under a private (0700) parent: its key, socket, pid and
+# log live in MUNGE_BASE/PREFIX instead (root's, 0711: munge may pass, nobody may list or write)
+MUNGE_BASE = "/run/slurm-cluster-munge"
 EPILOG = f"""\
 examples:
   {PROG} up --nodes 2 --rate 1gbit
@@ -53,7 +58,7 @@ SlurmctldHost={head}({head_addr})
 SlurmUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket={dir}/munge/socket
+AuthInfo=socket={munge}/socket
 MailProg=/bin/true
 StateSaveLocation={dir}/ctld
 SlurmctldPidFile={dir}/run/slurmctld.pid
@@ -81,7 +86,7 @@ CGROUP_CONF = "CgroupPlugin=cgroup/v1\n"
 
 
 class SlurmCluster(DirFixture):
-    OWNED = ("slurm.conf", "cgroup.conf", "munge", "ctld", "spool", "log", "run")
+    OWNED = ("slurm.conf", "cgroup.conf", "ctld", "spool", "log", "run")
     ROOT_FOR = "ip netns, munged, slurmctld, slurmd"
 
     def __init__(self, d):
@@ -89,6 +94,7 @@ class SlurmCluster(DirFixture):
         self.conf = self.path("slurm.conf")
         st = self.state or {}
         self.prefix, self.subnet, self.nodes = st.get("prefix"), st.get("subnet"), st.get("nodes", 0)
+        self.munge = st.get("munge_dir")
 
     def node(self, i):
         return netns.ns_name(self.prefix, i)
@@ -100,7 +106,7 @@ class SlurmCluster(DirFixture):
     # -- status ---------------------------------------------------------------------------------
     def daemons(self):
         """[(name, pid or None, alive)] for munged, slurmctld and each slurmd, from their pid files."""
-        files = [("munged", "munge/munged.pid"), ("slurmctld", "run/slurmctld.pid")]
+        files = [("munged", os.path.join(self.munge or self.dir, "munged.pid")), ("slurmctld", "run/slurmctld.pid")]
         files += [(f"slurmd {self.node(i)}", f"run/slurmd-{self.node(i)}.pid") for i in range(self.nodes)]
         out = []
         for name, rel in files:
@@ -109,8 +115,8 @@ class SlurmCluster(DirFixture):
                     pid = int(f.read().split()[0])
             except (OSError, ValueError, IndexError):
                 pid = None
-            out.append((name, pid, pid is not None and alive(pid) and self.dir + "/" in " ".join(
-                procs.proc_cmdline(pid) or [])))
+            ours = (self.munge if name == "munged" else self.dir) + "/"
+            out.append((name, pid, pid is not None and alive(pid) and ours in " ".join(procs.proc_cmdline(pid) or [])))
         return out
 
     def summary(self):
@@ -174,8 +180,9 @@ class SlurmCluster(DirFixture):
         self.need("ip", "unshare", "runuser")
         self.install()
         self.prefix, self.subnet, self.nodes = args.prefix, args.subnet, args.nodes
+        self.munge = os.path.join(MUNGE_BASE, self.prefix)
         self.claim(prefix=self.prefix, subnet=self.subnet, nodes=self.nodes, rate=args.rate, cpus=args.cpus,
-                   prolog=args.prolog and os.path.abspath(args.prolog))
+                   prolog=args.prolog and os.path.abspath(args.prolog), munge_dir=self.munge)
         netns.up(self.nodes, args.rate, self.prefix, self.subnet)
         self.start_munged()
         self.write_conf()
@@ -188,9 +195,14 @@ class SlurmCluster(DirFixture):
                  f"run clients with: {PROG} exec 0 -- sinfo")
 
     def start_munged(self):
-        """A munged of this cluster's own (key, socket, pid, log in DIR/munge), run as the munge user."""
-        d = self.path("munge")
-        os.makedirs(d)
+        """A munged of this cluster's own (key, socket, pid, log in MUNGE_BASE/PREFIX), run as the munge user."""
+        os.makedirs(MUNGE_BASE, mode=0o711, exist_ok=True)
+        trusted_dir(MUNGE_BASE, "munge's base directory")
+        d = self.munge
+        try:
+            os.mkdir(d)
+        except FileExistsError:
+            raise Fail(f"{d} exists: another cluster with --prefix {self.prefix} runs munged there") from None
         os.chmod(d, 0o711)  # munged wants the socket's directory executable by all, writable by none but it
         self.run(["mungekey", "-c", "-k", f"{d}/munge.key"])
         shutil.chown(d, "munge", "munge")
@@ -204,7 +216,8 @@ class SlurmCluster(DirFixture):
         for sub in ("ctld", "log", "run", *(f"spool/{self.node(i)}" for i in range(self.nodes))):
             os.makedirs(self.path(sub), exist_ok=True)  # slurmd does not create its spool directory
         prolog = f"Prolog={self.state['prolog']}\nPrologFlags=Alloc\n" if self.state.get("prolog") else ""
-        write_new_text(self.conf, CONF.format(prog=PROG, dir=self.dir, head=self.node(0), prolog=prolog, nodes=nodes,
+        write_new_text(self.conf, CONF.format(prog=PROG, dir=self.dir, munge=self.munge, head=self.node(0),
+                                              prolog=prolog, nodes=nodes,
                                               head_addr=netns.node_addr(0, self.subnet), partition=PARTITION), "conf")
         write_new_text(self.path("cgroup.conf"), CGROUP_CONF, "conf")
 
@@ -223,7 +236,7 @@ class SlurmCluster(DirFixture):
     def log_tail(self):
         """The last error lines of the daemons' logs, for the one line a failed `up` prints."""
         said = []
-        for name in sorted(os.listdir(self.path("log"))) + ["../munge/munged.log"]:
+        for name in sorted(os.listdir(self.path("log"))) + [os.path.join(self.munge, "munged.log")]:
             try:
                 with open(self.path("log", name), errors="replace") as f:
                     lines = [ln.strip() for ln in f.readlines()[-40:] if "error" in ln.lower()]
@@ -239,6 +252,7 @@ class SlurmCluster(DirFixture):
         KillWait's 5 s; then the namespaces (ending the jobs' processes inside) and their blackhole route."""
         said = []
         pids = {pid for _, pid, up in self.daemons() if up} | set(live_pids(self.dir + "/"))
+        pids |= set(live_pids(self.munge + "/")) if self.munge else set()
         for pid in pids:
             procs.kill(pid, signal.SIGTERM)
         end = time.monotonic() + 5
@@ -248,6 +262,11 @@ class SlurmCluster(DirFixture):
             procs.kill(pid, signal.SIGKILL)
         if pids:
             said.append(f"stopped {len(pids)} daemons")
+        if self.munge and os.path.isdir(self.munge) and not os.path.islink(self.munge):
+            shutil.rmtree(self.munge)   # recorded in the state file before up made it
+            said.append(f"removed {self.munge}")
+            with contextlib.suppress(OSError):   # the base too, when no other cluster's munged is there
+                os.rmdir(MUNGE_BASE)
         if self.prefix and netns.existing(self.prefix)[0]:
             _, ended = netns.down(self.prefix)
             said.append(f"removed {self.nodes} nodes {self.prefix}-node*" + (f" ({ended} processes ended)"

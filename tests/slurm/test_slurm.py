@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import tempfile
 import threading
@@ -19,7 +20,7 @@ import pytest
 from benchcore.emulate import netns
 from commbench.launch.slurm import expand_nodelist
 from tests.conftest import BIN, HOOKS_ON, ROOT
-from tests.slurm.conftest import SUBNET, needs_slurm, slurm_cluster
+from tests.slurm.conftest import STEM, SUBNET, needs_slurm, slurm_cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.root, needs_slurm]
 
@@ -66,6 +67,24 @@ def test_cluster_status_exec_and_blackhole(cluster, capsys):
     assert bad.returncode == 1 and bad.stderr == "slurm-cluster: error: no node 5: the cluster has nodes 0..3\n"
     with capsys.disabled():
         print("\n[sinfo after up]\n" + cluster.run("sinfo").stdout)
+
+
+def test_a_cluster_under_a_private_parent_comes_up_and_down_leaves_nothing(cluster, tmp_path):
+    """--dir $(mktemp -d)/s: munged, running as the munge user, could not reach its files under the private (0700)
+    parent and `up` failed (issue 38 item 2); they live in /run/slurm-cluster-munge/PREFIX now, removed by down.
+    A second cluster beside the module's, on a subnet of its own."""
+    parent = tmp_path / "private"
+    parent.mkdir(mode=0o700)
+    d, prefix = parent / "s", f"{STEM}p{os.getpid()}"
+    try:
+        up = slurm_cluster("up", "--nodes", 2, "--cpus", 1, "--dir", d, "--prefix", prefix, "--subnet", "10.227.0.0/24")
+        assert up.returncode == 0, up.stderr
+        assert stat.S_IMODE(os.stat(f"/run/slurm-cluster-munge/{prefix}").st_mode) == 0o711
+    finally:
+        down = slurm_cluster("down", "--dir", d)
+    assert down.returncode == 0, down.stderr
+    assert not d.exists() and not os.path.exists(f"/run/slurm-cluster-munge/{prefix}")
+    assert not netns.existing(prefix)[0]
 
 
 @pytest.mark.parametrize("nodelist", ["n[0-3]", "gpu[001-004,007],cpu1", "r[1-2]n[08-10]", "a,b[1-2]"])
