@@ -269,10 +269,11 @@ def test_pairs_on_four_nodes_drains_the_slow_node_and_at_full_rate_nobody(cluste
     assert slow == 1, slow_log
     assert reasons["slow"] == f"{cluster.nodes[3]}|commbench accept: links: pairs: bad node(s): {cluster.nodes[3]} " \
         "(sendrecv busbw below 0.7 of the median link: a node's median against the links it is not on)\n", slow_log
-    # idle, or mix while the module's time-limit job (nodes 0-1, a minute, then Slurm's kill) still runs beside it
-    assert states["slow"][cluster.nodes[3]] == "drain" and \
-        {states["slow"][n] for n in cluster.nodes[:3]} <= {"idle", "mix"}, states
-    assert even == 0 and reasons["even"] == "" and set(states["even"].values()) <= {"idle", "mix"}, (even_log, states)
+    # who is drained: the others are idle, or mix/comp while the module's time-limit job (nodes 0-1, a minute, then
+    # Slurm's kill) still runs or completes beside this one
+    drained = {name: {n for n, st in states[name].items() if st.startswith(("drain", "drng"))} for name in states}
+    assert drained["slow"] == {cluster.nodes[3]} and "down" not in str(states), states
+    assert even == 0 and reasons["even"] == "" and drained["even"] == set(), (even_log, states)
     with capsys.disabled():
         print(f"\n[sbatch -N4 accept.sbatch, node 3 at a third: exit {slow}]\n{slow_log.strip()}\n"
               f"[sinfo -R]\n{reasons['slow']}[every link alike: exit {even}]\n{even_log.strip()}")
