@@ -9,13 +9,12 @@ import time
 import pytest
 
 from commbench.cases.case import TOTAL
-from tests.conftest import BIN, read_records, run_tool
+from tests.conftest import BIN, HOOKS_ON, read_records, run_tool
 
 pytestmark = pytest.mark.slow
 SMALL = ["--nproc-per-node", 2, "-n", 2, "-w", 1]
 # every case these commands measure, slowed so that a SIGTERM finds the run going
 SLOW = ",".join(f"{case}:0.05" for case in ("ring", "rs-ag", "plain", "chunked", "ddp", "pipelined", "pipelined-rs"))
-HOOKS = {"COMMBENCH_TEST_HOOKS": "1"}   # the test hooks (commbench/cases/faults.py) act only with it
 
 
 @pytest.mark.parametrize("command", ["compare", "chunked", "overlap", "p2p"])
@@ -25,7 +24,7 @@ def test_a_rank_stalled_at_its_first_operation_is_a_hang_report(command, tmp_pat
     out = tmp_path / "h.jsonl"
     args = [command, "-b", "64K", "-e", "64K", *SMALL, *(["--repeats", 1] if command != "p2p" else [])]
     proc = run_tool("commbench", *args, "--hang-timeout", 4, "--out", out, *(["--plot", tmp_path / "p.png"]
-                    if command != "p2p" else []), env={**HOOKS, "COMMBENCH_TEST_STALL": "1:1"}, timeout=180)
+                    if command != "p2p" else []), env={**HOOKS_ON, "COMMBENCH_TEST_STALL": "1:1"}, timeout=180)
     assert proc.returncode == 4 and "Traceback" not in proc.stderr, proc.stderr
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
     assert errors[0].startswith("error: hang: no progress for 4 s (--hang-timeout)"), errors
@@ -59,7 +58,7 @@ def test_sigterm_again_and_again_still_writes_the_tables_and_the_plot(command, t
     out, plot = tmp_path / "t.jsonl", tmp_path / "t.png"
     args = [command, "-b", "16K", "-e", "4M", "-f", 4, *SMALL, "--repeats", 1, "--out", out, "--plot", plot]
     proc = subprocess.Popen([str(BIN / "commbench"), *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, **HOOKS, "COMMBENCH_TEST_SLOW": SLOW})
+                            text=True, env={**os.environ, **HOOKS_ON, "COMMBENCH_TEST_SLOW": SLOW})
     try:
         stdout, stderr, before = until_exit_send_sigterm(proc, out)
     finally:

@@ -163,7 +163,6 @@ def test_env_lists_no_test_hook_and_faults_documents_each_one_the_code_reads(tmp
                               "is a test hook of commbench's own tests: refused")
 
 
-HOOKS = {"COMMBENCH_TEST_HOOKS": "1"}   # the test hooks (commbench/cases/faults.py) act only with it
 
 
 @pytest.mark.slow
@@ -175,7 +174,7 @@ def test_sigterm_ends_the_sweep_at_once_and_resume_runs_the_interrupted_run_agai
     out, plot = tmp_path / "sweep.jsonl", tmp_path / "sweep.png"
     args = [str(BIN / "commbench"), "sweep", "--env", "NCCL_PROTO=LL", "--nproc-per-node", "2", "-b", "4K", "-e", "4M",
             "-f", "4", "-n", "3", "-w", "1", "--repeats", "2", "--out", str(out), "--resume"]
-    env = {**os.environ, **HOOKS, "COMMBENCH_TEST_SLOW": "all_reduce:0.05", "TMPDIR": str(tmp_path)}
+    env = {**os.environ, **HOOKS_ON, "COMMBENCH_TEST_SLOW": "all_reduce:0.05", "TMPDIR": str(tmp_path)}
     sweep = subprocess.Popen(args + ["--plot", str(plot)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env=env)
     try:
@@ -203,7 +202,7 @@ def test_sigterm_ends_the_sweep_at_once_and_resume_runs_the_interrupted_run_agai
     assert f"error: {stopped['sweep_config']} (round {stopped['repeat']}): terminated by SIGTERM" in stderr
     assert f"--resume with the same options and --out runs the {4 - done} config runs not done" in stderr
     assert "sweep ranking" in stdout and plot.stat().st_size > 0
-    proc = run_tool("commbench", *args[1:], "--format", "json", env={**HOOKS, "COMMBENCH_TEST_SLOW": "all_reduce:0.05"})
+    proc = run_tool("commbench", *args[1:], "--format", "json", env={**HOOKS_ON, "COMMBENCH_TEST_SLOW": "all_reduce:0.05"})
     assert proc.returncode == 0, proc.stderr
     assert f"resuming: {done} of 4 config runs (2 configs x 2 rounds) done, {4 - done} to run" in proc.stderr
     after = read_records(out)
