@@ -78,6 +78,7 @@ def output_options(fn):
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(package_name="commbench-iobench", message="%(prog)s %(version)s")
 def cli():
     """Checkpoint-storage benchmarks: fio workloads and real PyTorch checkpoints on real mounts.
 

@@ -19,6 +19,7 @@ Slurm and munge are installed with apt-get when missing, with no packaged daemon
 import argparse
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import time
@@ -192,7 +193,7 @@ class SlurmCluster(DirFixture):
         self.wait_idle()
         self.log(f"up in {time.monotonic() - t0:.1f} s: {self.nodes} nodes {self.prefix}-node0..{self.nodes - 1} "
                  f"idle on {self.subnet} (partition {PARTITION}, conf {self.conf}); "
-                 f"run clients with: {PROG} exec 0 -- sinfo")
+                 f"run clients with: {PROG} exec{dir_arg(self.dir)} 0 -- sinfo")
 
     def start_munged(self):
         """A munged of this cluster's own (key, socket, pid, log in MUNGE_BASE/PREFIX), run as the munge user."""
@@ -272,6 +273,11 @@ class SlurmCluster(DirFixture):
             said.append(f"removed {self.nodes} nodes {self.prefix}-node*" + (f" ({ended} processes ended)"
                                                                              if ended else ""))
         return said
+
+
+def dir_arg(d):
+    """' --dir D' where D is not the default one (the hint `up` prints must work as printed), else ''."""
+    return "" if os.path.realpath(d) == os.path.realpath(DEFAULT_DIR) else f" --dir {shlex.quote(d)}"
 
 
 def command(args):

@@ -1,6 +1,7 @@
 """The case registry: every collective, strategy, point-to-point mode, pair test and overlap pattern commbench
 times, by name; the record fields each declares, documented in benchcore/results/schema.py when it is imported."""
-from benchcore.errors import UserError
+from benchcore import vocabulary
+from benchcore.errors import UserError, shown
 from benchcore.results import schema
 from commbench.cases.case import label
 from commbench.cases.collectives import COLLECTIVE_CASES
@@ -18,15 +19,17 @@ PATTERN_NAMES = list(OVERLAP_CASES)
 
 
 def parse_names(text, kind, what):
-    """'a,b' -> ['a', 'b'], each a known case of kind ('collective' or 'strategy')."""
+    """'a,b' -> ['a', 'b'], each a known case of kind ('collective' or 'strategy'); a collective in any spelling
+    nccl-tests and people use (allreduce, AllReduce, all-reduce: benchcore.vocabulary), as `import` reads them."""
     names = [part.strip() for part in str(text).split(",") if part.strip()]
     if not names:
         raise UserError(f"{what} is empty")
     known = [n for n, c in CASES.items() if c.kind == kind]
+    names = [vocabulary.named(n) or n if kind == "collective" else n for n in names]
     for name in names:
         if name not in known:
-            raise UserError(f"unknown {kind} {name!r}; known: {', '.join(known)}")
-    return names
+            raise UserError(f"unknown {kind} {shown(repr(name), 60)}; known: {', '.join(known)}")
+    return list(dict.fromkeys(names))
 
 
 def case_of(rec):

@@ -36,6 +36,7 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, lazy=COMMANDS,
              context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(package_name="commbench-iobench", message="%(prog)s %(version)s")
 def cli():
     """Collective-communication benchmarks: nccl-tests-grade numbers through torchrun.
 

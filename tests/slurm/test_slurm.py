@@ -79,6 +79,7 @@ def test_a_cluster_under_a_private_parent_comes_up_and_down_leaves_nothing(clust
     try:
         up = slurm_cluster("up", "--nodes", 2, "--cpus", 1, "--dir", d, "--prefix", prefix, "--subnet", "10.227.0.0/24")
         assert up.returncode == 0, up.stderr
+        assert f"run clients with: slurm-cluster exec --dir {d} 0 -- sinfo" in up.stdout, up.stdout   # as printed
         assert stat.S_IMODE(os.stat(f"/run/slurm-cluster-munge/{prefix}").st_mode) == 0o711
     finally:
         down = slurm_cluster("down", "--dir", d)
