@@ -121,7 +121,7 @@ def test_peer_that_never_arrives_ends_with_a_clear_error():
     (["run", "-b", "0"], "must be positive"),
     (["run", "-e", "-4K"], "must be positive"),
     (["run", "-b", "12Q"], "is not a size"),
-    (["run", "--collective", "all_reduce,allgather"], "unknown collective 'allgather'"),
+    (["run", "--collective", "all_reduce,allgathr"], "unknown collective 'allgathr'"),   # allgather: all_gather
     (["run", "--dtype", "float8"], "unknown dtype"),
     (["run", "--op", "avg"], "-o/--op avg needs NCCL"),
     (["run", "-d", "f8e4m3"], "needs NCCL"),
