@@ -5,9 +5,10 @@ import re
 
 from benchcore.importers.nccl_table import NUMBER
 
-# mpirun --tag-output and srun --label prefixes and Markdown's quote '> ', after the newline before them (a block's
-# lines are untagged at once)
-TAG = re.compile(r"\n(?:\[\d+,\d+\]<(?:stdout|stderr)>:|[^\S\n]*(?:\d+: |>(?=[ \n])))")
+# mpirun --tag-output and srun --label prefixes and Markdown's quote '> ', after the newline and any indent before
+# them (a log pasted indented into a document: its lines are '    [1,0]<stdout>:#  size ...'; a block's lines are
+# untagged at once)
+TAG = re.compile(r"\n[^\S\n]*(?:\[\d+,\d+\]<(?:stdout|stderr)>:|\d+: |>(?=[ \n]))")
 # host:pid:tid [dev] NCCL INFO (the host starts with a letter: inside a row it follows a digit). Each part is bounded
 # (a host name has at most 253 characters), as NTHREAD's gap in nccl_reader: a search over a line of a MB stays linear.
 NCCL_LOG = re.compile(r"[A-Za-z][\w.-]{0,252}:\d{1,10}:\d{1,10} \[\d{1,6}\] (?:[\w.]{1,64}:\d{1,6} )?(?:NCCL|RCCL) "

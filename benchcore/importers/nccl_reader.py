@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from benchcore.errors import UserError
 from benchcore.importers import nccl_names as names
 from benchcore.importers.nccl_names import PROGRAM
+from benchcore.importers.nccl_rows import inferred
 from benchcore.importers.nccl_table import Layout, header, placement_labels, read_row
 
 COMMBENCH = re.compile(r"commbench: (\w+), (\d+) ranks on (\d+) node\(s\) \(([^)]*)\)")
@@ -89,6 +90,7 @@ class Table:
     after: list = field(default_factory=list)     # the first MAX_AFTER lines after the last row (for a reason)
     seen: dict = field(default_factory=dict)      # row key -> times seen (repeats are cycles)
     cycled: bool = False                          # a record of the table has a cycle: every record says its own
+    headless: str = None                          # its header was cut: the nccl-tests versions its rows were read as
 
     def note(self, line):
         if len(self.after) < MAX_AFTER:
@@ -115,6 +117,8 @@ class Reader:
 
     def read(self, n, line, unterminated, logged):
         table = self.current
+        if table is None and not self.tables and line[0].isdigit():
+            table = self._headless(n, line)
         if table is not None and not table.ended and line[0].isdigit() and self._row(table, n, line, unterminated):
             return
         if not self.tables and self.crash[1] is None and CRASH.search(line):
@@ -135,6 +139,21 @@ class Reader:
         return ("truncated", "the log ends before nccl-tests printed a table" +
                 (f"; the log says: {crash[1]}" if crash[1] else "; the log shows no reason"), crash[0],
                 self._collective(None), None)
+
+    def _headless(self, n, line):
+        """The table of a log whose first table's header was cut (its first row is this line): its layout from the
+        row's number of fields as nccl-tests prints the collective's rows (nccl_rows); UserError where the row
+        fits none or no collective is named. None: the line is no row (not two whole numbers first)."""
+        toks = line.split()
+        if len(toks) < 4 or not (toks[0].isdigit() and toks[1].isdigit()):
+            return None
+        collective = self._collective(self.hint)
+        if collective is None:
+            raise UserError("rows without a header, and no collective named: give it as --collective NAME")
+        versions, line = inferred(collective, toks)
+        self.current = Table(header(line, None), n, self.ctx, collective, headless=versions)
+        self.tables += 1
+        return self.current
 
     def _row(self, table, n, line, unterminated):
         """A line that starts with a digit, read as a row of the open table; False where it is none."""

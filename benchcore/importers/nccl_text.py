@@ -9,11 +9,11 @@ import re
 from dataclasses import dataclass, field
 
 from benchcore.errors import UserError
-from benchcore.inputs import clipped
 from benchcore.importers import nccl_names as names
 from benchcore.importers.nccl_lines import logical_lines
 from benchcore.importers.nccl_reader import CRASH, Reader
 from benchcore.importers.nccl_table import row_cells
+from benchcore.inputs import clipped
 from benchcore.results import schema
 from benchcore.results.records import row_format
 
@@ -148,7 +148,9 @@ def _events(table):
     if not table.ended:
         where = (f"a row cut mid-way at line {table.cut}" if table.cut else
                  f"{table.count} complete row(s)" if table.count else "its header")
-        reason = f"{name or 'the'} table ends after {where} without nccl-tests' footer"
+        reason = f"{name or 'the'} table ends after {where} without nccl-tests' footer" + (
+            f" (an excerpt without its header: its columns read as nccl-tests {table.headless} prints them)"
+            if table.headless else "")
         why = next((line for line in table.after if CRASH.search(line)), None)
         out.append(("truncated", reason + (f"; the log says: {why}" if why else
                                            "; the log shows no reason"),
