@@ -11,7 +11,7 @@ from benchcore.results import commands
 from benchcore.results.records import (PLOT_SUFFIXES, RecordWriter, new_output, new_output_option, new_run_id,
                                        output_file)
 from benchcore.units import format_size, parse_size
-from iobench import bench, torchckpt
+from iobench import bench, model_ckpt, models, torchckpt
 from iobench.jobfile import read_job_file, space_estimate
 from iobench.mounts import all_mounts
 from iobench.output import bar_plot, mount_row, print_mounts, print_results
@@ -266,6 +266,64 @@ def torch_ckpt(path, size, ranks, ckpt_formats, repeats, fio_ceiling, out, fmt, 
     records = torchckpt.run(path, size, ranks, formats, fio_ceiling, timeout, keep, writer, run_id,
                             bench.Sharing(concurrent, wait), keeper, repeats)
     emit(records, fmt, torchckpt.print_torch)
+    wrong = sum(r.get("wrong") or 0 for r in records)
+    if wrong:
+        raise click.ClickException(f"verification failed: {wrong} tensor(s) read back differ from what was written")
+
+
+@cli.command("model-ckpt")
+@click.argument("path", type=click.Path())
+@click.option("--model", "model_name", required=True, type=click.Choice(list(models.MODELS)),
+              help="The model whose checkpoint is written (MLPerf Storage v2's checkpointing models).")
+@click.option("--tp", type=int, default=None, callback=positive("--tp"), help="Tensor parallel degree (MLPerf's).")
+@click.option("--pp", type=int, default=None, callback=positive("--pp"), help="Pipeline parallel degree (MLPerf's).")
+@click.option("--dp", type=int, default=None, callback=positive("--dp"), help="Data parallel degree (MLPerf's).")
+@click.option("--zero", type=int, default=None, help="ZeRO stage 0-3 (MLPerf's): who holds weights and optimizer.")
+@click.option("--scale", type=float, default=1.0, show_default=True,
+              help="Shrink every file by this factor so it fits the machine (0.001: llama3-70b in 978 MB).")
+@click.option("--ranks", type=int, default=None, callback=positive("--ranks"),
+              help="torch ranks that write the layout's files (default: the layout's ranks, at most this "
+                   "machine's cores); each writes the files of every --ranks-th layout rank.")
+@click.option("--writes", type=int, default=model_ckpt.DEFAULT_WRITES, show_default=True,
+              callback=positive("--writes"), help="Checkpoints written, one after another.")
+@click.option("--reads", type=click.IntRange(min=0), default=model_ckpt.DEFAULT_READS, show_default=True,
+              help="Reads of them afterwards (the cache dropped before each).")
+@click.option("--drop/--no-drop", default=True, show_default=True,
+              help="Drop the checkpoint from the page cache before each read; --no-drop reads what a restart on the "
+                   "same node finds (the figure is then reported as cache, not storage).")
+@click.option("--dry-run", is_flag=True, help="Print the layout (files and sizes) and run nothing.")
+@output_options
+def model_ckpt_cmd(path, model_name, tp, pp, dp, zero, scale, ranks, writes, reads, drop, dry_run, out, fmt, timeout,
+                   keep, keep_json, concurrent, wait):
+    """Write and read a model-shaped checkpoint as a training job does (MLPerf Storage v2's checkpointing).
+
+    \b
+    Example:
+      iobench model-ckpt /mnt/nvme --model llama3-8b --scale 0.001
+      iobench model-ckpt /mnt/cephfs --model llama3-70b --scale 0.0005 --writes 3 --reads 3 --out results.jsonl
+    """
+    refuse_given(["keep_json"], "keeps fio's JSON: model-ckpt runs no fio")
+    layout = models.layout(model_name, tp, pp, dp, zero, scale)
+    ranks = ranks or min(layout.ranks, os.cpu_count() or 1)
+    if ranks > layout.ranks:
+        raise UserError(f"--ranks {ranks} is more than the layout's {layout.ranks} ranks")
+    crowd = too_many(ranks + 1)
+    if crowd:
+        raise UserError(f"--ranks {ranks} on this machine is {crowd}: fewer --ranks")
+    published = models.MODELS[model_name].published_bytes
+    bench.say(f"{layout.describe()} (at full scale {layout.total_bytes / scale / models.GIB:,.0f} GiB; MLPerf "
+              f"Storage's README: {published / models.GIB:,.0f} GiB); {writes} writes then {reads} reads by {ranks} "
+              f"torch ranks")
+    if dry_run:
+        for shard in layout.shards[:16]:
+            click.echo(f"{shard.name}  {shard.nbytes:,} bytes")
+        if len(layout.shards) > 16:
+            click.echo(f"... {len(layout.shards) - 16} more files")
+        return
+    run_id = new_run_id()
+    records = model_ckpt.run(path, layout, ranks, writes, reads, timeout, keep, open_writer(out), run_id,
+                             bench.Sharing(concurrent, wait), drop)
+    emit(records, fmt, model_ckpt.print_model)
     wrong = sum(r.get("wrong") or 0 for r in records)
     if wrong:
         raise click.ClickException(f"verification failed: {wrong} tensor(s) read back differ from what was written")

@@ -1,20 +1,14 @@
 """`iobench torch-ckpt`: real PyTorch checkpoints through torchrun, against fio on the same mount."""
 import dataclasses
-import json
-import os
 import statistics
-import tempfile
 from contextlib import nullcontext
-from pathlib import Path
 
 from benchcore.errors import UserError
 from benchcore.files import write_new_text
-from benchcore.processes import procs
-from benchcore.processes.procs import one_line
-from benchcore.processes.torchrun import torchrun_argv
 from benchcore.report.render import console, print_table
 from iobench import bench, fio
 from iobench.profiles import PROFILES, build_job, job_file
+from iobench.ranks import run_ranks
 from iobench.safety import ScratchDir, sigterm_as_interrupt
 
 # The fio reference for each direction, like for like with what the ranks do: the same bytes in one
@@ -80,21 +74,9 @@ def launch(scratch, formats, size, ranks, timeout, repeats=1, keep=False, disks=
             "--result", result, "--timeout", timeout * (1 + len(fio_jobs)), "--repeats", repeats,
             "--disks", ",".join(disks), "--fio-dir", fio_dir or "", "--fio-jobs", ",".join(fio_jobs)] + \
         (["--keep"] if keep else [])
-    here = str(Path(__file__).resolve().parent.parent)
-    with tempfile.TemporaryDirectory(prefix="iobench-torchrun-") as tmp:   # torchrun's torchelastic_* dirs, removed
-        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "TMPDIR": tmp,
-               "PYTHONPATH": os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)}
-        done = procs.run(torchrun_argv("iobench.torch_worker", args, ranks), timeout * runs, cwd=scratch, env=env)
-    if done.timed_out:
-        each = f" for the checkpoints and each of {runs - 1} fio runs" if runs > 1 else ""
-        raise UserError(f"torch-ckpt: torchrun did not finish within {timeout * runs} s and was stopped "
-                        f"(--timeout {timeout} s{each})")
-    data = json.loads(result.read_text()) if result.exists() else {}
-    if "error" in data:
-        raise UserError(data["error"])
-    if done.returncode != 0 or not data:
-        raise UserError(f"torch-ckpt: torchrun failed (exit {done.returncode}): {one_line(done.stderr[-3000:])}")
-    return data
+    each = f" for the checkpoints and each of {runs - 1} fio runs" if runs > 1 else ""
+    return run_ranks("iobench.torch_worker", args, ranks, timeout * runs, scratch, result, "torch-ckpt",
+                     f" (--timeout {timeout} s{each})")
 
 
 def records_from(result, target, run_id, ranks, fio_records):

@@ -27,6 +27,11 @@ EXTENSIONS = {
         "root": "root rank of broadcast / reduce",
         "iters": "timed iterations", "warmup": "warm-up iterations", "agg": "how rank times combine (avg/min/max)",
         "local_world_size": "ranks per node",
+        "emulated": "the nodes were all started on one host (no --rdzv-endpoint, Slurm allocation or host list gave "
+                    "real ones): `nodes` counts emulated nodes, whose traffic never leaves the host",
+        "timed_apart": "a case with phases: each phase and the total timed in loops of their own (a phase alone, back "
+                       "to back, as nccl-tests times a collective), so the phases need not add up to the total, which "
+                       "also holds what passes between them (a rank waiting for the next phase's peers)",
         "agg_iters": "operations per timed iteration (nccl-tests -m)",
         "time_source": "cuda_events, cuda_graph (nccl-tests -G) or cpu (perf_counter; nccl-tests -C on GPUs)",
         "command": "the command line that made the run, as typed",
@@ -48,6 +53,8 @@ EXTENSIONS = {
                      "MPI ranks on one node); link_peak_gbps is the busbw that saturates it",
         "link_peak_reason": "why link_peak_gbps, link_utilization and predicted_time_us are null: a tier the "
                             "measurement crosses has no ceiling (a reference rate, or none for this transport)",
+        "predicted_time_reason": "why predicted_time_us is null where link_peak_gbps stands: the topology lacks "
+                                 "the backend's own cost per collective call (Gloo, MPI: topo --calibrate measures it)",
         "predicted_algo": "NCCL's algorithm/protocol pick by its own tuning model (Tree/LL, Ring/Simple, ...) behind "
                           "predicted_time_us; null where NCCL's tuner does not decide (Gloo, MPI, point-to-point)",
     },
@@ -77,6 +84,22 @@ EXTENSIONS = {
         "concurrent": "another iobench run measured the same mount at the same time (--concurrent)",
         "device_read_bytes": "bytes the mount's block device(s) read during the timed run (sysfs; others' I/O counts too)",
         "device_write_bytes": "bytes the mount's block device(s) wrote during the timed run (sysfs; others' I/O too)",
+        "model": "model-ckpt: the model whose checkpoint was written (llama3-8b, ...)",
+        "tp": "model-ckpt: tensor parallel degree", "pp": "model-ckpt: pipeline parallel degree",
+        "dp": "model-ckpt: data parallel degree", "zero": "model-ckpt: ZeRO stage",
+        "scale": "model-ckpt: every file's size over the full model's (1: full size)",
+        "layout_ranks": "model-ckpt: ranks of the layout (TP x PP x DP); numjobs: the processes that wrote them",
+        "duration_s": "model-ckpt: the slowest rank's seconds for one checkpoint (median over the checkpoints)",
+        "duration_s_max": "model-ckpt: the slowest rank's seconds in the slowest checkpoint",
+        "min_rank_mbps": "model-ckpt: the lowest rank throughput (median over the checkpoints); null when not storage",
+        "cache_mbps": "model-ckpt: the aggregate MB/s of a phase a cache served (bytes_moved_ratio below 0.9), "
+                      "never reported as bw_mbps",
+        "per_host_mbps": "model-ckpt: per host, its bytes over its first start to last end (median)",
+        "bytes_moved_ratio": "bytes the mount's counter saw move in that direction / the payload (median)",
+        "served_by": "storage (moved >= 0.9 of the payload), cache (below), unproven (no counter: byte_counter says "
+                     "why)",
+        "byte_counter": "what counted the bytes moved (block device, NFS client, ceph-fuse client) or why none did",
+        "served_reason": "why no counter could prove the bytes moved",
     },
 }
 
@@ -102,7 +125,18 @@ EVENT_EXTENSIONS = {
                   "env": "hang: the NCCL/Gloo environment in effect",
                   "bad_nodes": "pairs verdict: hosts whose links are slow everywhere",
                   "bad_links": "pairs verdict: [host, peer] pairs slow while both ends are fine elsewhere",
-                  "matrix": "pairs verdict: {host: {peer: sendrecv busbw GB/s}}"},
+                  "matrix": "pairs verdict: {host: {peer: sendrecv busbw GB/s}}",
+                  "accused": "pairs verdict: per bad node ({node}) or link ({link: [host, peer]}) its evidence: "
+                             "pairings, peers, busbw_gbps, median_ratio (to the median link), healthy_busbw_gbps, "
+                             "confidence (0-1)",
+                  "node_verdicts": "pairs verdict: [{host, passed, reason}] for every node measured",
+                  "healthy_busbw_gbps": "pairs verdict: the median link of the random rounds",
+                  "link_noise": "pairs verdict: relative spread of the links between known-good nodes (1.4826 MAD)",
+                  "suspects": "pairs verdict: nodes the confirm pass retested",
+                  "cleared": "pairs verdict: suspects the confirm pass found fine",
+                  "untested": "pairs verdict: suspects with no known-good node left to test against",
+                  "repeats": "time_budget: the repeats per size the budget holds (from its calibration pass)",
+                  "time_budget_s": "time_budget: this launch's share of --time-budget, start-up included"},
     "iobench": {"mount": "the path refused or failed"},
 }
 

@@ -1,0 +1,115 @@
+"""`iobench model-ckpt`: a model-shaped checkpoint (iobench.models) written and read by real torch ranks as MLPerf
+Storage's checkpointing workload does: --writes checkpoints, then --reads reads of them, the cache dropped before
+each read, every file fsynced; durations from each rank's own start and end, bytes proven by the mount's counter."""
+import json
+import statistics
+
+from benchcore.files import write_new_text
+from benchcore.report.render import console, print_table
+from iobench import bench, moved
+from iobench.ranks import run_ranks
+from iobench.safety import ScratchDir, sigterm_as_interrupt
+
+DEFAULT_WRITES = DEFAULT_READS = 10   # MLPerf Storage v2's num_checkpoints_write / _read
+
+
+def aggregate(ranks):
+    """Figures of one phase from each rank's (start, end, bytes, host): the slowest rank's duration, the lowest rank
+    throughput, and the aggregate: every byte over the span from the first start to the last end (never a sum of
+    rates); per host the same span figure over its own ranks."""
+    span = max(r[1] for r in ranks) - min(r[0] for r in ranks)
+    total = sum(r[2] for r in ranks)
+    hosts = {}
+    for start, end, nbytes, host in ranks:
+        hosts.setdefault(host, []).append((start, end, nbytes))
+    return {"duration_s": max(r[1] - r[0] for r in ranks), "span_s": span,
+            "min_rank_mbps": min(r[2] / (r[1] - r[0]) / 1e6 for r in ranks if r[2]),
+            "aggregate_mbps": total / span / 1e6,
+            "per_host_mbps": {h: sum(x[2] for x in rs) / (max(x[1] for x in rs) - min(x[0] for x in rs)) / 1e6
+                              for h, rs in hosts.items()}}
+
+
+def space_needed(layout, writes):
+    """Every checkpoint written stays until the reads are done: writes x the layout, 1% and 1 MiB for metadata."""
+    return int(layout.total_bytes * 1.01 * writes) + (1 << 20)
+
+
+def records_from(result, target, layout, run_id):
+    """One record per direction: the median over its checkpoints of each phase figure, the range of the aggregate,
+    and bytes moved / payload; a direction the counter says a cache served reports no storage throughput."""
+    payload = result["payload_bytes"]
+    records = []
+    for direction in ("write", "read"):
+        phases = [p for p in result["phases"] if p["phase"] == direction]
+        if not phases:
+            continue
+        figures = [aggregate(p["ranks"]) for p in phases]
+        ratios = [p["moved"]["bytes"] / payload for p in phases if "bytes" in p["moved"]]
+        served, ratio = moved.verdict(statistics.median(ratios) * payload if ratios else None, payload,
+                                      memory=any("memory" in p["moved"] for p in phases))
+        reason = next((p["moved"].get("reason") or p["moved"].get("memory") for p in phases
+                       if "bytes" not in p["moved"]), None)
+        counted = served in ("storage", "unproven")   # a cache's or memory's speed is never the storage's
+        bw = statistics.median(f["aggregate_mbps"] for f in figures)
+        hosts = sorted({r[3] for p in phases for r in p["ranks"]})
+        records.append(bench.record(
+            run_id, target, profile=f"model-ckpt {layout.model}", rw=direction, direction=direction,
+            model=layout.model, tp=layout.tp, pp=layout.pp, dp=layout.dp, zero=layout.zero, scale=layout.scale,
+            layout_ranks=layout.ranks, numjobs=result["world_size"], files=result["files"], size_bytes=payload,
+            repeats=len(phases), duration_s=statistics.median(f["duration_s"] for f in figures),
+            duration_s_max=max(f["duration_s"] for f in figures),
+            min_rank_mbps=statistics.median(f["min_rank_mbps"] for f in figures) if counted else None,
+            bw_mbps=bw if counted else None, cache_mbps=None if counted else bw,
+            bw_mbps_min=min(f["aggregate_mbps"] for f in figures), bw_mbps_max=max(f["aggregate_mbps"] for f in figures),
+            per_host_mbps={h: statistics.median(f["per_host_mbps"][h] for f in figures) for h in hosts},
+            bytes_moved_ratio=ratio, served_by=served, byte_counter=result["counter"],
+            served_reason=reason,
+            wrong=sum(p["wrong"] for p in phases), torch_version=result["torch_version"]))
+    return records
+
+
+def run(path, layout, processes, writes, reads, timeout, keep, writer, run_id, sharing=bench.Sharing(), drop=True):
+    """The checkpoints on `processes` local ranks in a private directory on the mount of `path`; records."""
+    target, = bench.check_targets([path], space_needed(layout, writes), run_id, writer)
+    stack, _ = bench.locks([target], run_id, sharing)
+    with stack, sigterm_as_interrupt(), ScratchDir(target.path, run_id, keep) as scratch:
+        layout_file = scratch.path / "layout.json"
+        write_new_text(layout_file, json.dumps({"shards": [
+            {"rank": s.rank, "kind": s.kind, "nbytes": s.nbytes, "name": s.name} for s in layout.shards]}), "layout")
+        data = scratch.path / "checkpoints"
+        data.mkdir()
+        result_file = scratch.path / "result.json"
+        with bench.progress(f"iobench: {layout.describe()} on {target.path}: {writes} writes, then {reads} reads, "
+                            f"by {processes} torch ranks"):
+            result = run_ranks("iobench.model_worker", ["--dir", data, "--layout", layout_file, "--result",
+                                                        result_file, "--writes", writes, "--reads", reads,
+                                                        "--timeout", timeout] + ([] if drop else ["--no-drop"]),
+                               processes, timeout * (writes + reads), scratch.path, result_file, "model-ckpt",
+                               f" (--timeout {timeout} s for each of {writes + reads} checkpoints)")
+    records = records_from(result, target, layout, run_id)
+    for rec in records:
+        if writer:
+            writer.write(rec)
+    return records
+
+
+def print_model(records):
+    rows = [dict(r, moved="n/a" if r.get("bytes_moved_ratio") is None else f"{r['bytes_moved_ratio']:.2f}",
+                 bw=r["bw_mbps"] if r.get("bw_mbps") is not None else f"({r['served_by']})",
+                 spread=f"{r['bw_mbps_min']:,.0f}-{r['bw_mbps_max']:,.0f}") for r in records if r.get("model")]
+    print_table(rows, [("rw", "phase", None), ("repeats", "ckpts", "d"), ("size_bytes", "bytes", ",d"),
+                       ("numjobs", "ranks", "d"), ("files", "files", "d"), ("duration_s", "slowest rank s", ".2f"),
+                       ("min_rank_mbps", "min rank MB/s", ",.0f"), ("bw", "aggregate MB/s", ",.0f"),
+                       ("spread", "aggregate range", None), ("moved", "moved x", None), ("served_by", "served by", None),
+                       ("wrong", "#wrong", "d")],
+                 title=f"{records[0]['model']} checkpoint on {records[0]['mount']}" if rows else "model checkpoint")
+    out = console()
+    for r in rows[:1]:
+        out.print(f"layout: TP={r['tp']} PP={r['pp']} DP={r['dp']} ZeRO-{r['zero']}, {r['layout_ranks']} layout ranks "
+                  f"written by {r['numjobs']} processes, scale {r['scale']:g}; aggregate = all bytes over first start "
+                  f"to last end (range: over the checkpoints); moved x = bytes counted / the payload, by: "
+                  f"{r['byte_counter']} (below {moved.MIN_MOVED}: a cache served it, and no storage figure is given)")
+    for r in rows:
+        if r.get("served_reason") or r["served_by"] == "cache":
+            out.print(f"{r['rw']}: no storage throughput: "
+                      + (r["served_reason"] or f"only {r['bytes_moved_ratio']:.2f} of the payload reached storage"))

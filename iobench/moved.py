@@ -1,0 +1,133 @@
+"""Proof that the storage moved the bytes: the counter that sees a mount's traffic below the page cache.
+
+One row per kind of file system (COUNTERS): where its bytes read and written are counted, and how. A figure whose
+counter saw less than MIN_MOVED of its payload was served by a cache (or never reached storage) and is reported as
+"cache", never as the storage's throughput; a file system with no counter says why, and so does memory (tmpfs).
+"""
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+from iobench.mounts import disk_bytes, mount_of
+
+MIN_MOVED = 0.9
+MOUNTSTATS = Path("/proc/self/mountstats")
+CEPH_TIMEOUT_S = 10
+
+
+def block(mount):
+    """Whole disks' sectors (sysfs stat), what the device itself transferred."""
+    return (lambda: disk_bytes(mount.disks)) if mount.disks else None
+
+
+def nfs(mount):
+    """The NFS client's bytes to and from the server (/proc/self/mountstats, `bytes:` fields 5 and 6)."""
+    def sample():
+        try:
+            text = MOUNTSTATS.read_text()
+        except OSError:
+            return None
+        for block_ in text.split("\ndevice ")[1:]:
+            if f" mounted on {mount.mount_point} with fstype " in block_.split("\n", 1)[0]:
+                m = re.search(r"^\s*bytes:\s+((?:\d+\s+){5}\d+)", block_, re.M)
+                if m:
+                    fields = [int(x) for x in m.group(1).split()]
+                    return fields[4], fields[5]
+        return None
+    return sample if sample() is not None else None
+
+
+def ceph_socket(mount_point):
+    """The admin socket of the ceph-fuse process serving mount_point: its --admin-socket, else the default
+    /var/run/ceph/ceph-client.<id>.<pid>.asok."""
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        words = [a.decode(errors="replace") for a in argv if a]
+        if not words or os.path.basename(words[0]) != "ceph-fuse" or mount_point not in words:
+            continue
+        for i, word in enumerate(words):
+            if word.startswith("--admin-socket="):
+                return word.split("=", 1)[1]
+            if word == "--admin-socket" and i + 1 < len(words):
+                return words[i + 1]
+        name = next((w.split("=", 1)[1] for w in words if w.startswith(("--id=", "--name="))), "admin")
+        found = sorted(Path("/var/run/ceph").glob(f"ceph-client.{name.removeprefix('client.')}.{proc.name}.*asok"))
+        return str(found[0]) if found else None
+    return None
+
+
+def ceph_fuse(mount):
+    """The ceph-fuse client's messenger bytes (its admin socket's `perf dump`: msgr_recv_bytes and msgr_send_bytes
+    summed over the AsyncMessenger workers): what went to and came from the cluster, headers included."""
+    socket = ceph_socket(mount.mount_point)
+    if not socket:
+        return None
+
+    def sample():
+        try:
+            out = subprocess.run(["ceph", "--admin-daemon", socket, "perf", "dump"], capture_output=True, text=True,
+                                 timeout=CEPH_TIMEOUT_S, check=False).stdout
+            perf = json.loads(out)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            return None
+        workers = [v for k, v in perf.items() if k.startswith("AsyncMessenger::Worker")]
+        return (sum(w.get("msgr_recv_bytes", 0) for w in workers), sum(w.get("msgr_send_bytes", 0) for w in workers))
+    return sample if sample() is not None else None
+
+
+# storage class or fs type -> (the counter's name, its factory); the first that finds a counter is used
+COUNTERS = (
+    ("block device (sysfs diskstats)", lambda m: block(m)),
+    ("NFS client (mountstats)", lambda m: nfs(m) if m.storage_class == "nfs" else None),
+    ("ceph-fuse client (admin socket messenger bytes)",
+     lambda m: ceph_fuse(m) if m.fs_type in ("fuse.ceph-fuse", "fuse.ceph") else None),
+)
+
+
+class Counter:
+    """The bytes a mount moved, or why nothing can say."""
+
+    def __init__(self, mount, name=None, sample=None, reason=None, memory=False):
+        self.mount, self.name, self._sample, self.reason, self.memory = mount, name, sample, reason, memory
+
+    def sample(self):
+        return self._sample() if self._sample else None
+
+    def moved(self, before, after, direction):
+        """{'bytes': moved in that direction, 'counter': its name}, or {'reason': why none}."""
+        if self.memory:
+            return {"memory": self.reason}
+        if before is None or after is None:
+            return {"reason": self.reason or f"{self.name} could not be read"}
+        index = 0 if direction == "read" else 1
+        return {"bytes": after[index] - before[index], "counter": self.name}
+
+    def describe(self):
+        return self.name or self.reason
+
+
+def counter_for(path):
+    mount = mount_of(path)
+    if mount.storage_class == "tmpfs":
+        return Counter(mount, reason=f"{mount.fs_type} is memory: no storage moves its bytes", memory=True)
+    for name, factory in COUNTERS:
+        sample = factory(mount)
+        if sample:
+            return Counter(mount, name, sample)
+    return Counter(mount, reason=f"no byte counter for {mount.fs_type} ({mount.storage_class}) is known to iobench")
+
+
+def verdict(moved_bytes, payload, memory=False):
+    """('storage' | 'cache' | 'memory' | 'unproven', bytes moved / payload or None): below MIN_MOVED a cache
+    served it; a memory file system is never storage; without a counter nothing is proven either way."""
+    if memory:
+        return "memory", None
+    if moved_bytes is None or not payload:
+        return "unproven", None
+    ratio = moved_bytes / payload
+    return ("storage" if ratio >= MIN_MOVED else "cache"), ratio

@@ -1,0 +1,119 @@
+"""`iobench model-ckpt`: model-shaped checkpoints (MLPerf Storage v2's layouts), per-rank aggregation, and the proof
+that the storage moved the bytes (cache and memory never reported as storage throughput)."""
+import shutil
+
+import pytest
+
+from iobench import models
+from iobench.model_ckpt import aggregate
+from iobench.moved import verdict
+from tests.conftest import assert_one_line_error, read_records
+
+# Hand-computed from the shapes in mlcommons/storage configs/dlio/workload/llama3_*.yaml:
+# llama3-8b layer = 2*4096^2 (q, o) + 2*4096*1024 (k, v: 8 kv heads x 128) + 3*4096*14336 (MLP) + 2*4096 (norms)
+#                 = 218,112,000; x 32 layers = 6,979,584,000; embedding and head 2 x 128256 x 4096 = 1,050,673,152;
+#                 final norm 4096 -> 8,030,261,248 parameters
+P_8B = 8_030_261_248
+# llama3-70b (MLPerf's shape: 128 heads, 8 kv heads -> k, v 8192 x 512): layer 847,265,792 x 80 + 2,101,346,304 + 8192
+P_70B = 69_882_617_856
+# llama3-405b stage 0 of 32 (126 layers: stages 0-29 hold 4, 30-31 hold 3): 4 x 3,187,703,808 + 2,101,346,304
+# (embedding) = 14,852,161,536; the last stage: 3 x 3,187,703,808 + 2,101,346,304 (head) + 16384 (norm)
+STAGE0_405B, LAST_405B = 14_852_161_536, 11_664_474_112
+
+
+def sizes(layout, kind):
+    return [s.nbytes for s in layout.shards if s.kind == kind]
+
+
+def test_every_preset_matches_its_hand_computed_layout():
+    l8 = models.layout("llama3-8b")
+    assert models.MODELS["llama3-8b"].params() == P_8B
+    assert (l8.tp, l8.pp, l8.dp, l8.zero, l8.ranks) == (1, 1, 8, 3, 8)
+    assert sizes(l8, "model") == [P_8B * 2 // 8] * 8 == [2_007_565_312] * 8      # ZeRO-3: weights split over DP
+    assert sizes(l8, "optim") == [P_8B * 12 // 8] * 8 == [12_045_391_872] * 8
+    assert l8.total_bytes == P_8B * 14
+
+    l70 = models.layout("llama3-70b")
+    assert models.MODELS["llama3-70b"].params() == P_70B and l70.ranks == 64 and len(l70.shards) == 128
+    assert set(sizes(l70, "model")) == {round(P_70B * 2 / 64)} and set(sizes(l70, "optim")) == {round(P_70B * 12 / 64)}
+
+    l405 = models.layout("llama3-405b")
+    assert (l405.tp, l405.pp, l405.dp, l405.zero, l405.ranks) == (8, 32, 2, 1, 512)
+    model_files = [s for s in l405.shards if s.kind == "model"]
+    assert len(model_files) == 256 and {s.rank % 2 for s in model_files} == {0}   # ZeRO-1: DP rank 0 writes weights
+    assert model_files[0].nbytes == STAGE0_405B * 2 // 8 == 3_713_040_384
+    assert model_files[-1].nbytes == LAST_405B * 2 // 8
+    assert sizes(l405, "optim")[0] == STAGE0_405B * 12 // 16 == 11_139_121_152
+    assert len(models.layout("llama3-1t").shards) == 8 * 64 + 1024
+
+    # MLPerf Storage's README sizes (its GB are GiB): 105, 912, 5,290 -> within 3 %; the 1T shape gives 0.86 of 18 TB
+    for name in ("llama3-8b", "llama3-70b", "llama3-405b"):
+        assert models.layout(name).total_bytes == pytest.approx(models.MODELS[name].published_bytes, rel=0.03)
+    one_t = models.layout("llama3-1t").total_bytes / models.MODELS["llama3-1t"].published_bytes
+    assert one_t == pytest.approx(0.86, abs=0.01)
+
+
+def test_scale_and_overrides():
+    small = models.layout("llama3-70b", scale=0.001)
+    assert small.total_bytes == pytest.approx(P_70B * 14 * 0.001, rel=1e-6)
+    assert "llama3-70b at 1/1000 scale" in small.describe() and "978 MB" in small.describe()
+    zero0 = models.layout("llama3-8b", dp=2, zero=0)
+    assert [(s.rank, s.kind) for s in zero0.shards] == [(0, "model"), (0, "optim")]   # DP rank 1 holds a replica only
+    with pytest.raises(Exception, match="--pp 200 leaves a stage"):
+        models.layout("llama3-8b", pp=200)
+
+
+def test_aggregate_from_hand_made_start_and_end_times():
+    """Two hosts, three ranks: the aggregate is all bytes over first start to last end, never a sum of rates."""
+    ranks = [(10.0, 12.0, 200e6, "a"), (10.5, 11.5, 100e6, "a"), (11.0, 14.0, 300e6, "b")]
+    got = aggregate(ranks)
+    assert got["duration_s"] == 3.0 and got["span_s"] == 4.0
+    assert got["aggregate_mbps"] == pytest.approx(600 / 4)      # the sum of rates would be 100 + 100 + 100 = 300
+    assert got["min_rank_mbps"] == pytest.approx(100)
+    assert got["per_host_mbps"] == pytest.approx({"a": 300 / 2, "b": 100})
+
+
+def test_verdict_calls_a_cache_a_cache():
+    assert verdict(100, 100) == ("storage", 1.0)
+    assert verdict(50, 100) == ("cache", 0.5)
+    assert verdict(None, 100) == ("unproven", None)
+    assert verdict(100, 100, memory=True) == ("memory", None)
+
+
+def test_bad_input_is_one_line(tool, tmp_path):
+    assert_one_line_error(tool("iobench", "model-ckpt", tmp_path, "--model", "llama3-8b", "--scale", "2"),
+                          "--scale must be above 0 and at most 1")
+    assert_one_line_error(tool("iobench", "model-ckpt", tmp_path, "--model", "llama3-8b", "--ranks", "9"),
+                          "--ranks 9 is more than the layout's 8 ranks")
+
+
+@pytest.mark.slow
+@pytest.mark.root
+def test_storage_cache_and_memory_on_real_mounts(tool, loop_xfs, tmpfs, tmp_path):
+    """On the loop XFS the device moves every byte of a write and of a read after the cache drop (storage); read
+    again without the drop, the page cache serves it (moved x ~0: reported as cache, no bw_mbps); on tmpfs nothing
+    is storage (memory)."""
+    data, out = loop_xfs[0] / f"model-{tmp_path.name}", tmp_path / "r.jsonl"
+    data.mkdir()
+    common = ("--model", "llama3-8b", "--scale", "0.0002", "--writes", "2", "--reads", "2", "--out", out)
+    try:
+        done = tool("iobench", "model-ckpt", data, *common, timeout=300)
+        assert done.returncode == 0, done.stderr
+        write, read = read_records(out)
+        assert (write["rw"], read["rw"]) == ("write", "read") and write["files"] == 16 and write["wrong"] == 0
+        assert write["size_bytes"] == pytest.approx(P_8B * 14 * 0.0002, rel=0.01)
+        for rec in (write, read):
+            assert rec["served_by"] == "storage" and rec["bytes_moved_ratio"] >= 0.95 and rec["bw_mbps"] > 0
+            assert rec["bw_mbps_min"] <= rec["bw_mbps"] <= rec["bw_mbps_max"] and rec["min_rank_mbps"] > 0
+        done = tool("iobench", "model-ckpt", data, *common[:-2], "--no-drop", "--out", out, timeout=300)
+        cached = read_records(out)[-1]
+        assert cached["served_by"] == "cache" and cached["bytes_moved_ratio"] < 0.5 and cached["bw_mbps"] is None
+        assert cached["cache_mbps"] > 0 and "no storage throughput" in done.stdout
+    finally:
+        shutil.rmtree(data)
+    mem = tmpfs("mem", size="128M")
+    done = tool("iobench", "model-ckpt", mem, *common[:-2], "--writes", "1", "--reads", "1", "--out", out,
+                timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert {r["served_by"] for r in read_records(out)[-2:]} == {"memory"}
+    assert all(r["bw_mbps"] is None for r in read_records(out)[-2:])
