@@ -6,13 +6,15 @@ import sys
 from rich.console import Console
 
 from benchcore.report.render import console, emit, print_table
-from benchcore.units import format_size
 from benchcore.vocabulary import TYPES
 from commbench.cases.registry import record_label
 
-PLACE_COLUMNS = [("time_us", "time us", ".1f"), ("algbw_gbps", "algbw GB/s", ".3f"),
-                 ("busbw_gbps", "busbw GB/s", ".3f"), ("link_utilization", "util", ".2f"), ("wrong", "#wrong", "d")]
-MODEL_COLUMNS = ("predicted_time_us", "_link_utilization")   # the model's columns, the last ones a narrow table drops
+# nccl-tests' columns (src/util.cu), in its order, then the suite's two: the same in every table of every backend
+ROW_COLUMNS = [("size", "size\n(B)", "d"), ("count", "count\n(elements)", "d"), ("type", "\ntype", None),
+               ("redop", "\nredop", None), ("root", "\nroot", "d")]
+PLACE_COLUMNS = [("time_us", "time\n(us)", ".1f"), ("algbw_gbps", "algbw\n(GB/s)", ".3f"),
+                 ("busbw_gbps", "busbw\n(GB/s)", ".3f"), ("wrong", "\n#wrong", "d"),
+                 ("link_utilization", "\nutil", ".2f"), ("predicted_time_us", "model\n(us)", ".1f")]
 SIDES = (("out", "out-of-place"), ("in", "in-place"))
 
 
@@ -34,15 +36,14 @@ def row_order(recs):
 
 
 def collective_rows(records):
-    """One row per collective and row_key: out-of-place and in-place side by side, as nccl-tests prints."""
+    """One row per collective and row_key, each placement's columns prefixed out_ or in_; count as nccl-tests'
+    (the per-rank piece of all_gather, reduce_scatter, alltoall)."""
     rows = {}
     for rec in measurements(records):
         key = (rec["collective"],) + row_key(rec)
         row = rows.setdefault(key, {"collective": rec["collective"], "size": rec["size_bytes"],
-                                    "size_h": format_size(rec["size_bytes"]), "count": rec["count"],
-                                    "type": rec["dtype"], "redop": rec.get("op") or "none",
-                                    "root": rec.get("root") if rec.get("root") is not None else -1,
-                                    "predicted_time_us": rec.get("predicted_time_us")})
+                                    "count": nccl_count(rec), "type": rec["dtype"], "redop": rec.get("op") or "none",
+                                    "root": rec.get("root") if rec.get("root") is not None else -1})
         side = "in" if rec["in_place"] else "out"
         for col, _, _ in PLACE_COLUMNS:
             row[f"{side}_{col}"] = rec.get(col)
@@ -51,52 +52,10 @@ def collective_rows(records):
     return [rows[k] for k in sorted(rows, key=lambda k: (order[k[0]], within(k[1:])))]
 
 
-def _layouts(rows, title_bits, sides):
-    """(columns, title bits) from the widest layout to the narrowest: each step folds or drops more columns."""
-    place = [(f"{s}_{key}", f"{label} {head}" if key == "time_us" else head, fmt)
-             for s, label in sides for key, head, fmt in PLACE_COLUMNS]
-    columns = [("size", "size (B)", "d"), ("size_h", "", None), ("count", "count", "d"),
-               ("type", "type", None), ("redop", "redop", None), ("root", "root", "d"),
-               ("predicted_time_us", "model us", ".1f")] + place
-    yield columns, list(title_bits)
-    folded = []
-    for key in ("type", "redop", "root"):           # constant in the table: said once in the title
-        values = {r[key] for r in rows}
-        if len(values) == 1:
-            columns = [c for c in columns if c[0] != key]
-            folded += [f"{key} {value}" for value in values if value not in ("none", -1)]
-    bits = title_bits[:1] + folded + title_bits[1:]
-    yield columns, bits
-    for key in ("size_h", "count"):
-        columns = [c for c in columns if c[0] != key]
-        yield columns, bits
-    wrongs = {r.get(f"{s}_wrong") for r in rows for s, _ in sides}
-    if wrongs <= {0} or wrongs == {None}:
-        columns = [c for c in columns if not c[0].endswith("_wrong")]
-        bits = bits + ["0 wrong" if wrongs == {0} else "not checked"]
-    yield columns, bits
-    short = {f"{s}_time_us": f"{s} us" for s, _ in sides}      # "out-of-place time us" -> "out us"
-    columns = [(k, short.get(k, h), f) for k, h, f in columns]
-    yield columns, bits
-    columns = [c for c in columns if not c[0].endswith("_algbw_gbps")]
-    bits = bits + ["algbw = busbw / bus factor"]
-    yield columns, bits
-    yield [c for c in columns if not c[0].endswith(MODEL_COLUMNS)], bits
-
-
-def _fitting(name, rows, title_bits, sides, out):
-    """(columns, title) of the first layout that renders within out's width, or None."""
-    for columns, bits in _layouts(rows, title_bits, sides):
-        title = f"{name}  ({', '.join(bits)})"
-        if _fits(rows, columns, title, out.width):
-            return columns, title
-    return None
-
-
 def _fits(rows, columns, title, width):
     """Whether the table renders at width with no cell cut short (rich marks a cut with an ellipsis)."""
     probe = Console(file=io.StringIO(), width=width, highlight=False, markup=False, soft_wrap=False)
-    print_table(rows, columns, title=title, out=probe)
+    print_table(rows, columns, title=title, out=probe, compact=True)
     return "\u2026" not in probe.file.getvalue()
 
 
@@ -109,8 +68,23 @@ def table_console():
     return out
 
 
+def ranks_on(rec):
+    """'4 ranks on 2 nodes', or '4 ranks on 2 emulated nodes on one host' where no endpoint, allocation or host
+    list gave real ones (the record's `emulated`)."""
+    nodes = rec.get("nodes") or 1
+    where = f"{nodes} emulated nodes on one host" if rec.get("emulated") else f"{nodes} node{'s' * (nodes != 1)}"
+    return f"{rec['world_size']} ranks on {where}"
+
+
+def place_columns(side):
+    """A table's columns for one placement: nccl-tests' row columns, then its four and the suite's two."""
+    return ROW_COLUMNS + [(f"{side}_{key}", head, fmt) for key, head, fmt in PLACE_COLUMNS]
+
+
 def print_collective_tables(records, out=None):
-    """One table per collective, folding or dropping columns until it fits the console; numbers stay whole."""
+    """One table per collective and placement, every one with the same columns (nccl-tests', then util and the
+    model's time; n/a where a value is missing); a table the console is too narrow for is printed wider than it
+    rather than with a number cut short."""
     out = out or table_console()
     recs = measurements(records)
     rows = collective_rows(recs)
@@ -119,20 +93,15 @@ def print_collective_tables(records, out=None):
         return
     wide = Console(file=out.file, width=1000, highlight=False, markup=False, soft_wrap=False)
     first = recs[0]
-    title_bits = [f"{first['backend']}", f"{first['world_size']} ranks on {first['nodes']} node(s)",
-                  f"util = busbw / {first.get('topology')} ceiling",
-                  "blocking" if first["blocking"] else "non-blocking", f"agg {first.get('agg', 'avg')}"]
+    about = (f"{first['backend']}, {ranks_on(first)}, util = busbw / {first.get('topology')} ceiling, "
+             f"{'blocking' if first['blocking'] else 'non-blocking'}, agg {first.get('agg', 'avg')}")
     for name in dict.fromkeys(r["collective"] for r in rows):
         mine = [r for r in rows if r["collective"] == name]
-        sides = [(s, label) for s, label in SIDES if any(r.get(f"{s}_time_us") is not None for r in mine)]
-        found = _fitting(name, mine, title_bits, sides, out)
-        # too narrow for both placements side by side: one table each; failing that, wider than the
-        # terminal rather than a number cut short
-        parts = [found] if found else [_fitting(f"{name} {label}", mine, title_bits, [(s, label)], out) or
-                                       _fitting(f"{name} {label}", mine, title_bits, [(s, label)], wide)
-                                       for s, label in sides]
-        for columns, title in parts:
-            print_table(mine, columns, title=title, out=out if _fits(mine, columns, title, out.width) else wide)
+        for side, label in SIDES:
+            if any(r.get(f"{side}_time_us") is not None for r in mine):
+                columns, title = place_columns(side), f"{name} {label}  ({about})"
+                print_table(mine, columns, title=title, out=out if _fits(mine, columns, title, out.width) else wide,
+                            compact=True)
     busbws = [r["busbw_gbps"] for r in recs if r.get("busbw_gbps") is not None]
     checked = [r["wrong"] for r in recs if r.get("wrong") is not None]
     wrong = sum(checked)
@@ -222,7 +191,7 @@ def nccl_block(name, recs):
              f"validation: {int(checked)} graph: {int(first.get('time_source') == 'cuda_graph')} unalign: 0"]
     if first.get("blocking"):
         lines.append("# Blocking Enabled: wait after each inner iteration (-m), no barrier ")
-    lines += ["#", f"# commbench: {first['backend']}, {first['world_size']} ranks on {first['nodes']} node(s) "
+    lines += ["#", f"# commbench: {first['backend']}, {ranks_on(first)} "
               f"({', '.join(first.get('hosts') or [])}), time over ranks: {first.get('agg', 'avg')}", "#", *HEADERS]
     for out, inp in nccl_rows(recs):
         rec = out or inp

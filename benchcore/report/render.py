@@ -6,6 +6,7 @@ import os
 import sys
 import textwrap
 
+from rich import box
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
@@ -20,6 +21,7 @@ FORMATS = ("table", "json", "csv")
 
 PIPE_WIDTH = 100   # columns of a table piped to a file or another program (COLUMNS overrides)
 WIDE = 1000        # a table that fits no narrower: as wide as its cells
+COMPACT = dict(box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1), show_edge=False, pad_edge=False)   # print_table(compact)
 
 
 def console(stderr=False):
@@ -39,18 +41,18 @@ def _cell(value, fmt):
     return str(value)
 
 
-def print_table(rows, columns, title=None, out=None):
+def print_table(rows, columns, title=None, out=None, compact=False):
     """rows: list of dicts; columns: list of (key, header, format-spec or None). A column keyed `label` holds the
     rows' names: never wrapped or cut (the other columns narrow first). Without out (console()), a table wider
     than the console has its headers wrapped at spaces to their values' width (a cell is never wrapped), and one
     that would still cut a cell short is printed wider than the console instead; with out, as asked
-    (commbench/output.py fits its own layouts)."""
+    (commbench/output.py fits its own layouts). compact: nccl-tests' look, columns two spaces apart under a rule."""
     cells = [[_cell(row.get(key), fmt) for key, _, fmt in columns] for row in rows]
-    table = _table(cells, columns, title, wrap=False)
+    table = _table(cells, columns, title, wrap=False, compact=compact)
     if out is None:
         out = console()
         if Measurement.get(out, out.options.update_width(WIDE), table).maximum > out.width:   # its natural width
-            table = _table(cells, columns, title, wrap=True)
+            table = _table(cells, columns, title, wrap=True, compact=compact)
             probe = Console(file=io.StringIO(), width=out.width, highlight=False, markup=False, soft_wrap=False)
             probe.print(table)
             if "\u2026" in probe.file.getvalue():   # rich's mark of a cut cell
@@ -58,8 +60,8 @@ def print_table(rows, columns, title=None, out=None):
     out.print(table, soft_wrap=False)
 
 
-def _table(cells, columns, title, wrap):
-    table = Table(title=title, show_lines=False)
+def _table(cells, columns, title, wrap, compact=False):
+    table = Table(title=title, show_lines=False, **(COMPACT if compact else {}))
     for i, (key, header, fmt) in enumerate(columns):
         widest = max([len(c[i]) for c in cells] + [1])
         whole = dict(no_wrap=True, min_width=widest) if key == "label" else dict(no_wrap=True)   # cut, never wrapped

@@ -13,6 +13,7 @@ from benchcore.results.diff import compare as compare_records
 from commbench.cases.collectives import COLLECTIVES
 from commbench.launch import mpirun
 from commbench.plan import Plan
+from tests.commbench.test_output import HEAD, table_heads
 from tests.conftest import HOOKS_ON, assert_one_line_error, read_records, run_tool
 
 ALL = ",".join(COLLECTIVES)
@@ -51,6 +52,9 @@ def test_every_collective_exact_on_mpi_ranks(tmp_path, n):
         assert rec["time_us_min"] <= rec["time_us"] <= rec["time_us_max"]
     assert "running as root" in proc.stderr or "root" not in proc.stderr
     assert ("OVERSUBSCRIBE" in proc.stderr) == (n > 2)  # 2 cores here (CI too): 3 ranks need it, 2 do not
+    heads = table_heads(proc.stdout)   # a table per collective and placement, each with Gloo's columns (issue 39)
+    assert len(heads) == sum(len(p.split()) for p in MPI_PLACES.values()), proc.stdout
+    assert all(words == HEAD for _, words in heads), proc.stdout
 
 
 @pytest.mark.slow
