@@ -53,11 +53,11 @@ def records_from(result, target, layout, run_id):
         bw = statistics.median(f["aggregate_mbps"] for f in figures)
         hosts = sorted({r[3] for p in phases for r in p["ranks"]})
         records.append(bench.record(
-            run_id, target, profile=f"model-ckpt {layout.model}", rw=direction, direction=direction,
+            run_id, target, profile=f"{layout.model}-ckpt", rw=direction, direction=direction,
             model=layout.model, tp=layout.tp, pp=layout.pp, dp=layout.dp, zero=layout.zero, scale=layout.scale,
             layout_ranks=layout.ranks, numjobs=result["world_size"], files=result["files"], size_bytes=payload,
-            repeats=len(phases), duration_s=statistics.median(f["duration_s"] for f in figures),
-            duration_s_max=max(f["duration_s"] for f in figures),
+            repeats=len(phases), duration_s=statistics.median(f["duration_s"] for f in figures) if counted else None,
+            duration_s_max=max(f["duration_s"] for f in figures) if counted else None,
             min_rank_mbps=statistics.median(f["min_rank_mbps"] for f in figures) if counted else None,
             bw_mbps=bw if counted else None, cache_mbps=None if counted else bw,
             bw_mbps_min=min(f["aggregate_mbps"] for f in figures), bw_mbps_max=max(f["aggregate_mbps"] for f in figures),

@@ -89,7 +89,7 @@ EXTENSIONS = {
         "dp": "model-ckpt: data parallel degree", "zero": "model-ckpt: ZeRO stage",
         "scale": "model-ckpt: every file's size over the full model's (1: full size)",
         "layout_ranks": "model-ckpt: ranks of the layout (TP x PP x DP); numjobs: the processes that wrote them",
-        "duration_s": "model-ckpt: the slowest rank's seconds for one checkpoint (median over the checkpoints)",
+        "duration_s": "model-ckpt: the slowest rank's seconds for one checkpoint (median over the checkpoints); null when not storage",
         "duration_s_max": "model-ckpt: the slowest rank's seconds in the slowest checkpoint",
         "min_rank_mbps": "model-ckpt: the lowest rank throughput (median over the checkpoints); null when not storage",
         "cache_mbps": "model-ckpt: the aggregate MB/s of a phase a cache served (bytes_moved_ratio below 0.9), "

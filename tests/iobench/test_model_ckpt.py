@@ -7,7 +7,7 @@ import pytest
 from iobench import models
 from iobench.model_ckpt import aggregate
 from iobench.moved import verdict
-from tests.conftest import assert_one_line_error, read_records
+from tests.conftest import assert_one_line_error, host_mount_lock, read_records, run_tool
 
 # Hand-computed from the shapes in mlcommons/storage configs/dlio/workload/llama3_*.yaml:
 # llama3-8b layer = 2*4096^2 (q, o) + 2*4096*1024 (k, v: 8 kv heads x 128) + 3*4096*14336 (MLP) + 2*4096 (norms)
@@ -117,3 +117,36 @@ def test_storage_cache_and_memory_on_real_mounts(tool, loop_xfs, tmpfs, tmp_path
     assert done.returncode == 0, done.stderr
     assert {r["served_by"] for r in read_records(out)[-2:]} == {"memory"}
     assert all(r["bw_mbps"] is None for r in read_records(out)[-2:])
+
+
+CACHED = """\
+checks:
+  - name: cached
+    kind: checkpoint
+    mount: {mount}
+    model: llama3-8b
+    scale: 0.0002
+    ranks: 2
+    writes: 1
+    reads: 1
+    no_drop: true          # the read finds the checkpoint in the page cache
+    thresholds:
+      - wrong == 0
+      - llama3-8b-ckpt min_rank_mbps >= 1
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.host_mount
+def test_a_checkpoint_check_fails_a_read_the_cache_served(tmp_path):
+    """The check kind end to end: the write passes, the cache-served read has no storage figure, so the check fails
+    naming it (acceptance/localhost.yaml's checkpoint-model check is the passing case)."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(CACHED.format(mount=tmp_path))
+    with host_mount_lock():
+        done = run_tool("commbench", "accept", "--spec", spec, "--out", tmp_path / "out", timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "FAIL cached" in done.stdout + done.stderr
+    recs = [r for r in read_records(tmp_path / "out" / "results.jsonl") if r.get("model")]
+    assert [(r["rw"], r["served_by"]) for r in recs] == [("write", "storage"), ("read", "cache")]
+    assert "min_rank_mbps is null" in (tmp_path / "out" / "junit.xml").read_text()

@@ -99,4 +99,17 @@ leaves out
       # EDIT: from your storage's datasheet; 2000 MB/s and 2 ms are placeholders for a local NVMe RAID.
       - shard-write MB/s >= 2000
       - small-random-write P99 <= 2 ms
+  - name: checkpoint-llama3-8b
+    kind: checkpoint           # iobench model-ckpt: MLPerf Storage's llama3-8b layout, torch ranks, fsync per file
+    mount: /raid               # EDIT: the checkpoint mount; on shared storage (/mnt/lustre, /mnt/cephfs) the same
+    model: llama3-8b
+    scale: 0.01                # 1/100 of the 105 GiB checkpoint: 1.1 GB, 8 files x 2
+    writes: 3
+    reads: 3
+    thresholds:
+      # EDIT: placeholders for a local NVMe RAID (shared storage: its per-client rate). A phase a cache served
+      # (under 0.9 of its bytes counted at the device or the network client) has no MB/s and fails.
+      - llama3-8b-ckpt min_rank_mbps >= 200
+      - llama3-8b-ckpt duration_s <= 30 s
+      - wrong == 0
 """

@@ -93,7 +93,7 @@ def test_init_writes_a_valid_spec_with_the_topologys_numbers(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "inter-node tier: link peak" in proc.stdout and "400.0 GB/s busbw" in proc.stdout
     spec = accept_spec.load_spec(write_spec(tmp_path, proc.stdout))
-    assert {c.kind for c in spec.checks} == {"commbench", "iobench"}
+    assert {c.kind for c in spec.checks} == {"commbench", "iobench", "checkpoint"}
     assert all(c.values.get("topology") == "dgx-h100" for c in spec.checks if c.kind == "commbench")
 
 
@@ -108,6 +108,7 @@ def help_options(*command):
 COMMANDS = {"commbench": [({"collective": "all_reduce"}, ("commbench", "run"), {"--repeats", "--chunk-size"}),
                           ({"strategy": "ring"}, ("commbench", "compare"), set())],
             "iobench": [({"mounts": ["/tmp"]}, ("iobench", "ckpt"), set())],
+            "checkpoint": [({"mount": "/tmp", "model": "llama3-8b"}, ("iobench", "model-ckpt"), set())],
             "selftest-link": [({}, ("commbench", "selftest", "link"), set())],
             "selftest-model": [({}, ("commbench", "selftest", "model"), set())],
             "overlap": [({"pattern": "ddp"}, ("commbench", "overlap"), set())],
