@@ -113,6 +113,18 @@ def shape(ns, dev, bits, burst=None):
         run(["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"], check=False)  # none there: fine
 
 
+def shape_toward(ns, dev, bits, addr, slow_bits):
+    """htb on dev: packets to addr at slow_bits/s, all others at bits/s (one slow pair of nodes when both ends
+    do it toward each other; shape() puts the plain tbf back)."""
+    run(["tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "10"])
+    for cls, rate in (("1:10", bits), ("1:20", slow_bits)):
+        burst = str(burst_bytes(rate))
+        run(["tc", "-n", ns, "class", "replace", "dev", dev, "parent", "1:", "classid", cls, "htb", "rate",
+             f"{rate}bit", "burst", burst, "cburst", burst])
+    run(["tc", "-n", ns, "filter", "replace", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
+         "match", "ip", "dst", f"{addr}/32", "flowid", "1:20"])
+
+
 def write_hosts(prefix, nodes, subnet):
     lines = [MARK, "127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost"]
     lines += [f"{node_addr(i, subnet)}\t{ns_name(prefix, i)}" for i in range(nodes)]

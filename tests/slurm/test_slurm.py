@@ -269,7 +269,7 @@ def test_pairs_on_four_nodes_drains_the_slow_node_and_at_full_rate_nobody(cluste
     (slow, slow_log), (even, even_log) = ends["slow"], ends["even"]
     assert slow == 1, slow_log
     assert reasons["slow"] == f"{cluster.nodes[3]}|commbench accept: links: pairs: bad node(s): {cluster.nodes[3]} " \
-        "(sendrecv busbw below 0.7 of the median link: a node's median against the links it is not on)\n", slow_log
+        "(sendrecv busbw below 0.7 of the median link, against known-good nodes in the confirm pass)\n", slow_log
     # who is drained: the others are idle, or mix/comp while the module's time-limit job (nodes 0-1, a minute, then
     # Slurm's kill) still runs or completes beside this one
     drained = {name: {n for n, st in states[name].items() if st.startswith(("drain", "drng"))} for name in states}

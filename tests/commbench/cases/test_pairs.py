@@ -1,10 +1,12 @@
 """commbench pairs on this machine: the tournament, the verdict rules, and an emulated run end to end."""
 import itertools
 
+import numpy as np
 import pytest
 
+from commbench.cases import pairs_simulate
+from commbench.cases import pairs_verdict as pv
 from commbench.cases.pairs import tournament
-from commbench.commands.pairs import judge
 from tests.conftest import assert_one_line_error, read_records, run_tool
 
 
@@ -24,22 +26,85 @@ def test_beyond_32_nodes_rounds_are_random_pairings():
     assert len(rounds) == 5 and all(sorted(p) == sorted(set(p)) for p in rounds)
 
 
-def test_verdict_rules():
-    fast, slow = 1.0, 0.3
-    nodes = "abcd"
-    links = {(x, y): (slow if "d" in (x, y) else fast) for x, y in itertools.combinations(nodes, 2)}
-    assert judge(links, 0.7) == (["d"], [])
-    links = {(x, y): fast for x, y in itertools.combinations(nodes, 2)}
-    links[("a", "b")] = slow          # one bad cable between two good nodes
-    assert judge(links, 0.7) == ([], [["a", "b"]])
-    assert judge({k: fast * (1 + 0.05 * i) for i, k in enumerate(links)}, 0.7) == ([], [])
-    # measured across 4 netns nodes, d at a third of the rate, a-c slowed by the machine in both its rounds: the
-    # median-node rule with a robust z (MAD over 4 nodes) missed d here (z 1.97)
+def schedule(n, rounds=None):
+    return np.array([[-1 if p is None else p for p in row] for row in tournament(n, rounds)], dtype=np.int64)
+
+
+def measured(P, rate):
+    """busbw of every pairing in P from rate(a, b) (nan: a bye)."""
+    return np.array([[rate(a, b) if b >= 0 else np.nan for a, b in enumerate(row)] for row in P])
+
+
+def two_passes(n, rate, min_fraction=0.7):
+    P = schedule(n)
+    W = measured(P, rate)
+    C = pv.confirm_schedule(n, pv.find_suspects(P, W, min_fraction))
+    return P, C, pv.judge(P, W, C, measured(C, rate), min_fraction)
+
+
+def test_a_slow_node_is_told_from_a_slow_link_by_the_confirm_pass():
+    jitter = lambda a, b: 1 + 0.01 * ((a * 7 + b * 13) % 5)  # noqa: E731  a symmetric spread of a few per cent
+    P, C, v = two_passes(8, lambda a, b: (0.3 if 5 in (a, b) else 1.0) * jitter(min(a, b), max(a, b)))
+    assert [s for s, _ in v.bad_nodes] == [5] and v.bad_links == [] and v.untested == []
+    (_, ev), = v.bad_nodes
+    # its evidence: the confirm pass against known-good nodes only, each a third of the median link
+    assert ev["pairings"] == pv.CONFIRM_ROUNDS and 5 not in ev["peers"] and ev["median_ratio"] < 0.35
+    assert ev["confidence"] > 0.99 and len(set(ev["peers"])) == len(ev["peers"])
+    # one slow cable between two good nodes: both ends are suspects, fine against the others, the link slow again
+    P, C, v = two_passes(8, lambda a, b: (0.3 if {a, b} == {2, 6} else 1.0) * jitter(min(a, b), max(a, b)))
+    assert v.bad_nodes == [] and [link for link, _ in v.bad_links] == [(2, 6)] and v.cleared == []
+    (_, ev), = v.bad_links
+    assert ev["pairings"] == pv.RETESTS and ev["peers"] == [6] * pv.RETESTS and ev["confidence"] > 0.99
+    assert sorted({int(p) for p in C[:, 2] if p >= 0} - {6}) and (C[:, 6] >= 0).any()   # both ends retested
+    P, C, v = two_passes(8, lambda a, b: jitter(min(a, b), max(a, b)))   # every link alike: nobody
+    assert (v.bad_nodes, v.bad_links, v.suspects) == ([], [], 0) and (C < 0).all()
+
+
+def test_a_slow_link_that_is_noise_is_cleared_when_retested():
+    first = {}
+
+    def rate(a, b):   # 0-3 slow the first time they meet only (another job's burst), fine from then on
+        slow = {a, b} == {0, 3} and not first.get((a, b))
+        first[(a, b)] = first[(b, a)] = True
+        return 0.3 if slow else 1.0
+    P, C, v = two_passes(8, rate)
+    assert v.suspects == 2 and v.bad_nodes == [] and v.bad_links == [] and sorted(v.cleared) == [0, 3]
+
+
+def test_random_rounds_as_measured_across_4_netns_nodes():
+    """d at a third of the rate, a-c slowed by the machine in both its rounds (as measured): d is the suspect."""
+    hosts = "abcd"
     seen = {("a", "d"): .0152, ("b", "c"): .0474, ("a", "c"): .0343, ("b", "d"): .0154, ("a", "b"): .0476,
             ("c", "d"): .0146}
-    assert judge(seen, 0.7) == (["d"], [])
-    assert judge({("a", "b"): .01, ("a", "c"): .01, ("b", "c"): .05}, 0.7) == (["a"], [])
-    assert judge({("a", "b"): .01}, 0.7) == ([], [])   # two nodes: nothing to set either against
+    P = schedule(4)
+    W = measured(P, lambda a, b: seen[tuple(sorted((hosts[a], hosts[b])))])
+    sus = pv.find_suspects(P, W, 0.7)
+    assert sus.nodes == [3] and sus.links == [] and sus.good == [0, 1, 2]
+
+
+def test_the_simulation_meets_its_target_at_1024_nodes():
+    """The issue's target: one bad node at 0.5 of the rate among 1,024 nodes, 10 % link noise: >= 99 % found,
+    <= 0.1 % of the nodes falsely accused, in 4 random rounds + the confirm pass (the same verdict code)."""
+    row = pairs_simulate.simulate(1024, 0.1, "bad node", 100, 4, 0.5, 0.7)
+    assert row["detection"] >= 0.99 and row["false_per_node"] <= 0.001, row
+    assert row["rounds_max"] <= 4 + pv.CONFIRM_ROUNDS
+    none = pairs_simulate.simulate(1024, 0.1, "none", 50, 4, 0.5, 0.7)
+    assert none["false_per_node"] <= 0.001, none
+
+
+@pytest.mark.alone
+def test_the_simulation_at_10000_nodes_takes_seconds():
+    row = pairs_simulate.simulate(10000, 0.1, "bad node", 5, 4, 0.5, 0.7)
+    assert row["detection"] == 1.0 and row["false_per_run"] <= 10 and row["cpu_s_per_run"] < 2, row
+
+
+def test_pairs_simulate_prints_its_table_and_launches_nothing():
+    proc = run_tool("commbench", "pairs", "--simulate", "64", "--noise", "0.1", "--trials", 20, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "64" in proc.stdout and "bad node" in proc.stdout and "100.0%" in proc.stdout, proc.stdout
+    assert_one_line_error(run_tool("commbench", "pairs", "--simulate", "64", "--size", "1M", timeout=60),
+                          "--simulate launches nothing")
+    assert_one_line_error(run_tool("commbench", "pairs", "--simulate", "1,x", timeout=60), "comma list")
 
 
 @pytest.mark.slow
@@ -50,7 +115,10 @@ def test_emulated_nodes_give_pair_records_and_judge_nothing(tmp_path):
     assert proc.returncode == 0, proc.stderr
     recs = read_records(out)
     pairs = [r for r in recs if r.get("peer_host")]
-    assert len(pairs) == 2 * 3 * 2  # two round-robins of 3 rounds (one bye each), 1 pair, 2 operations
+    rounds = [r for r in pairs if r.get("confirm") is None]
+    assert len(rounds) == 3 * 2  # a round-robin of 3 rounds (one bye each), 1 pair, 2 operations
+    # then the confirm pass: sendrecv only, rounds 3.. (what it retests depends on this machine's noise)
+    assert all(r["collective"] == "sendrecv" and r["round"] >= 3 for r in pairs if r.get("confirm") is not None)
     assert {r["collective"] for r in pairs} == {"sendrecv", "all_reduce"} and all(r["wrong"] == 0 for r in pairs)
     (found,) = [r for r in recs if r.get("event") == "verdict"]
     assert found["passed"] is None and "emulated" in found["reason"]

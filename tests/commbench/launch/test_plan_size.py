@@ -34,7 +34,9 @@ def test_pairs_at_10000_nodes_dry_run_is_seconds_and_a_few_lines():
     lines = proc.stdout.splitlines()
     assert len(lines) <= 10 and lines[-2].startswith("# nodes 2..9999")
     plan = json.loads(lines[1])
-    assert len(plan["configs"]) == 2 * 16 and all(len(c["partner"]) == 10000 for c in plan["configs"])
+    rounds = [c for c in plan["configs"] if "partner" in c]   # 4 random rounds x 2 operations, then the confirm pass
+    assert len(rounds) == 2 * 4 and all(len(c["partner"]) == 10000 for c in rounds)
+    assert [c["confirm"] for c in plan["configs"] if "partner" not in c] == list(range(4))
 
 
 @pytest.mark.parametrize("args, needle", [

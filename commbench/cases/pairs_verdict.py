@@ -1,0 +1,161 @@
+"""The pairs verdict, in two passes, on node indices (numpy; the same code judges a real run and a simulated one).
+
+1. Random rounds (a round-robin up to 32 nodes): every node meets a few partners. The healthy rate is the median
+   link; a node whose links' median is below min_fraction of it is a suspect node; a link below it whose ends are
+   not suspects (a slow partner explains the slow links it is on) makes both its ends suspects of a bad link.
+2. The confirm pass (a few more rounds): every suspect against nodes already known good (not a suspect, no slow
+   link), and each slow link retested. A node whose median against the known-good nodes is below the fraction
+   is a bad node; a link slow in every retest, between two nodes that are fine against the known-good ones, is a
+   bad link; every other suspect is cleared.
+The confidence of an accusation: 1 - the chance that something exactly at the threshold would show evidence this
+low, with this run's link noise (the robust spread, 1.4826 x MAD, of the links between known-good nodes), over
+the number of suspects the confirm pass tested (Bonferroni): a one-sided normal test on the confirm pairings.
+Matrices are (rounds, nodes): partner index (-1: none) and the busbw of that pairing (nan: none).
+"""
+import math
+from dataclasses import dataclass, field
+
+from benchcore.lazy import lazy
+
+np = lazy("numpy", globals(), "np")
+
+CONFIRM_ROUNDS = 4   # rounds of the confirm pass
+RETESTS = 2          # times a slow link is measured again in it
+
+
+def pair_busbw(size, t_a, t_b):
+    """GB/s of a pairing from both ends' times (us): the pair ends when both ends are done (sendrecv: factor 1)."""
+    return size / max(t_a, t_b) / 1e3
+
+
+@dataclass
+class Suspects:
+    healthy: float                     # the median link (busbw)
+    noise: float                       # relative spread of the links between known-good nodes
+    nodes: list                        # suspect nodes (their links' median is slow)
+    links: list                        # slow links (a, b), a < b, between nodes that are not suspects; slowest first
+    good: list                         # known-good nodes
+
+
+def _links(P, W):
+    """(a, b, busbw) of every pairing once (a < b)."""
+    r, a = np.nonzero((P >= 0) & (P > np.arange(P.shape[1])))
+    return a, P[r, a], W[r, a]
+
+
+def find_suspects(P, W, min_fraction):
+    P, W = np.asarray(P), np.asarray(W, dtype=float)
+    n = P.shape[1]
+    a, b, bw = _links(P, W)
+    if not len(bw):
+        return Suspects(math.nan, math.nan, [], [], [])
+    healthy = float(np.median(bw))
+    paired = (P >= 0).any(axis=0)
+    median = np.full(n, np.nan)        # a node never paired has none
+    median[paired] = np.nanmedian(np.where(P >= 0, W / healthy, np.nan)[:, paired], axis=0)
+    slow_node = median < min_fraction
+    # the best of a pair's pairings is the link (other load only ever slows one)
+    key = a * n + b
+    order = np.argsort(key, kind="stable")
+    key, a, b, bw = key[order], a[order], b[order], bw[order]
+    first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    best, a, b = np.maximum.reduceat(bw, first), a[first], b[first]
+    low = (best < min_fraction * healthy) & ~slow_node[a] & ~slow_node[b]
+    slowest = np.argsort(best[low], kind="stable")
+    links = [(int(x), int(y)) for x, y in zip(a[low][slowest], b[low][slowest])]
+    good = paired & ~slow_node
+    good[a[low]] = good[b[low]] = False
+    between = good[a] & good[b]
+    spread = best[between] / healthy if between.any() else best / healthy
+    noise = float(1.4826 * np.median(np.abs(spread - np.median(spread))))
+    return Suspects(healthy, noise, [int(i) for i in np.flatnonzero(slow_node)], links,
+                    [int(i) for i in np.flatnonzero(good)])
+
+
+def tested(sus):
+    """Every node the confirm pass tests: suspect nodes, then the ends of slow links."""
+    return list(dict.fromkeys(sus.nodes + [x for link in sus.links for x in link]))
+
+
+def confirm_schedule(n, sus, rounds=CONFIRM_ROUNDS, retests=RETESTS, seed=0):
+    """(rounds, n) partners of the confirm pass: each slow link retested `retests` times (slowest first, where both
+    ends are free), every other suspect against a known-good node, a different one each round."""
+    rng = np.random.default_rng(seed)
+    P = np.full((rounds, n), -1, dtype=np.int64)
+    todo = {link: retests for link in sus.links}
+    suspects = np.array(tested(sus), dtype=np.int64)
+    good = rng.permutation(np.array(sus.good, dtype=np.int64))
+    offset = 0
+    for r in range(rounds):
+        for (x, y), left in todo.items():
+            if left and P[r, x] < 0 and P[r, y] < 0:
+                P[r, x], P[r, y] = y, x
+                todo[(x, y)] -= 1
+        free = suspects[P[r, suspects] < 0]
+        m = min(len(free), len(good))
+        if not m:
+            continue
+        partners = good[(offset + np.arange(m)) % len(good)]
+        offset += m
+        P[r, free[:m]], P[r, partners] = partners, free[:m]
+    return P
+
+
+@dataclass
+class Verdict:
+    healthy: float
+    noise: float
+    bad_nodes: list = field(default_factory=list)    # [(node, evidence)]
+    bad_links: list = field(default_factory=list)    # [((a, b), evidence)]
+    cleared: list = field(default_factory=list)      # suspects the confirm pass found fine
+    untested: list = field(default_factory=list)     # suspects it could not test (no known-good node left)
+    suspects: int = 0
+
+
+def confidence(ratios, min_fraction, noise, tests):
+    """1 - P(evidence this low | the truth exactly at min_fraction), over `tests` tests (see the module's text)."""
+    spread = max(noise, 0.01) / math.sqrt(len(ratios))   # a spread under 1 % is not believed
+    z = (min_fraction - float(np.mean(ratios))) / spread
+    return max(0.0, 1.0 - 0.5 * math.erfc(z / math.sqrt(2)) * max(tests, 1))
+
+
+def judge(P, W, C, CW, min_fraction):
+    """The Verdict of random rounds (P, W) and their confirm pass (C, CW); evidence: peers, busbw, and the
+    median ratio to the healthy link, with a confidence."""
+    sus = find_suspects(P, W, min_fraction)
+    out = Verdict(sus.healthy, sus.noise, suspects=len(tested(sus)))
+    if not out.suspects:
+        return out
+    C, CW = np.asarray(C), np.asarray(CW, dtype=float)
+    good = np.zeros(C.shape[1], dtype=bool)
+    good[sus.good] = True
+    fine, slow_nodes, slow_links = {}, set(sus.nodes), set(sus.links)
+    P, W = np.asarray(P), np.asarray(W, dtype=float)
+    for s in tested(sus):
+        # against known-good nodes: the confirm pass, and the random rounds' pairings that did not make s a suspect
+        rows = np.flatnonzero((C[:, s] >= 0) & good[np.maximum(C[:, s], 0)])
+        before = [] if s in slow_nodes else [r for r in np.flatnonzero((P[:, s] >= 0) & good[np.maximum(P[:, s], 0)])
+                                             if tuple(sorted((s, int(P[r, s])))) not in slow_links]
+        if not len(rows):
+            out.untested.append(s)
+            continue
+        peers, busbw = np.r_[P[before, s], C[rows, s]], np.r_[W[before, s], CW[rows, s]]
+        ratios = busbw / sus.healthy
+        fine[s] = float(np.median(ratios)) >= min_fraction
+        if not fine[s]:
+            out.bad_nodes.append((s, _evidence(peers, busbw, ratios, min_fraction, sus, out.suspects)))
+    for x, y in sus.links:
+        rows = np.flatnonzero(C[:, x] == y)
+        ratios = CW[rows, x] / sus.healthy
+        if len(rows) and fine.get(x) and fine.get(y) and (ratios < min_fraction).all():
+            out.bad_links.append(((x, y), _evidence([y] * len(rows), CW[rows, x], ratios, min_fraction, sus,
+                                                    out.suspects)))
+    named = {s for s, _ in out.bad_nodes} | {x for link, _ in out.bad_links for x in link}
+    out.cleared = [s for s in tested(sus) if s not in named and s not in out.untested]
+    return out
+
+
+def _evidence(peers, busbw, ratios, min_fraction, sus, tests):
+    return {"pairings": len(ratios), "peers": [int(p) for p in peers], "busbw_gbps": [float(b) for b in busbw],
+            "median_ratio": float(np.median(ratios)), "healthy_busbw_gbps": sus.healthy,
+            "confidence": confidence(ratios, min_fraction, sus.noise, tests)}
