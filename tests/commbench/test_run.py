@@ -1,4 +1,5 @@
 """commbench run / ring end to end: real torchrun, real Gloo process groups."""
+import io
 import json
 import os
 import re
@@ -8,11 +9,13 @@ import sys
 
 import pytest
 import torch
+from rich.console import Console
 
+from benchcore.processes.route import route_to
 from commbench.cases.collectives import COLLECTIVES
 from commbench.launch.liveness import CHANNEL, STATUS_ENV
 from commbench.launch.spec import LaunchSpec
-from commbench.launch.torchrun import route_to
+from commbench.output import print_collective_tables
 from commbench.plan import Plan
 from commbench.transports.torch_dist import drops
 from tests.conftest import HOOKS_ON, assert_one_line_error, read_records, run_tool
@@ -91,6 +94,13 @@ def test_ring_two_emulated_nodes(tmp_path):
         assert rec["busbw_gbps"] > 0 and rec["wrong"] == 0
         assert rec["nodes"] == 2 and rec["world_size"] == 2 and rec["launcher"] == "local"
         assert rec["env"]["GLOO_SOCKET_IFNAME"] == "lo"  # the interface that routes to the rendezvous
+        assert rec["emulated"] is True   # labels never overstate (issue 39): said in the record, on stderr, in titles
+    assert proc.stderr.count("note: --nodes 2 without --rdzv-endpoint, a Slurm allocation or --hosts: both nodes are "
+                             "emulated on this host") == 1, proc.stderr
+    table = Console(file=io.StringIO(), width=100)
+    print_collective_tables(recs, table)
+    title = " ".join(table.file.getvalue().split())
+    assert "all_reduce in-place (gloo, 2 ranks on 2 emulated nodes on one host," in title and "node(s)" not in title
 
 
 def test_out_file_is_appended_never_overwritten(tmp_path):
