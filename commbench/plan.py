@@ -13,6 +13,16 @@ from commbench.cases.registry import CASES
 
 
 @dataclass
+class Step:
+    """One measurement of a plan: a config at a size in a repeat of a cycle; run: the size it runs (fitted)."""
+    cycle: int
+    size: int
+    repeat: int
+    cfg: dict
+    run: int
+
+
+@dataclass
 class Plan:
     """Sizes x case configs, and how to time them; every rank runs the same plan."""
     run_id: str
@@ -32,10 +42,13 @@ class Plan:
     time_budget: Optional[float] = None   # seconds this launch may take, start-up included: each measurement runs
                                           # the iterations that fit its share (calibrated; at most iters; p2p)
     launched_at: float = 0.0     # time.time() when this launch started (the budget counts from it; per node)
+    fit_repeats: Optional[List[int]] = None   # [least, most] repeats a time budget chooses from after a calibration
+                                              # pass (timing.fit_repeats: compare, chunked, overlap); None: repeats
     backend: str = "auto"
     timeout: float = 300
     hang_timeout: float = 60     # no progress this long on rank 0: a hang report (commbench/liveness.py)
     launcher: str = "local"
+    emulated: bool = False       # several nodes all started on this machine (LaunchSpec.emulated): records say it
     topology: Optional[dict] = None  # the topology in effect (commbench.model.topology.Topology.as_dict())
     command: str = ""            # the command line that made this plan, as typed
     tags: dict = field(default_factory=dict)   # fields every record carries (a sweep's config)
@@ -46,6 +59,21 @@ class Plan:
         """The size config cfg runs for requested size: rounded down to what it takes on world_size ranks, as
         nccl-tests does (0: skipped)."""
         return fit(CASES[cfg["case"]], size, DTYPES[cfg["dtype"]].bytes, self.world_size)
+
+    def steps(self):
+        """[Step] in the order every rank measures them (commbench/worker.py): every size, then --repeats rounds of
+        every config, each round starting one config later (drift hits every config alike); sizes a config cannot
+        take are left out. The launcher names the step a rank announces from the same list."""
+        out = []
+        for cycle in range(self.cycles):
+            for size in self.sizes:
+                for repeat in range(self.repeats):
+                    turn = repeat % len(self.configs)
+                    for cfg in self.configs[turn:] + self.configs[:turn]:
+                        run = self.size_run(cfg, size)
+                        if run:
+                            out.append(Step(cycle, size, repeat, cfg, run))
+        return out
 
     def records_expected(self):
         return self.cycles * self.repeats * sum(len(CASES[c["case"]].phases) for c in self.configs
@@ -60,7 +88,8 @@ class Plan:
     def what_is_measured(self):
         """The fields every node must agree on (not its run id, launcher or tags)."""
         keep = ("sizes", "configs", "iters", "warmup", "check", "agg", "blocking", "agg_iters", "cuda_graph",
-                "cpu_time", "cycles", "repeats", "iter_stats", "timeout", "time_budget")
+                "cpu_time", "cycles", "repeats", "iter_stats", "timeout", "time_budget",
+                "fit_repeats")
         return {k: getattr(self, k) for k in keep}
 
     def to_json(self):

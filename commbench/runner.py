@@ -9,6 +9,7 @@ import click
 
 from benchcore.errors import UserError
 from benchcore.processes import procs
+from benchcore.progress import Reporter
 from benchcore.report.render import console
 from benchcore.results.records import RecordWriter, hostname, output_file
 from benchcore.units import format_size
@@ -32,7 +33,12 @@ def launches(spec, plan):
             if have is not None and have.lower() != value.lower():
                 who = ", ".join(sorted({c["case"] for c in part.configs}))
                 raise UserError(f"{who} runs {name}={value}, but {name}={have} is set; unset it or use commbench run")
-    return [(dataclasses.replace(spec, env={**spec.env, **env}), part) for env, part in plan.launches(nccl)]
+    parts = plan.launches(nccl)
+    if plan.time_budget and len(parts) > 1:   # each launch's share of the budget: its share of the measurements
+        every = len(plan.steps())
+        parts = [(env, dataclasses.replace(p, time_budget=plan.time_budget * len(p.steps()) / every))
+                 for env, p in parts]
+    return [(dataclasses.replace(spec, env={**spec.env, **env}), part) for env, part in parts]
 
 
 # Per rank beyond the case's own buffers (measured on this 2-core VM with Gloo, torch 2.13): ~300 MiB of
@@ -65,6 +71,46 @@ def check_memory(spec, plan):
                     f"per rank; {there}: use a smaller -e/--max-bytes")
 
 
+FIXED_BYTES = 1 << 20   # a step's weight beyond its payload: what each measurement costs whatever its size (buffers,
+#                         the check, gathering the times; about 1 MiB's worth of transfer on the machines tried)
+
+
+def step_text(plan, step):
+    """'overlap ddp R=1 16M repeat 2/3': what a step measures."""
+    return (f"{record_label(step.cfg)} {format_size(step.run)}"
+            + (f" repeat {step.repeat + 1}/{plan.repeats}" if plan.repeats > 1 else "")
+            + (f" cycle {step.cycle + 1}/{plan.cycles}" if plan.cycles > 1 else ""))
+
+
+class Followed:
+    """The launches of a command on one Reporter (benchcore.progress): every launch's steps (Plan.steps) in turn;
+    shown(i) is what launch i's Supervisor tells of the step its ranks announce. A step's weight is its payload plus
+    FIXED_BYTES; under a time budget every measurement gets an equal share, so an equal weight."""
+
+    def __init__(self, title, plans, enabled=True, reporter=None):
+        self.plans = list(plans)
+        self.steps = [p.steps() for p in self.plans]
+        budget = sum(p.time_budget or 0 for p in self.plans) or None
+        self.reporter = reporter or Reporter(title, self._weights(), expect_s=budget, enabled=enabled)
+
+    def _weights(self):
+        return [1 if p.time_budget else st.run + FIXED_BYTES for p, steps in zip(self.plans, self.steps)
+                for st in steps]
+
+    def shown(self, i):
+        def at(step, repeats):
+            if repeats and repeats != self.plans[i].repeats:   # a time budget chose the repeats
+                self.plans[i] = dataclasses.replace(self.plans[i], repeats=repeats)
+                self.steps[i] = self.plans[i].steps()
+                self.reporter.resize(self._weights())
+            first = sum(len(s) for s in self.steps[:i])
+            if step < 0:
+                self.reporter.step(first, "calibrating the time budget")
+            elif step < len(self.steps[i]):
+                self.reporter.step(first + step, step_text(self.plans[i], self.steps[i][step]))
+        return at
+
+
 class Derived:
     """A record writer that writes derive(record)'s records instead of each record (pairs: one per pair)."""
 
@@ -93,20 +139,29 @@ def run_plan(rounds, output, table_fn, label="measuring", plot_fn=None, judge=No
     if spec.dry_run:
         for part_spec, part in parts:
             execute(part_spec, part)
+        budget = sum(p.time_budget or 0 for _, p in parts)
+        if budget:   # a comment line: what the dry run prints stays a script a shell runs
+            click.echo(f"# estimated duration: about {budget:g} s (--time-budget), start-ups included")
         return
     writer = RecordWriter(path) if path else None
     sink = Derived(writer, derive) if writer and derive else writer
-    records, errors, code, raw = [], [], 0, 0
+    records, errors, code, raw, started = [], [], 0, 0, time.monotonic()
+    followed = Followed(label, [p for _, p in parts], enabled=not spec.verbose)
+    expected = sum(p.records_expected() for _, p in rounds)
     try:
-        for part_spec, part in parts:
-            if part.time_budget:   # its share of the budget counts from its start
-                part = dataclasses.replace(part, launched_at=time.time())
-            result = execute(part_spec, part, sink, label)
-            raw += sum(1 for r in result.records if not r.get("event"))
-            records += [d for r in result.records for d in derive(r)] if derive else result.records
-            if result.returncode:
-                code, errors = result.returncode, result.errors
-                break
+        with followed.reporter:
+            for i, (part_spec, part) in enumerate(parts):
+                if part.time_budget:   # its share of the budget counts from its start
+                    part = dataclasses.replace(part, launched_at=time.time())
+                result = execute(part_spec, part, sink, followed.shown(i))
+                raw += sum(1 for r in result.records if not r.get("event"))
+                records += [d for r in result.records for d in derive(r)] if derive else result.records
+                chose = next((r["repeats"] for r in result.records if r.get("event") == "time_budget"), None)
+                if chose:   # the repeats its time budget chose: the measurements to expect
+                    expected += dataclasses.replace(part, repeats=chose).records_expected() - part.records_expected()
+                if result.returncode:
+                    code, errors = result.returncode, result.errors
+                    break
         if judge and records and not code:
             for rec in judge(records):
                 records.append(rec)
@@ -131,11 +186,29 @@ def run_plan(rounds, output, table_fn, label="measuring", plot_fn=None, judge=No
     if spec.launcher == "torchrun" and spec.node_rank != 0:  # every node says how it ended
         click.echo(f"node rank {spec.node_rank} on {hostname()}: done; node rank 0 prints and writes the records",
                    err=True)
-    elif raw < sum(p.records_expected() for _, p in rounds):
-        click.echo(f"error: only {raw} of {sum(p.records_expected() for _, p in rounds)} measurements were "
-                   "recorded", err=True)
+    elif raw < expected:
+        click.echo(f"error: only {raw} of {expected} measurements were recorded", err=True)
         sys.exit(1)
+    for line in budget_lines(records, sum(p.time_budget or 0 for _, p in parts),
+                             time.monotonic() - started):
+        click.echo(line, err=True)
     return records
+
+
+def budget_lines(records, budget, took):
+    """'time budget 30 s: 3-20 iterations per measurement, 2 repeats per size, from a 1.2 s calibration; ran 31 s':
+    what a time budget scaled, from its launches' time_budget events and the iterations the measurements ran."""
+    events = [r for r in records if r.get("event") == "time_budget"]
+    iters = [r["iters"] for r in records if not r.get("event") and r.get("time_budget_s")]
+    if not budget or not iters:
+        return []
+    lo, hi = min(iters), max(iters)
+    text = f"time budget {budget:g} s: {lo if lo == hi else f'{lo}-{hi}'} iteration{'s' if hi > 1 else ''} per measurement"
+    if events:
+        repeats = sorted({r["repeats"] for r in events})
+        text += (f", {'-'.join(map(str, repeats[::len(repeats) - 1 or 1]))} repeat{'s' if repeats[-1] > 1 else ''} "
+                 f"per size, from a {sum(r['seconds'] for r in events):.1f} s calibration")
+    return [f"{text}; the run took {took:.0f} s"]
 
 
 def measure(names, opts, table_fn=print_collective_tables, label="measuring", plot_fn=None, judge=None, reshape=None):
@@ -151,6 +224,9 @@ def measure(names, opts, table_fn=print_collective_tables, label="measuring", pl
         rounds = [(s, dataclasses.replace(p, tags={**p.tags, "repeat": r}) if opts.repeats > 1 else p)
                   for r in range(opts.repeats) for s, p in pairs[r % len(pairs):] + pairs[:r % len(pairs)]]
     refuse_unread(case_opts, [CASES[n] for n in names], opts.given)
+    if opts.time_budget:   # one launch (--backends is refused with it): the ranks fit repeats and iterations
+        rounds = [(s, dataclasses.replace(p, time_budget=opts.time_budget, fit_repeats=opts.fit_repeats))
+                  for s, p in rounds]
     if reshape:  # the command splits or adjusts the launches (p2p: OSU's iteration counts per size class)
         rounds = reshape(rounds)
     table_fn = rankstats.with_stats(table_fn, opts.output.show_stats, opts.output.fmt)

@@ -5,6 +5,8 @@ of every rank is gathered and aggregated as nccl-tests does (average by default,
 The check runs on fresh input into a poisoned output, so a result left over from the timed loop
 cannot pass.
 """
+import dataclasses
+import math
 import resource
 import time
 
@@ -204,6 +206,47 @@ def fit_budget(ctx, run_once, blocking, phases):
         if took >= share / 10 or 4 * n > plan.iters:
             return warm, max(1, min(plan.iters, int((share - spent) / max(took / n, 1e-9))))
         n *= 2
+
+
+class BudgetTooSmall(Exception):
+    """The budget cannot hold the least measurement that gives a spread; the message is the line to show."""
+
+
+def _agree(ctx, seconds, how):
+    return ctx.comm.reduce_int(int(max(seconds, 0) * 1e9), how) / 1e9
+
+
+def fit_repeats(ctx, shared, cases):
+    """(the plan to run, the fields of its time_budget event): one pass over every step at 1 iteration, then the
+    repeats that fit what is left of the launch's budget (plan.fit_repeats: compare, chunked, overlap). Every
+    measurement then fits its iterations to its share (fit_budget); the ranks agree on every figure. cases: the
+    registry (the worker's)."""
+    plan = ctx.plan
+    least, most = plan.fit_repeats
+    ctx.plan = dataclasses.replace(plan, iters=1, warmup=1, repeats=1, time_budget=None, fit_repeats=None)
+    steps, loops, t0 = ctx.plan.steps(), 0.0, time.perf_counter()
+    try:
+        for st in steps:
+            case = cases[st.cfg["case"]]
+            loops += sum(r["time_us"] for r in measure_case(ctx, case, st.cfg, st.run, shared.get(case.name))) \
+                * 1e-6 * plan.agg_iters
+    finally:
+        ctx.plan, ctx.measured = plan, 0
+    wall, loops = _agree(ctx, time.perf_counter() - t0, "max"), _agree(ctx, loops, "max")
+    left = _agree(ctx, plan.launched_at + plan.time_budget - time.time(), "min")
+    fixed = max(wall - 2 * loops, 0.0)   # what a pass costs beside its timed loops: buffers, checks, gathering
+
+    def cost(iters):   # one pass at iters iterations, warm-up (fit_budget's runs of 1, 2, 4, ...) about half as many
+        return fixed + (iters + max(1, iters // 2)) * loops
+    if left < least * cost(1):
+        need = math.ceil(plan.time_budget - left + least * cost(1))
+        raise BudgetTooSmall(f"--time-budget {plan.time_budget:g} s is too small: {left:.1f} s were left after the start-up, "
+                       f"and one pass over the {len(steps)} measurements at 1 iteration takes {wall:.1f} s; "
+                       f"{least} passes (the least that gives a spread) need about {need} s in all (or fewer sizes "
+                       "or configs)")
+    repeats = max(least, min(most, int(left // cost(plan.iters))))
+    fields = {"repeats": repeats, "seconds": round(wall, 2), "time_budget_s": plan.time_budget}
+    return dataclasses.replace(plan, repeats=repeats, fit_repeats=None), fields
 
 
 def peak_memory(ctx):

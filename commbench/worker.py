@@ -23,28 +23,32 @@ from commbench.context import Context
 from commbench.launch import mpirun
 from commbench.launch.liveness import CHANNEL, EXIT_HANG, RECORD_NODE_ENV, STATUS_ENV, WORKER_NAME, Liveness
 from commbench.plan import Plan
-from commbench.timing import measure_case
+from commbench.timing import BudgetTooSmall, fit_repeats, measure_case
 from commbench.transports import mpi
 
 EXIT_WRONG = 3
 
 
-def run_plan(ctx, emit):
-    """Measure every (size, config) of the plan; emit(record) each; returns the total wrong count."""
+def run_plan(ctx, emit, announce=lambda index: None, note=lambda fields: None):
+    """Measure every step of the plan (Plan.steps: sizes, repeats, configs); emit(record) each; announce(i) before
+    step i, outside every timed loop (the launcher shows it); returns the total wrong count. A plan whose time
+    budget chooses the repeats calibrates first (timing.fit_repeats) and note(fields) says what it chose."""
     plan, wrong = ctx.plan, 0
     names = list(dict.fromkeys(cfg["case"] for cfg in plan.configs))
     shared = {name: CASES[name].setup(ctx, [c for c in plan.configs if c["case"] == name])
               for name in names if CASES[name].setup}
-    for cycle in range(plan.cycles):
-        for size in plan.sizes:
-            for repeat in range(plan.repeats):
-                turn = repeat % len(plan.configs)  # each repeat starts with a different config
-                for cfg in plan.configs[turn:] + plan.configs[:turn]:
-                    case, run = CASES[cfg["case"]], plan.size_run(cfg, size)   # nccl-tests' rounding; 0: skipped
-                    for rec in measure_case(ctx, case, cfg, run, shared.get(case.name)) if run else []:
-                        wrong += rec["wrong"] or 0
-                        emit({**rec, "requested_bytes": size, **({"cycle": cycle} if plan.cycles > 1 else {}),
-                              **({"repeat": repeat} if plan.repeats > 1 else {})})
+    if plan.time_budget and plan.fit_repeats:
+        announce(-1)
+        ctx.plan, fields = fit_repeats(ctx, shared, CASES)
+        plan = ctx.plan
+        note(fields)
+    for i, step in enumerate(plan.steps()):
+        announce(i)
+        case = CASES[step.cfg["case"]]
+        for rec in measure_case(ctx, case, step.cfg, step.run, shared.get(case.name)):
+            wrong += rec["wrong"] or 0
+            emit({**rec, "requested_bytes": step.size, **({"cycle": step.cycle} if plan.cycles > 1 else {}),
+                  **({"repeat": step.repeat} if plan.repeats > 1 else {})})
     return wrong
 
 
@@ -110,12 +114,20 @@ def main(argv=None):
             if writer:
                 writer.write(rec)
             live.progress(1)
+        def note(fields):   # what a time budget chose: an event record (the launcher says it, --out keeps it)
+            live.announce(-1, fields["repeats"])
+            if writer:
+                writer.write(schema.event("commbench", "time_budget", f"{fields['repeats']} repeats per size",
+                                          run_id=ctx.plan.run_id, **fields))
         try:
-            code = EXIT_WRONG if run_plan(ctx, emit) else 0
+            code = EXIT_WRONG if run_plan(ctx, emit, live.announce, note) else 0
         finally:
             live.wait_for_watchdog()
             if writer:
                 writer.close()
+    except BudgetTooSmall as exc:   # every rank says the same line (the launcher shows it once)
+        print(f"commbench-worker: {exc}", file=sys.stderr, flush=True)
+        code = 1
     except Exception as exc:  # one line for the user; the launcher shows it
         for line in live.diagnose():  # first the peer behind it, when one stopped beating
             print(f"commbench-worker: {line}", file=sys.stderr, flush=True)

@@ -10,7 +10,7 @@ import click
 
 from benchcore.errors import UserError
 from benchcore.files import write_new, write_new_text
-from benchcore.report.render import console
+from benchcore.progress import Reporter, quiet
 from benchcore.results import schema
 from benchcore.results.records import git_revision, hostname, timestamp
 from benchcore.units import format_size
@@ -31,12 +31,16 @@ def say(text):
     click.echo(text, err=True)
 
 
-def progress(text):
-    """A spinner with text on a terminal while fio runs; one plain line on stderr otherwise."""
-    if sys.stderr.isatty():
-        return console(stderr=True).status(text)
-    say(text)
-    return contextlib.nullcontext()
+@contextlib.contextmanager
+def progress(text, expect_s=None):
+    """What runs (fio, torchrun) while it runs, on stderr (benchcore.progress): a bar on a terminal; otherwise the
+    text when it starts, then a line every 10 s with the time elapsed and left (expect_s: its runtime, where fixed);
+    nothing with --quiet."""
+    if not sys.stderr.isatty() and not quiet():
+        say(text)
+    with Reporter(text, [1], expect_s=expect_s) as shown:
+        shown.step(0, text)
+        yield
 
 
 def record(run_id, target, **fields):
@@ -160,9 +164,9 @@ def _run_one(target, job, direct_ok, scratch, run_id, timeout, version, writer, 
         job = dataclasses.replace(job, options={**job.options, "direct": 0})
     jobname = f"{job.profile}.fio"
     write_new_text(scratch.path / jobname, job_file([job], [f"iobench {run_id}: {job.profile}"]), "job file")
-    eta = f" ~{job.options['runtime']}" if job.options.get("time_based") else ""
+    runtime = float(job.options["runtime"]) if job.options.get("time_based") else None
     with progress(f"iobench: {step} {job.profile} on {target.path} ({target.mount.fs_type}, "
-                  f"{target.mount.storage_class}){eta}"):
+                  f"{target.mount.storage_class}){f' ~{runtime:g} s' if runtime else ''}", runtime):
         return _measure(target, [fio_directory(scratch.path), jobname], scratch, run_id, timeout, version, writer,
                         job.profile, direct_requested, busy, keep_json)
 

@@ -6,6 +6,7 @@ import click
 
 from benchcore.errors import UserError, refuse_given, run_cli
 from benchcore.processes.torchrun import too_many
+from benchcore.progress import quiet_option
 from benchcore.report.render import FORMATS, emit
 from benchcore.results import commands
 from benchcore.results.records import (PLOT_SUFFIXES, RecordWriter, new_output, new_output_option, new_run_id,
@@ -72,6 +73,7 @@ def output_options(fn):
                      help="Run even while another iobench measures the same mount (records say concurrent)."),
         click.option("--wait", type=click.IntRange(min=0), default=0, show_default=True,
                      help="Seconds to wait for another iobench measuring the same mount before refusing."),
+        quiet_option,
     ]):
         fn = option(fn)
     return fn

@@ -8,7 +8,7 @@ from benchcore.units import format_size
 from commbench.commands import verdict
 from commbench.commands.compare import PLOT_OPTION, run_strategies
 from commbench.commands.options import (case_options, launch_options, measure_options, overlap_options, parse,
-                                        repeats_option)
+                                        repeats_option, time_budget_option)
 from commbench.commands.overlap import judge, judged, plot, print_overlap
 from commbench.runner import measure
 
@@ -119,12 +119,14 @@ def run_chunked_overlap(kw, repeats):
     (a chunk as large as the largest payload), every compute ratio, with the answer."""
     kw["buckets"] = "1"
     kw["chunk_sizes"] = f"{kw['chunk_sizes']},{kw['max_bytes']}"
-    measure(["ddp", "pipelined"], parse(kw, repeats=repeats), print_overlap, "overlap patterns", plot,
+    measure(["ddp", "pipelined"], parse(kw, repeats=repeats), print_overlap, "overlap patterns",
+            lambda recs, path: plot(recs, path, "chunked --overlap"),
             lambda recs: judge(recs) + overlap_answer(recs))
 
 
 @click.command()
 @repeats_option(3)
+@time_budget_option
 @click.option("--overlap", is_flag=True,
               help="With compute beside the communication: pipelined chunks (the GEMM of chunk k while chunk k+1 is "
                    "on the wire) against one all_reduce after the compute and one plain all_gather, per compute "
@@ -158,4 +160,4 @@ def chunked(repeats, overlap, **kw):
                           ("buckets", "4")):
         if kw.pop(name) != default:
             raise UserError(f"--{name.replace('_', '-')} sizes the compute of chunked --overlap: add --overlap")
-    run_strategies(["ring", "plain", "chunked"], "ring", parse(kw, repeats=repeats), chunked_answer)
+    run_strategies(["ring", "plain", "chunked"], "ring", parse(kw, repeats=repeats), chunked_answer, "chunked")

@@ -17,7 +17,8 @@ from commbench.cases.case import TOTAL
 from commbench.cases.registry import STRATEGY_NAMES, parse_names, record_label
 from commbench.commands import verdict
 from commbench.commands.options import (case_options, launch_options, measure_options, parse, parse_backends,
-                                        repeats_option)
+                                        repeats_option, time_budget_option)
+from commbench.output import ranks_on
 from commbench.runner import measure
 
 PLOT_OPTION = click.option("--plot", default=None, callback=new_output_option("--plot", PLOT_SUFFIXES),
@@ -97,6 +98,7 @@ def print_compare(records, baseline="ring"):
                ("repeats", "n", "d"), ("busbw_gbps", "busbw GB/s", ".3f"), ("link_utilization", "link util", ".2f"),
                ("vs", f"speed-up vs {baseline} [95% CI]", None), ("wrong", "#wrong", "d")]
     checked = "0 wrong" if {r.get("wrong") for r in records if not r.get("event")} == {0} else ""
+    apart = any(r.get("timed_apart") for r in records)
     if checked:  # every row exact: said once in the title, as run's tables do (the table fits 100 columns)
         columns = [c for c in columns if c[0] != "wrong"]
     if any(r.get("max_abs_error") is not None for r in records):
@@ -106,8 +108,9 @@ def print_compare(records, baseline="ring"):
         for row in rows:
             row["wire"] = format_size(row["wire_bytes"]) if row.get("wire_bytes") else ""
         print_table(rows, columns, title=f"payload {format_size(size)}: time to the same final tensor on every rank "
-                    f"(median of n repeats; {backends}, {first['world_size']} ranks on {first['nodes']} node(s)"
-                    f"{', ' + checked if checked else ''})")
+                    f"(median of n repeats; {backends}, {ranks_on(first)}{', ' + checked if checked else ''})"
+                    + ("; phases timed apart from the total, each in a loop of its own: they need not add up to "
+                       "it (records: timed_apart)" if apart else ""))
     for why in dict.fromkeys(r["link_peak_reason"] for r in records if r.get("link_peak_reason")):
         out.print(f"model us, link util n/a: {why}")
     if notes:
@@ -116,15 +119,16 @@ def print_compare(records, baseline="ring"):
         out.print(f"  {line}")
 
 
-def plot(records, path):
+def plot(records, path, command="compare"):
+    """Time to the final tensor vs payload, a line per strategy config through its repeats' median (their min-max
+    as bars), titled after the command that ran (compare, chunked)."""
     series = {}
     label_of = candidates(records)[0]
     for rec in records:
         if not rec.get("event") and rec.get("phase") == TOTAL:
-            series.setdefault(label_of(rec), {}).setdefault(rec["size_bytes"], []).append(rec["time_us"])
-    line_plot(path, {k: [(s, _median(t)) for s, t in v.items()] for k, v in series.items()},
-              "payload (bytes)", "time to the final tensor (us, median of repeats)",
-              "commbench compare: lower is better", log_y=True)
+            series.setdefault(label_of(rec), []).append((rec["size_bytes"], rec["time_us"]))
+    line_plot(path, series, "payload", "time to the final tensor (us; median, bars: min-max of repeats)",
+              f"commbench {command}: time to the same final tensor per strategy (lower is better)", log_y=True)
 
 
 def judge(records, answer=None):
@@ -138,9 +142,11 @@ def judge(records, answer=None):
     return found
 
 
-def run_strategies(names, baseline, opts, answer=None):
-    """Measure strategies (Options opts) side by side: the compare tables, plot and verdicts."""
-    measure(names, opts, lambda recs: print_compare(recs, baseline), "strategies", plot,
+def run_strategies(names, baseline, opts, answer=None, command="compare"):
+    """Measure strategies (Options opts) side by side: the compare tables, plot (titled after command) and
+    verdicts."""
+    measure(names, opts, lambda recs: print_compare(recs, baseline), "strategies",
+            lambda recs, path: plot(recs, path, command),
             lambda recs: judge(recs, answer))
 
 
@@ -152,6 +158,7 @@ def run_strategies(names, baseline, opts, answer=None):
               help="Comma list of backends (gloo,mpi): every strategy on each, side by side; one launch per backend "
                    "and repeat, each round starting with the next backend.")
 @repeats_option(3)
+@time_budget_option
 @case_options()
 @PLOT_OPTION
 @measure_options("1M", "1G")

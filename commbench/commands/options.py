@@ -9,7 +9,8 @@ from typing import List, Optional
 import click
 
 from benchcore.errors import UserError, given, refuse_given, spelled
-from benchcore.inputs import finite
+from benchcore.inputs import finite, shown
+from benchcore.progress import quiet_option
 from benchcore.report.render import FORMATS
 from benchcore.results.usable import SECONDS
 from benchcore.units import size_list
@@ -19,6 +20,7 @@ from commbench.cases.collectives import DTYPES, OPS
 from commbench.cases.compressed import COMPRESS
 from commbench.cases.compute import KERNELS, parse_gemm
 from commbench.launch.spec import BACKENDS, LAUNCHERS, LaunchSpec, resolve_spec
+from commbench.launch.ssh import DEFAULT_SSH, host_list
 
 BLOCKING_HELP = (
     "Wait for each collective before starting the next (nccl-tests -z). Default: on NCCL, "
@@ -129,6 +131,8 @@ class Options:
     output: Output
     given: dict                  # given_fields(): what refuse_unread reads
     repeats: int = 1
+    time_budget: Optional[float] = None   # --time-budget seconds: repeats and iterations fitted (runner.measure)
+    fit_repeats: Optional[List[int]] = None   # with it, [least, most] repeats: 2 (a spread), --repeats where given
 
 
 def take(kw, cls):
@@ -159,6 +163,7 @@ def parse_backends(text):
 def launch_specs(kw, backends=None):
     """Pop the launch options out of kw: [LaunchSpec] checked and completed, one per backend of backends (--backends)
     or else one."""
+    kw["hosts"] = host_list(kw.pop("hosts", None), kw.pop("hostfile", None))
     spec = take(kw, LaunchSpec)
     if backends and spec.backend not in (None, "auto"):
         raise UserError("--backends and --backend exclude each other")
@@ -174,7 +179,13 @@ def parse(kw, backends=None, repeats=1):
     """A measuring command's keyword arguments (every one, or TypeError) as Options."""
     specs = launch_specs(kw, backends)
     cases = take(kw, CaseOptionsText).parse()
-    opts = Options(specs, take(kw, MeasureOptions), cases, take(kw, Output), given_fields(), repeats)
+    budget = parse_budget(kw.pop("time_budget", None))
+    if budget and backends:
+        raise UserError("--time-budget does not go with --backends (one launch per backend and repeat): give -n and "
+                        "--repeats instead")
+    most = repeats if given("repeats") else MAX_REPEATS
+    opts = Options(specs, take(kw, MeasureOptions), cases, take(kw, Output), given_fields(), repeats, budget,
+                   [min(2, most), most] if budget else None)
     no_leftovers(kw)
     return opts
 
@@ -270,8 +281,33 @@ def overlap_options():
 
 def repeats_option(default):
     """--repeats: what compare, chunked and sweep draw verdicts from."""
-    return click.option("--repeats", type=click.IntRange(1, 1000), default=default, show_default=True,
+    return click.option("--repeats", type=click.IntRange(1, MAX_REPEATS), default=default, show_default=True,
                         help="Separate timed measurements of every config per size, interleaved; verdicts need 2+.")
+
+
+MAX_REPEATS = 1000   # --repeats' most; a time budget's where --repeats was not given
+# the ranks agree on each measurement's share of --time-budget in nanoseconds, a signed 64-bit integer (fit_budget)
+MAX_BUDGET_S = (2 ** 63 - 1) // 10 ** 9
+
+
+def parse_budget(text):
+    """--time-budget SECONDS as a number (None: not given): finite, above 0, at most MAX_BUDGET_S."""
+    if text is None:
+        return None
+    seconds = finite(text, "--time-budget", 0, lo_open=True)
+    if seconds > MAX_BUDGET_S:
+        raise UserError(f"--time-budget {shown(text, 40)}: the ranks share a budget in 64-bit nanoseconds, at most "
+                        f"{MAX_BUDGET_S} s (292 years)")
+    return seconds
+
+
+def time_budget_option(fn):
+    """--time-budget of compare, chunked, overlap (sweep says its own help)."""
+    return click.option("--time-budget", default=None, metavar="SECONDS",
+                        help="End near this many seconds, start-up included: a calibration pass (every measurement "
+                             "at 1 iteration) chooses the repeats (at least 2; at most --repeats where given), then "
+                             "each measurement fits its iterations (at most -n) to its share, warm-up first. A budget "
+                             "too small for 2 repeats is refused.")(fn)
 
 
 def launch_options(fn):
@@ -283,11 +319,18 @@ def launch_options(fn):
                      help="Ranks per node [default: GPUs on this node; without GPUs 2 on one node, 1 per node "
                           "on several]."),
         click.option("--launcher", type=click.Choice(LAUNCHERS), default="auto", show_default=True,
-                     help="auto: slurm inside an allocation, torchrun with --rdzv-endpoint, mpirun with --backend "
-                          "mpi, else local emulation."),
+                     help="auto: ssh with --hosts, slurm inside an allocation, torchrun with --rdzv-endpoint, mpirun "
+                          "with --backend mpi, else local emulation."),
         click.option("--rdzv-endpoint", default=None, metavar="HOST:PORT",
                      help="Rendezvous on node rank 0 (run the same command on every node)."),
         click.option("--node-rank", type=int, default=None, help="This node's rank with --rdzv-endpoint."),
+        click.option("--hosts", default=None, metavar="H1,H2,...",
+                     help="Start one agent per host over ssh (--launcher ssh), the rendezvous on the first; every "
+                          "host runs the same Python path as here."),
+        click.option("--hostfile", default=None, metavar="FILE",
+                     help="The hosts of --hosts from a file: one per line ('#' comments; mpirun's 'slots=' ignored)."),
+        click.option("--ssh-command", default=DEFAULT_SSH, show_default=True, metavar="TEMPLATE",
+                     help="How --hosts are reached: words, {host} replaced in them (no shell)."),
         click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
                      help="auto: NCCL when CUDA is available, else Gloo (mpi: mpi4py, under mpirun or srun)."),
         click.option("-T", "--timeout", type=SECONDS, default=300, show_default=True,
@@ -299,4 +342,5 @@ def launch_options(fn):
                           "run ends with exit code 4 (kept below --timeout)."),
         click.option("--dry-run", is_flag=True, help="Print the launch command lines and exit."),
         click.option("-v", "--verbose", is_flag=True, help="Stream torchrun and worker output."),
+        quiet_option,
     ])(fn)

@@ -1,10 +1,12 @@
 """`commbench overlap`: overlap patterns side by side (commbench/cases/overlap.py): how much of the
 communication a training step still pays beside its compute, with verdicts on the exposed communication."""
+import re
 import statistics
 
 import click
 
-from benchcore.report.render import console, print_table, save_figure
+from benchcore.report import figures
+from benchcore.report.render import console, print_table
 from benchcore.results import stats
 from benchcore.results.records import PLOT_SUFFIXES, new_output_option
 from benchcore.units import format_size
@@ -14,7 +16,8 @@ from commbench.cases.overlap_model import predicted
 from commbench.cases.registry import CASES, PATTERN_NAMES, parse_names, record_label
 from commbench.commands import verdict
 from commbench.commands.options import (case_options, launch_options, measure_options, overlap_options, parse,
-                                        repeats_option)
+                                        repeats_option, time_budget_option)
+from commbench.output import ranks_on
 from commbench.runner import measure
 
 HIDDEN = 0.01   # exposed communication below this share of the communication alone counts as hidden (verdicts
@@ -61,15 +64,37 @@ def rows(records):
                    for label, recs in labels.items()] for size, labels in sorted(by.items())}
 
 
+NOTE = re.compile(r"overlapped ([0-9.]+) % under its (\w+) alone(.*)")
+
+
+def note_lines(records):
+    """One line per kind of overlap_note (taken at the floor, not figured), however many measurements it holds:
+    'note: 40 of 54 measurements overlapped 0.1-4.9 % under their communication alone (noise between phases): taken
+    at that floor, fully hidden (ddp R=0.5, ddp R=1 at 4M-64M)'."""
+    totals = [r for r in records if not r.get("event") and r.get("phase") == TOTAL]
+    kinds = {}
+    for rec in totals:
+        found = NOTE.fullmatch(rec.get("overlap_note") or "")
+        if found:
+            kinds.setdefault((found[2], found[3]), []).append((float(found[1]), rec))
+    for (part, rest), seen in kinds.items():
+        under = sorted(u for u, _ in seen)
+        sizes = sorted({r["size_bytes"] for _, r in seen})
+        span = f"{under[0]:.1f}" + (f"-{under[-1]:.1f}" if under[-1] != under[0] else "")
+        where = ", ".join(dict.fromkeys(record_label(r) for _, r in seen)) + " at " + format_size(sizes[0]) + (
+            f"-{format_size(sizes[-1])}" if len(sizes) > 1 else "")
+        yield (f"note: {len(seen)} of {len(totals)} measurements overlapped {span} % under their {part} alone{rest} "
+               f"({where})")
+
+
 def print_overlap(records):
     first = next(r for r in records if not r.get("event"))
     for size, table in rows(records).items():
-        print_table(table, COLUMNS, title=f"payload {format_size(size)}: {first['backend']}, {first['world_size']} "
-                    f"ranks on {first['nodes']} node(s); exposed = overlapped - compute alone (median of n repeats)")
+        print_table(table, COLUMNS, title=f"payload {format_size(size)}: {first['backend']}, {ranks_on(first)}; "
+                    "exposed = overlapped - compute alone (median of n repeats)")
     out = console()
-    for rec in records:
-        if rec.get("overlap_note") and rec.get("phase") == TOTAL:
-            out.print(f"note: {record_label(rec)} at {format_size(rec['size_bytes'])}: {rec['overlap_note']}")
+    for line in note_lines(records):
+        out.print(line, markup=False)
     for check, title in (("overlap", f"verdicts on exposed communication ({stats.METHOD}):"),
                          ("chunked overlap", "the answer:")):
         notes = [r["reason"] for r in records if r.get("event") == "verdict" and r.get("check") == check]
@@ -79,31 +104,28 @@ def print_overlap(records):
             out.print(f"  {line}")
 
 
-def plot(records, path):
-    """(a) exposed communication vs payload, one line per pattern config; (b) per pattern config, a timeline of
-    one overlapped iteration at the largest payload: each rank's kernels and communication as bars, as an
-    Nsight trace shows them."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def overlap_figure(records, command="overlap"):
+    """(a) exposed communication vs payload, one line per pattern config through its repeats' median (min-max as
+    bars); (b) per pattern config, a timeline of one overlapped iteration at the largest payload: each rank's
+    kernels and communication as bars, as an Nsight trace shows them. Titled after the command that ran."""
     totals = [r for r in records if not r.get("event") and r.get("phase") == TOTAL
               and r.get("exposed_comm_us") is not None]
     series, traced = {}, {}
     for rec in totals:
         label = record_label(rec)
-        series.setdefault(label, {}).setdefault(rec["size_bytes"], []).append(rec["exposed_comm_us"])
+        series.setdefault(label, []).append((rec["size_bytes"], rec["exposed_comm_us"]))
         if rec.get("timeline") and rec["size_bytes"] >= traced.get(label, {}).get("size_bytes", 0):
             traced[label] = rec
-    fig, axes = plt.subplots(1 + len(traced), 1, figsize=(10, 4 + 2.2 * len(traced)), squeeze=False)
+    fig, axes = figures.pyplot().subplots(1 + len(traced), 1, figsize=(11, 4.5 + 2.2 * len(traced)), squeeze=False)
+    fig.suptitle(f"commbench {command}: communication left exposed beside compute")
     ax = axes[0][0]
-    for label, by_size in series.items():
-        points = sorted((s, _median(t)) for s, t in by_size.items())
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
-    ax.set_xscale("log", base=2)
-    ax.set(xlabel="payload (bytes)", ylabel="exposed communication (us)",
-           title="(a) communication the step still pays (median of repeats; lower is better)")
+    for label, points in series.items():
+        figures.spread(ax, points, label)
+    figures.size_axis(ax, "payload")
+    ax.set(ylabel="exposed communication (us)",
+           title="(a) communication the step still pays (median, bars: min-max of repeats; lower is better)")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize="small")
+    figures.legend_beside(ax)
     for (label, rec), (ax,) in zip(traced.items(), axes[1:]):
         for rank, events in enumerate(rec["timeline"]):
             for e in events:   # kernels in one lane; operations in four sub-lanes, so that in-flight ones show apart
@@ -117,8 +139,11 @@ def plot(records, path):
                f"one overlapped iteration (comm bars end when waited on)")
         ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
-    save_figure(fig, path)
-    plt.close(fig)
+    return fig
+
+
+def plot(records, path, command="overlap"):
+    figures.save(overlap_figure(records, command), path)
 
 
 def model_rows(topo, names, sizes, nodes, local, backend, opts):
@@ -143,6 +168,7 @@ def model_rows(topo, names, sizes, nodes, local, backend, opts):
 @click.option("--patterns", default=",".join(PATTERN_NAMES), show_default=True,
               help="Comma list: " + ",".join(PATTERN_NAMES))
 @repeats_option(3)
+@time_budget_option
 @overlap_options()
 @case_options()
 @click.option("--plot", default=None, callback=new_output_option("--plot", PLOT_SUFFIXES),

@@ -5,15 +5,13 @@ import click
 from click.core import ParameterSource
 
 from benchcore.errors import UserError, refuse_given
-from benchcore.inputs import finite, shown
 from benchcore.report.render import print_table
 from benchcore.units import format_size
 from commbench.cases.p2p import LARGE, MODES, WINDOW, case_name, osu_counts
-from commbench.commands.options import launch_options, measure_options, parse, parse_backends
+from commbench.commands.options import launch_options, measure_options, parse, parse_backends, parse_budget
+from commbench.output import ranks_on
 from commbench.runner import measure
 
-# the ranks agree on each measurement's share of --time-budget in nanoseconds, a signed 64-bit integer (fit_budget)
-MAX_BUDGET_S = (2 ** 63 - 1) // 10 ** 9
 # mode -> its columns: (name, header, format, the value of a record). Latency: OSU's average beside the median and
 # the 99th percentile of the iterations (rankstats.py), since a few descheduled iterations can make the average
 COLUMNS = {  # alone misleading (Gloo, 1 B, busy machine: average 386.8 us, p50 30.7, p99 3832)
@@ -42,12 +40,12 @@ def p2p_table(records):
             if isinstance(v, list):
                 v = sorted(x for x in v if x is not None)
                 row[k] = v[len(v) // 2] if v else None
-    columns = [("size", "size (B)", "d"), ("size_h", "", None)]
+    columns = [("size", "size (B)", "d"), ("size_h", "size", None)]
     columns += [(f"{name} {b}", f"{head} {b}" if len(backends) > 1 else head, fmt)
                 for m in modes for b in backends for name, head, fmt, _ in COLUMNS[m]]
-    first = recs[0] if recs else {}
+    first = recs[0] if recs else {"world_size": 2}
     print_table([rows[s] for s in sorted(rows)], columns,
-                title=f"p2p: one link between 2 ranks ({', '.join(backends)}; {first.get('nodes')} node(s); "
+                title=f"p2p: one link between {ranks_on(first)} ({', '.join(backends)}; "
                       f"latency one-way: OSU's average, p50 and p99 of the iterations; bandwidth in windows of "
                       f"{max(r['window'] for r in recs)})")
     starved = [r for r in recs if r.get("time_budget_s") and r["iters"] == 1 and r["warmup"] == 1]
@@ -126,8 +124,5 @@ def p2p(click_ctx, modes, backends, window, budget, **kw):
     kw["dtype"] = "uint8"  # bytes, as OSU's MPI_CHAR
     backends = None if backends is None else parse_backends(backends)
     osu = all(click_ctx.get_parameter_source(p) == ParameterSource.DEFAULT for p in ("iters", "warmup"))
-    seconds = None if budget is None else finite(budget, "--time-budget", 0, lo_open=True)
-    if seconds and seconds > MAX_BUDGET_S:
-        raise UserError(f"--time-budget {shown(budget, 40)}: the ranks share a budget in 64-bit nanoseconds, at most "
-                        f"{MAX_BUDGET_S} s (292 years)")
+    seconds = parse_budget(budget)
     measure(list(dict.fromkeys(names)), parse(kw, backends), p2p_table, "p2p", reshape=osu_rounds(window, osu, seconds))

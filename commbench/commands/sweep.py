@@ -8,10 +8,10 @@ import sys
 import time
 
 import click
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from benchcore import inputs
 from benchcore.errors import UserError, refuse_given
+from benchcore.progress import Reporter
 from benchcore.report.render import console, line_plot, print_table
 from benchcore.results import schema, stats
 from benchcore.results.records import PLOT_SUFFIXES, RecordWriter, new_output_option, new_run_id, output_file
@@ -22,12 +22,12 @@ from commbench.cases.case import TOTAL, ReadOptions, refuse_unread
 from commbench.cases.registry import CASES, COLLECTIVE_NAMES, STRATEGY_NAMES, parse_names, record_label
 from commbench.commands import verdict
 from commbench.commands.options import (CaseOptionsText, MeasureOptions, case_options, given_fields, launch_options,
-                                        launch_specs, measure_options, no_leftovers, repeats_option, take)
+                                        launch_specs, measure_options, no_leftovers, parse_budget, repeats_option, take)
 from commbench.commands.sweep_resume import backend_of, fingerprint, measured_options, resumable
 from commbench.launch.execute import EXIT_TERM, Terminated, execute, on_sigterm
 from commbench.output import render
 from commbench.planning import build_plan
-from commbench.runner import launches
+from commbench.runner import budget_lines, launches, step_text
 from commbench.transports.envvars import read_by, split_values, validate
 
 BASELINE = "baseline"
@@ -166,13 +166,17 @@ def print_ranking(outcomes, verdicts, failed, notes):
                                             "with the same measured options (a sweep with others is refused).")
 @click.option("--per-config-timeout", type=SECONDS, default=None, help="Seconds before a config counts as hung.")
 @repeats_option(3)
+@click.option("--time-budget", default=None, metavar="SECONDS",
+              help="End near this many seconds: every config run of the --repeats rounds gets an equal share, "
+                   "start-up included, and each measurement fits its iterations (at most -n) to it, warm-up first. "
+                   "A first run that takes more than twice its share ends the sweep (the budget is too small).")
 @case_options(place_default="both")
 @click.option("--plot", default=None, callback=new_output_option("--plot", PLOT_SUFFIXES),
               help="PNG: time vs size, log-log, one line per config (geometric mean over rounds; a new file).")
 @measure_options("1M", "1G")
 @launch_options
-def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per_config_timeout, repeats, plot,
-          fmt, out, show_stats, **kw):
+def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per_config_timeout, repeats, time_budget,
+          plot, fmt, out, show_stats, **kw):
     """Sweep NCCL/Gloo settings: every config is its own launch, in rounds, then verdicts.
 
     NCCL reads its environment when a communicator is created, so each config
@@ -220,7 +224,13 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
     failed_keys = {r["sweep_config"] for r in previous if r.get("event") == "failed"}
     todo = [(config, rnd) for rnd in range(repeats) for config in rotated(configs, rnd)
             if (config_key(config), rnd) not in settled and config_key(config) not in failed_keys]
+    budget = parse_budget(time_budget)
+    if budget and todo:   # each run's share; the fingerprint above holds what is measured, not the share
+        plan = dataclasses.replace(plan, time_budget=budget / len(todo))
     if spec.dry_run:
+        if budget:
+            click.echo(f"# estimated duration: about {budget:g} s (--time-budget: {len(todo)} config runs of "
+                       f"{budget / len(todo):.1f} s each, start-ups included)")
         for config, _ in todo[:len(configs)]:
             for part_spec, part in launches(dataclasses.replace(spec, env=dict(config)), plan):
                 execute(part_spec, part)
@@ -228,7 +238,11 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
     if resume:
         console(stderr=True).print(f"resuming: {len(settled)} of {len(configs) * repeats} config runs "
                                    f"({len(configs)} configs x {repeats} rounds) done, {len(todo)} to run{discarded}")
+    started = time.monotonic()
     ran, stopped = run_configs(spec, plan, todo, out_file, options, per_config_timeout)
+    for line in budget_lines(ran, budget, time.monotonic() - started):
+        console(stderr=True).print(f"{line} ({len(todo)} config runs of {budget / len(todo):.1f} s each)",
+                                   markup=False)
     records = previous + ran
     failed = {r["sweep_config"]: r["reason"] for r in records if r.get("event") == "failed"}
     cut = {r["run_id"] for r in records if r.get("event") == "interrupted"}   # never ranked: --resume reruns it
@@ -265,13 +279,13 @@ def plot_sweep(records, path):
     series = {}
     for rec in records:
         if rec.get("phase", TOTAL) == TOTAL:
-            series.setdefault(f"{rec['sweep_config']} [{record_label(rec)}]", {}).setdefault(
-                rec["size_bytes"], []).append(rec["time_us"])
-    line_plot(path, {k: [(s, stats.geometric_mean(t)) for s, t in v.items()] for k, v in series.items()},
-              "size (bytes)", "time (us, geometric mean over rounds)", "commbench sweep: lower is better", log_y=True)
+            series.setdefault(f"{rec['sweep_config']} [{record_label(rec)}]", []).append(
+                (rec["size_bytes"], rec["time_us"]))
+    line_plot(path, series, "size", "time (us; median, bars: min-max over rounds)",
+              "commbench sweep: time per environment config (lower is better)", log_y=True)
 
 
-def run_config(spec, plan, writer, max_seconds):
+def run_config(spec, plan, writer, max_seconds, reporter):
     """(records, the event that ends the config run: config_done, failed or interrupted (SIGTERM reached the
     launch), why) of one config's launches."""
     records = []
@@ -280,7 +294,11 @@ def run_config(spec, plan, writer, max_seconds):
     except UserError as exc:
         return records, "failed", f"refused: {exc}"
     for part_spec, part in parts:
-        result = execute(part_spec, part, writer, progress=False, max_seconds=max_seconds)
+        if part.time_budget:   # its share of the budget counts from its start
+            part = dataclasses.replace(part, launched_at=time.time())
+        steps = part.steps()
+        result = execute(part_spec, part, writer, lambda i, _: reporter.detail(step_text(part, steps[i])) if
+                         0 <= i < len(steps) else None, max_seconds=max_seconds)
         records += result.records
         if result.returncode == EXIT_TERM:
             return records, "interrupted", "; ".join(result.errors)
@@ -298,37 +316,41 @@ def run_configs(spec, plan, todo, out_file, options, per_config_timeout):
     """Launch each (config, round); the event that ended it after it (config_done, failed or interrupted), holding
     the sweep's measured options.
     Returns (every record, events included; why the sweep stopped short, or None): a config that failed is not run
-    in later rounds; SIGTERM ends the sweep at once, the run it reached marked interrupted (--resume runs it again)."""
+    in later rounds; SIGTERM ends the sweep at once, the run it reached marked interrupted (--resume runs it again).
+    Under a time budget (plan.time_budget: each run's share) a first run that took more than twice its share ends
+    the sweep: the budget cannot hold the runs."""
     writer = RecordWriter(out_file) if out_file else None
     records, failed, stopped, fp = [], set(), None, fingerprint(options)
-    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} runs"),
-               TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
     on_term = signal.signal(signal.SIGTERM, on_sigterm)   # between launches too
+    reporter = Reporter("sweep", [1] * len(todo), expect_s=plan.time_budget and plan.time_budget * len(todo),
+                        enabled=not spec.verbose)
     try:
-        with Progress(*columns, console=console(stderr=True), disable=spec.verbose) as bar:
-            task = bar.add_task("sweep", total=len(todo))
-            for config, rnd in todo:
+        with reporter:
+            for i, (config, rnd) in enumerate(todo):
                 key = config_key(config)
-                bar.update(task, description=f"{key} (round {rnd})")
+                reporter.step(i, f"{key} (round {rnd + 1})")
                 if key in failed:
-                    bar.advance(task)
                     continue
                 tags = {"sweep_config": key, "sweep_fingerprint": fp, "repeat": rnd}
                 run = dataclasses.replace(plan, run_id=new_run_id(), tags=tags)
                 started = time.monotonic()
                 measured, kind, reason = run_config(dataclasses.replace(spec, env=dict(config)), run, writer,
-                                                    per_config_timeout)
+                                                    per_config_timeout, reporter)
                 event = schema.event("commbench", kind, reason, run_id=run.run_id, config_env=config,
                                      seconds=round(time.monotonic() - started, 1), sweep_options=options, **tags)
                 if writer:
                     writer.write(event)
                 records += measured + [event]
                 if kind == "interrupted":
-                    stopped = f"{key} (round {rnd}): {reason}"
+                    stopped = f"{key} (round {rnd + 1}): {reason}"
                     break
                 if kind == "failed":
                     failed.add(key)
-                bar.advance(task)
+                if plan.time_budget and i == 0 and event["seconds"] > 2 * plan.time_budget:
+                    raise UserError(f"--time-budget {plan.time_budget * len(todo):g} s is too small: a config run "
+                                    f"takes {event['seconds']:.0f} s here (start-up included), its share is "
+                                    f"{plan.time_budget:.1f} s; the {len(todo)} runs need about "
+                                    f"{event['seconds'] * len(todo):.0f} s (or fewer configs or --repeats)")
     except Terminated:
         stopped = "terminated by SIGTERM (a time limit, scancel or kill) between launches"
     finally:

@@ -27,9 +27,8 @@ import click
 
 from benchcore.files import open_new
 from benchcore.processes import procs
-from benchcore.report.render import console
 from benchcore.results.records import hostname, new_output
-from commbench.launch import failure, local, mpirun, slurm, torchrun
+from commbench.launch import failure, local, mpirun, slurm, ssh, torchrun
 from commbench.launch.channel import Channel
 from commbench.launch.liveness import ADDR_ENV, CHANNEL, EXIT_HANG, STATUS_ENV, WORKER_NAME
 
@@ -38,7 +37,8 @@ AGENT_GRACE_S = 5  # an agent still running this long after one of its ranks fai
 STAGE_TIMEOUT_S = 120  # sbcast of the plan file to every node
 UNSTAGE_TIMEOUT_S = 10  # its removal after: best effort, a failed run must not wait on a node that is gone
 EXIT_TERM = 128 + signal.SIGTERM  # 143: ended by SIGTERM (Slurm's time limit, scancel, kill), as a shell reports it
-LAUNCHERS = {"local": local.commands, "torchrun": torchrun.commands, "slurm": slurm.commands}  # torch.distributed's
+LAUNCHERS = {"local": local.commands, "torchrun": torchrun.commands, "slurm": slurm.commands,   # torch.distributed's
+             "ssh": ssh.commands}
 
 
 PLAN_FILE = "plan.json"   # in the launch directory
@@ -80,6 +80,8 @@ def dry_run(spec, plan):
         click.echo(shell_line(argv, env))
     if spec.launcher == "slurm" and spec.backend != "mpi" and spec.nodes > slurm.SHOWN_NODES:
         click.echo(f"# nodes {slurm.SHOWN_NODES}..{spec.nodes - 1}: as node 1, each with its own NODE<i>_ADDR")
+    if spec.launcher == "ssh" and spec.nodes > ssh.SHOWN_NODES:
+        click.echo(f"# hosts {ssh.SHOWN_NODES}..{spec.nodes - 1}: as host 1, each over its own ssh")
     for argv in after:
         click.echo(shlex.join(argv))
 
@@ -129,10 +131,11 @@ def worker_state(pid):
     return st.state if st else None
 
 
-def execute(spec, plan, writer=None, progress_label="measuring", max_seconds=None, progress=True):
+def execute(spec, plan, writer=None, shown=None, max_seconds=None):
     """Start the agents, follow the ranks' progress, return when every agent ended.
 
-    Records reach writer (the user's --out) as they arrive and come back in the result. A launch
+    Records reach writer (the user's --out) as they arrive and come back in the result; shown(step, repeats) hears
+    each step of plan.steps() the ranks begin (-1: a time budget's calibration; repeats: those it chose). A launch
     that makes no progress for --rdzv-timeout + --timeout + 60 s, or runs past max_seconds, is
     stopped and reported as hanging. A rank of this node stopped (SIGSTOP) for longer than
     --timeout is killed and named.
@@ -144,7 +147,7 @@ def execute(spec, plan, writer=None, progress_label="measuring", max_seconds=Non
     on_term = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         staging_failed = launch.start()
-        return staging_failed or launch.follow(progress_label, max_seconds, progress)
+        return staging_failed or launch.follow(max_seconds, shown)
     except Terminated:  # keep what was measured, stop every agent (srun passes it on to every node), report
         on_term = signal.SIG_IGN   # until the caller has written what was measured and exits (EXIT_TERM)
         return launch.terminated()
@@ -169,6 +172,7 @@ class Supervisor:
         self.failed_at = None                  # when every rank here had ended, one of them badly
         self.plan_file, self.outside, self.after = plan_place(spec, plan, self.logdir), None, []
         self.seen, self.last_change, self.started, self.stall_limit = 0, None, None, None   # progress (follow)
+        self.at = (None, None)                 # the step the ranks announced last, and a time budget's repeats
 
     def start(self):
         """Write the plan file, stage it (sbcast) and spawn the agents; a LaunchResult where staging failed."""
@@ -191,28 +195,22 @@ class Supervisor:
                                            stderr=None if verbose else subprocess.STDOUT))
         return None
 
-    def follow(self, progress_label, max_seconds, progress):
-        """Look at the ranks every 0.2 s until every agent ended (the bar shows the measurements done); the
-        launch's result."""
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
+    def follow(self, max_seconds, shown):
+        """Look at the ranks every 0.2 s until every agent ended (shown hears the step they are at); the launch's
+        result."""
         self.stall_limit = self.spec.rdzv_timeout + self.spec.timeout + 60
         self.last_change = self.started = time.monotonic()
-        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TimeElapsedColumn(), transient=True, disable=self.spec.verbose or not progress,
-                      console=console(stderr=True)) as bar:
-            task = bar.add_task(progress_label, total=self.plan.records_expected())
-            while any(p.poll() is None for p in self.agents):
-                time.sleep(0.2)
-                self.channel.poll()
-                self.ranks.update(rank_status(self.logdir))
-                self._kill_stopped()
-                if self._hang_reported() or self._agents_stuck():
-                    break
-                self._progress(bar, task)
-                hang = self._hang(max_seconds)
-                if hang:
-                    return self.hung(hang)
+        while any(p.poll() is None for p in self.agents):
+            time.sleep(0.2)
+            self.channel.poll()
+            self.ranks.update(rank_status(self.logdir))
+            self._kill_stopped()
+            if self._hang_reported() or self._agents_stuck():
+                break
+            self._progress(shown)
+            hang = self._hang(max_seconds)
+            if hang:
+                return self.hung(hang)
         return self.ended()
 
     def _kill_stopped(self):
@@ -250,13 +248,18 @@ class Supervisor:
             return True
         return False
 
-    def _progress(self, bar, task):
-        """Note the measurements every rank finished; once one is, the stall limit is --timeout + 60 s."""
+    def _progress(self, shown):
+        """Note the measurements every rank finished (once one is, the stall limit is --timeout + 60 s) and tell
+        shown the step the lowest rank here announced."""
         done = min((st["done"] for st in self.ranks.values()), default=0)  # every rank does every step
         if done != self.seen:
             self.seen, self.last_change = done, time.monotonic()
             self.stall_limit = self.spec.timeout + 60
-            bar.update(task, completed=done)
+        first = self.ranks[min(self.ranks)] if self.ranks else {}
+        at = (first.get("step"), first.get("repeats"))
+        if shown and at[0] is not None and at != self.at:
+            self.at = at
+            shown(*at)
 
     def _hang(self, max_seconds):
         """Why the launch counts as hanging now (no progress within the stall limit, past max_seconds), or None."""

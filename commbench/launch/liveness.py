@@ -110,7 +110,7 @@ class Liveness:
         self.addr = env.get(ADDR_ENV) or "0.0.0.0"
         self.master = env.get("MASTER_ADDR"), int(env.get("MASTER_PORT", "0") or 0)
         self.status = Path(env[STATUS_ENV]) / f"rank{self.rank}.json" if env.get(STATUS_ENV) else None
-        self.done = 0
+        self.done, self.step, self.repeats = 0, None, None   # records handed back; the step under way (announce)
         self.last_ok = time.monotonic()   # last heartbeat the store took
         self.rank0 = None                 # rank 0's info: whom to name when the store is gone
         self.position = Position()
@@ -140,9 +140,18 @@ class Liveness:
         try:
             replace_text(self.status, json.dumps({"rank": self.rank, "pid": os.getpid(), "host": self.host,
                                                   "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
-                                                  "done": self.done, "exit": exit_code}))
+                                                  "done": self.done, "exit": exit_code, "step": self.step,
+                                                  **({"repeats": self.repeats} if self.repeats else {})}))
         except OSError:
             pass  # the launcher's directory is gone: it is ending this run anyway
+
+    def announce(self, step, repeats=None):
+        """Step `step` of the plan (Plan.steps; -1: the time budget's calibration) begins: the launcher shows it.
+        Between timed loops only (a small file replaced); repeats: those a time budget chose."""
+        self.step = step
+        if repeats is not None:
+            self.repeats = repeats
+        self._write_status()
 
     def progress(self, records=1):
         self.done += records

@@ -25,6 +25,7 @@ from benchcore.errors import UserError, given
 from benchcore.files import write_new
 from benchcore.inputs import name, shown
 from benchcore.processes import procs
+from benchcore.progress import Reporter, quiet_option
 from benchcore.report.page import out_dir
 from benchcore.report.render import console
 from benchcore.results import thresholds
@@ -223,8 +224,6 @@ def unknown_env(spec):
 def run(spec, out, baseline_path, programs, nodes=None):
     """Run every check; write the outputs; returns the exit code. nodes: (drain.Scope, on_fail, on_error, on_pass)
     when Slurm nodes may be drained or resumed (None: nobody)."""
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
     baseline = None
     if baseline_path:
         baseline, refused = load_many([baseline_path])
@@ -240,11 +239,10 @@ def run(spec, out, baseline_path, programs, nodes=None):
         con.print(f"note: {note}", markup=False)
     written = Written(directory)
     writer = written("results.jsonl", RecordWriter, directory / "results.jsonl")
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=con,
-                  transient=True) as progress:
+    with Reporter("accept", [1] * len(spec.checks)) as progress:
         try:
             for i, check in enumerate(spec.checks):
-                task = progress.add_task(f"[{i + 1}/{len(spec.checks)}] {check.name} ({check.kind})")
+                progress.step(i, f"{check.name} ({check.kind})")
                 result = Result(check, [])
                 try:
                     run_check(spec, i, directory, result)
@@ -256,8 +254,7 @@ def run(spec, out, baseline_path, programs, nodes=None):
                     if writer:
                         written("results.jsonl", writer.write, rec)
                     records.append(rec)
-                progress.remove_task(task)
-                progress.console.print(summary(result), markup=False)
+                progress.print(summary(result))
                 if code != EXIT_PASS:
                     break
         except STOPS as stop:
@@ -281,6 +278,7 @@ def run(spec, out, baseline_path, programs, nodes=None):
 
 
 @click.command("accept")
+@quiet_option
 @click.option("--spec", "spec_path", default=None, metavar="FILE", help="The acceptance spec (YAML).")
 @click.option("--out", default=None, metavar="DIR",
               help="New or empty directory for the outputs [default: a new acceptance-<run id>/ here]; an existing "

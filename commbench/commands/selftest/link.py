@@ -15,6 +15,7 @@ import click
 
 from benchcore.emulate import netns
 from benchcore.errors import UserError, refuse_given
+from benchcore.progress import quiet_option
 from benchcore.report.render import console, print_table
 from benchcore.results import schema
 from benchcore.results.records import output_file
@@ -51,6 +52,7 @@ def judge(records, bits, kinds):
 
 
 @click.command("link")
+@quiet_option
 @click.option("--rate", default="1gbit", show_default=True, help="tbf rate of the link (500mbit, 1gbit, 2gbit).")
 @click.option("--collective", "collectives", default="all_reduce", show_default=True,
               help="Comma list of " + ", ".join(KINDS) + "; only all_reduce is judged, the rest is reported.")

@@ -11,6 +11,7 @@ import click
 from benchcore.emulate import netns
 from benchcore.errors import UserError
 from benchcore.processes import procs
+from benchcore.progress import quiet_option
 from benchcore.report.render import console, print_table
 from benchcore.results import schema
 from benchcore.results.records import output_file
@@ -77,6 +78,7 @@ def good(rows, fit_row):
 
 
 @click.command("model")
+@quiet_option
 @click.option("--rate", default="1gbit", show_default=True, help="tbf rate of the link between the nodes.")
 @click.option("--lo-rate", default="500mbit", show_default=True,
               help="tbf rate of each node's loopback, the intra-node link (one queue both directions share).")

@@ -12,6 +12,7 @@ import click
 from benchcore.emulate import netns
 from benchcore.errors import UserError
 from benchcore.processes import procs
+from benchcore.progress import Reporter
 from benchcore.results.records import RecordWriter, dumps, read_records
 from commbench.cases.registry import CASES, record_label
 
@@ -35,7 +36,7 @@ def node_command(kinds, node, port, args, out):
     else:
         cmd = ["run", "--collective", ",".join(kinds), "--place", "in"]
     return [sys.executable, "-m", "commbench.commands.cli", *cmd, *sizes, *launch, *args.get("extra", ()), "--format", "json",
-            *(["--out", out] if node == 0 else [])]
+            "--quiet", *(["--out", out] if node == 0 else [])]
 
 
 def launch(kinds, port, args, out, prefix, deadline_s, passes=None):
@@ -44,18 +45,20 @@ def launch(kinds, port, args, out, prefix, deadline_s, passes=None):
     every pass of 1 launch in 8, 0.95-1.00 in the others), so passes of one launch are not independent. Stops
     after a cycle when passes(every record so far) says the check already passes (more cycles could only add a
     faster one). Returns the error lines (empty when every launch succeeded)."""
-    for cycle in range(args["cycles"]):
-        part = f"{out}.{cycle}"
-        errors = launch_once(kinds, port + 2 * cycle, {**args, "cycles": 1}, part, prefix, deadline_s)
-        if os.path.exists(part):
-            with RecordWriter(out) as writer:
-                for rec in read_records(part):
-                    writer.write(rec if rec.get("event") else {**rec, "cycle": cycle})
-            os.unlink(part)
-        if errors:
-            return errors
-        if passes and cycle + 1 < args["cycles"] and passes(read_records(out)):
-            break
+    with Reporter("selftest", [1] * args["cycles"]) as shown:
+        for cycle in range(args["cycles"]):
+            shown.step(cycle, f"selftest {','.join(kinds)} on 2 namespace nodes, cycle {cycle + 1}")
+            part = f"{out}.{cycle}"
+            errors = launch_once(kinds, port + 2 * cycle, {**args, "cycles": 1}, part, prefix, deadline_s)
+            if os.path.exists(part):
+                with RecordWriter(out) as writer:
+                    for rec in read_records(part):
+                        writer.write(rec if rec.get("event") else {**rec, "cycle": cycle})
+                os.unlink(part)
+            if errors:
+                return errors
+            if passes and cycle + 1 < args["cycles"] and passes(read_records(out)):
+                break
     return []
 
 

@@ -27,6 +27,7 @@ import click
 
 from benchcore.emulate import netns
 from benchcore.errors import UserError
+from benchcore.progress import quiet_option
 from benchcore.report.render import console, print_table
 from benchcore.results import schema
 from benchcore.results.records import output_file
@@ -90,6 +91,7 @@ def judge(records, sizes):
 
 
 @click.command("overlap")
+@quiet_option
 @click.option("--rate", default="500mbit", show_default=True,
               help="tbf rate of the link between the nodes (1gbit on a machine with more than 2 cores).")
 @click.option("-b", "--min-bytes", default="16M", show_default=True)

@@ -1,0 +1,168 @@
+"""Where a long command is and when it will end, on stderr (stdout stays a table, JSON or CSV): one mechanism for
+both tools. On a terminal a rich bar (the step, how many, elapsed, time left); without one (a Slurm log, a pipe) one
+plain line every EVERY_S seconds while the work goes on, e.g.
+`[7/24] overlap ddp R=1 16M repeat 2/3, 3m10s elapsed, ~5m left`; --quiet: nothing.
+
+The time left is read from what was measured so far: the time the steps done took over their weight (a step's
+expected share of the work: its payload, or 1 where each step gets an equal share), times the weight left; before
+the first step ends, an estimate given up front (a time budget), else 'estimating'. rich is imported only for a bar.
+"""
+import sys
+import threading
+import time
+
+EVERY_S = 10.0      # a plain line this often, no more, no less
+BAR_REFRESH_S = 1.0
+_state = {"quiet": False}
+
+
+def set_quiet(quiet):
+    _state["quiet"] = bool(quiet)
+
+
+def quiet():
+    return _state["quiet"]
+
+
+def quiet_option(fn):
+    """--quiet on a command: no progress on stderr (records, tables and errors are unchanged)."""
+    import click
+    return click.option("--quiet", is_flag=True, expose_value=False, is_eager=True,
+                        callback=lambda ctx, param, value: set_quiet(value),
+                        help="No progress lines or bar on stderr.")(fn)
+
+
+def duration(seconds):
+    """'45s', '3m10s', '2h05m': a duration as a person reads it."""
+    seconds = max(0, int(round(seconds)))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def rough(seconds):
+    """'~5m', '~40s', '~1h10m': a time left, rounded as far as an estimate deserves."""
+    seconds = max(0, seconds)
+    if seconds < 60:
+        return f"~{max(1, round(seconds / 5) * 5 if seconds > 10 else round(seconds))}s"
+    if seconds < 3600:
+        minutes = round(seconds / 60)
+        return f"~{minutes}m" if minutes >= 10 else f"~{duration(round(seconds / 10) * 10)}"
+    return f"~{duration(round(seconds / 300) * 300)}"
+
+
+class Reporter:
+    """A command's progress over steps of known weights. step(i, text): step i (from 0) is under way, the steps
+    before it are done; detail(text): what happens inside it; close() (or a with block) ends the bar or lines."""
+
+    def __init__(self, title, weights, expect_s=None, stream=None, every=EVERY_S, enabled=True):
+        self.title, self.weights, self.expect_s = title, [float(w) for w in weights], expect_s
+        self.stream = stream or sys.stderr
+        self.every, self.index, self.text, self.extra = every, 0, title, ""
+        self.started = self.first = time.monotonic()
+        self.first_step_at = None
+        self.mode = None if _state["quiet"] or not enabled else "bar" if _isatty(self.stream) else "lines"
+        self._stop, self._thread, self._bar = threading.Event(), None, None
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def start(self):
+        if self.mode == "bar":
+            self._bar = _rich_bar(self.stream)
+            self._bar.start()
+            self._task = self._bar.add_task(self.title, total=len(self.weights) or None, left="")
+        if self.mode:
+            self._thread = threading.Thread(target=self._tick, name="progress", daemon=True)
+            self._thread.start()
+        return self
+
+    def step(self, index, text):
+        """Step index is under way (every step before it is done); text says which."""
+        if self.first_step_at is None:
+            self.first_step_at = time.monotonic()   # time before it (a launch's start-up) is no step's
+        self.index, self.text, self.extra = max(0, min(index, len(self.weights))), text, ""
+        self._refresh()
+
+    def detail(self, text):
+        self.extra = text
+        self._refresh()
+
+    def print(self, text):
+        """A line of the command's own on stderr (above the bar on a terminal)."""
+        if self._bar:
+            self._bar.console.print(text, markup=False, highlight=False)
+        else:
+            self.stream.write(text + "\n")
+            self.stream.flush()
+
+    def resize(self, weights):
+        """The steps changed (a time budget fitted the repeats): the new weights, the steps done kept."""
+        self.weights = [float(w) for w in weights]
+        if self._bar:
+            self._bar.update(self._task, total=len(self.weights))
+        self._refresh()
+
+    def left_s(self):
+        """Seconds left: the steps done's rate over the weight left; before that the estimate given, or None."""
+        done, total = sum(self.weights[:self.index]), sum(self.weights)
+        if done > 0 and self.first_step_at is not None:
+            return (time.monotonic() - self.first_step_at) / done * (total - done)
+        if self.expect_s:
+            return max(0.0, self.expect_s - (time.monotonic() - self.started))
+        return None
+
+    def line(self):
+        """`[7/24] overlap ddp R=1 16M repeat 2/3, 3m10s elapsed, ~5m left`."""
+        left = self.left_s()
+        where = self.text + (f" ({self.extra})" if self.extra else "")
+        return ((f"[{min(self.index + 1, len(self.weights))}/{len(self.weights)}] " if len(self.weights) > 1 else "")
+                + f"{where}, "
+                f"{duration(time.monotonic() - self.started)} elapsed, "
+                + (f"{rough(left)} left" if left is not None else "estimating the time left"))
+
+    def _refresh(self):
+        if self._bar:
+            left = self.left_s()
+            self._bar.update(self._task, completed=self.index, description=self.text + (
+                f" ({self.extra})" if self.extra else ""), left=f"{rough(left)} left" if left is not None else "")
+
+    def _tick(self):
+        wait = self.every if self.mode == "lines" else BAR_REFRESH_S
+        while not self._stop.wait(wait):
+            if self.mode == "lines":
+                try:
+                    self.stream.write(self.line() + "\n")
+                    self.stream.flush()
+                except (OSError, ValueError):   # stderr closed (a pipe's reader gone): progress is not worth a failure
+                    return
+            else:
+                self._refresh()
+
+    def close(self):
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=2)
+        if self._bar:
+            self._bar.stop()
+            self._bar = None
+
+
+def _isatty(stream):
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _rich_bar(stream):
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TextColumn("{task.fields[left]}"), transient=True, console=Console(file=stream))
