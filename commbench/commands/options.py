@@ -12,6 +12,7 @@ from benchcore.errors import UserError, given, refuse_given, spelled
 from benchcore.inputs import finite, shown
 from benchcore.progress import quiet_option
 from benchcore.report.render import FORMATS
+from benchcore.results import metrics
 from benchcore.results.usable import SECONDS
 from benchcore.units import size_list
 from commbench.cases.case import CaseOptions
@@ -238,6 +239,7 @@ def measure_options(min_bytes="8", max_bytes="256M"):
                      help="Show the per-rank statistics table (p50, p99, cv, slowest rank and its excess)."),
         click.option("--out", default=None, metavar="FILE",
                      help="Append records to this JSONL file (never overwritten; /dev/null: none)."),
+        *metrics.options(),
         click.option("--topology", default=None, metavar="FILE|NAME",
                      help="Topology file or name in topologies/ for link_peak_gbps, predicted_time_us and "
                           "link_utilization [default: detected, see commbench topo]."),

@@ -35,8 +35,8 @@ def reasons(logs, spec, ranks=None, killed=()):
     for log in logs:
         log.seek(0)
         lines.extend(log.read().splitlines())
-    worker = [ln[ln.index("commbench-worker:") + len("commbench-worker:"):].strip()
-              for ln in lines if "commbench-worker:" in ln]
+    worker = [ln[ln.index(mark) + len(mark):].strip() for mark in ("commbench-ssh:", "commbench-worker:")
+              for ln in lines if mark in ln]   # a host ssh could not reach or lost comes first
     signalled = _signalled(lines, ranks or {}, set(killed)) + mpirun.dead_ranks(lines, ranks or {})
     if worker or signalled:
         return list(dict.fromkeys(signalled + worker))

@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 
 from benchcore.errors import UserError, shown
 from benchcore.processes.torchrun import too_many
-from commbench.launch import mpirun
+from commbench.launch import mpirun, ssh
 from commbench.launch.torchrun import split_endpoint
 
-LAUNCHERS = ("auto", "local", "torchrun", "slurm", "mpirun")
+LAUNCHERS = ("auto", "local", "torchrun", "slurm", "mpirun", "ssh")
 BACKENDS = ("auto", "nccl", "gloo", "mpi")
 # Gloo connects every pair of ranks when its process group starts, so start-up grows as ranks squared: 46 min at
 # 8,192 ranks (Meta's measurement in pytorch/gloo#408). A world that would still be connecting when --timeout
@@ -43,10 +43,18 @@ class LaunchSpec:
     env: dict = field(default_factory=dict)   # extra environment for this launch
     notes: list = field(default_factory=list)  # one-line notices, shown once the plan is accepted
     hang_timeout: float = 60                   # no progress this long: a hang, reported with where each rank is
+    hosts: list = field(default_factory=list)  # --hosts / --hostfile: one agent per host over ssh
+    ssh_command: str = ssh.DEFAULT_SSH         # how a host is reached ({host} replaced in its words)
 
     @property
     def world_size(self):
         return self.nodes * self.nproc_per_node
+
+    @property
+    def emulated(self):
+        """Several nodes all started on this machine: no endpoint, allocation or host list gave real ones."""
+        return self.nodes > 1 and (self.launcher == "local" or
+                                   self.launcher == "mpirun" and not mpirun.across_hosts(self))
 
     def may_use_nccl(self):
         return self.backend == "nccl" or (self.backend == "auto" and gpu_count() > 0)
@@ -55,6 +63,7 @@ class LaunchSpec:
 def resolve_spec(spec):
     """spec (as the options gave it) checked, its defaults filled in (nodes, ranks per node, launcher): the spec."""
     job = slurm_job()
+    resolve_hosts(spec)
     allocation = int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or 0) if job else 0
     if spec.nodes is None:
         spec.nodes = allocation if allocation and spec.launcher in ("auto", "slurm") else 1
@@ -90,6 +99,9 @@ def resolve_spec(spec):
     elif spec.rdzv_endpoint:   # local and slurm rendezvous where they start the nodes
         raise UserError(f"--rdzv-endpoint is the rendezvous of --launcher torchrun: not with --launcher {spec.launcher}"
                         + (" (auto's choice inside this Slurm allocation)" if chosen == "auto" else ""))
+    if spec.emulated and spec.launcher == "local":   # mpirun's own note says it, with its way to real hosts
+        spec.notes.append(f"--nodes {spec.nodes} without --rdzv-endpoint, a Slurm allocation or --hosts: "
+                          f"{'both' if spec.nodes == 2 else f'all {spec.nodes}'} nodes are emulated on this host")
     cores = len(os.sched_getaffinity(0))
     if not gpus and spec.launcher == "local" and spec.world_size > cores:
         spec.notes.append(f"{spec.world_size} ranks on {cores} cores: they compete for the CPU and the numbers "
@@ -101,6 +113,25 @@ def resolve_spec(spec):
             "SLURM_JOB_ID / SLURM_JOB_NODELIST are not set") + ")")
     check_scale(spec)
     return spec
+
+
+def resolve_hosts(spec):
+    """--hosts/--hostfile: --launcher ssh (auto's choice), --nodes the hosts' count; --launcher ssh needs them."""
+    if not spec.hosts:
+        if spec.launcher == "ssh":
+            raise UserError("--launcher ssh needs --hosts h1,h2,... or --hostfile FILE")
+        return
+    if spec.launcher not in ("auto", "ssh"):
+        raise UserError(f"--hosts/--hostfile start the nodes over ssh: not with --launcher {spec.launcher}")
+    if spec.backend == "mpi":
+        raise UserError("--backend mpi starts its ranks with mpirun (its hosts in COMMBENCH_MPIRUN_ARGS), not over "
+                        "--hosts")
+    spec.launcher = "ssh"
+    if spec.nodes is None:
+        spec.nodes = len(spec.hosts)
+    elif spec.nodes != len(spec.hosts):
+        raise UserError(f"--nodes {spec.nodes}, but the host list names {len(spec.hosts)} hosts")
+    ssh.ssh_words(spec.ssh_command, spec.hosts[0])   # the template checked before anything runs
 
 
 def check_scale(spec):

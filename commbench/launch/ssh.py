@@ -1,0 +1,278 @@
+"""The ssh launcher (--hosts h1,h2,... or --hostfile FILE): one torchrun agent per host, started over ssh, the
+rendezvous on the first host, its port derived from the run id.
+
+Three parts, one process each:
+  link   (this machine, one per host; what the Supervisor starts): runs the ssh command (--ssh-command, the
+         host put into its words, never into a shell string), sends the node agent its orders and the plan file on
+         ssh's stdin and keeps stdin open; appends the records the record node's agent prints to the launch's
+         channel; when ssh itself fails (exit 255: refused, lost) it names the host in one line and tells the other
+         links, which end their ssh.
+  ssh    runs `python -m commbench.launch.ssh` on the host: the same Python path as here, and nothing of the user's
+         input on the remote command line (all of it arrives on stdin).
+  node   (on each host): writes the plan into a private temp dir, picks the interface that reaches the rendezvous
+         host (launch/torchrun.py, as every launcher), runs torchrun in a process group of its own, prints the
+         records of its channel on stdout; when its stdin ends (the link ended, ssh was killed, the launcher
+         stopped by Ctrl-C or a failure) it stops torchrun's group and every worker of its own, then removes its
+         temp dir.
+"""
+import json
+import os
+import re
+import select
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zlib
+from pathlib import Path
+from types import SimpleNamespace
+
+from benchcore.errors import UserError
+from benchcore.files import open_append
+from benchcore.inputs import read_text, shown
+from commbench.launch.liveness import CHANNEL
+
+DEFAULT_SSH = "ssh -o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=5 -o ServerAliveCountMax=3 {host}"
+HOST = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}@)?[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}")
+MAX_HOSTS = 100_000
+PORTS = (29500, 3000)        # as under Slurm: below Linux's ephemeral range
+SSH_FAILED = 255             # ssh's own failure (the command's exit status otherwise)
+FAILED_MARK = "ssh-failed"   # in the launch directory: a link whose ssh failed; the other links end theirs
+MAX_HEADER = 1 << 20
+MAX_PLAN = 256 << 20
+SHOWN_NODES = 2              # a dry run shows node 0's link and node 1's
+LINK_GRACE_S = 5             # a stopped link waits this long for its node agent to stop what it started
+
+
+def host_list(hosts, hostfile):
+    """The hosts of --hosts a,b,c or --hostfile FILE (one per line, its first word; '#' starts a comment, as
+    mpirun's and pdsh's files): checked names ([user@]host), each once. [] when neither is given."""
+    if hosts and hostfile:
+        raise UserError("--hosts and --hostfile exclude each other")
+    if hostfile:
+        words = [ln.split("#", 1)[0].split()[:1] for ln in read_text(hostfile, "--hostfile").splitlines()]
+        names, what = [w[0] for w in words if w], f"--hostfile {shown(hostfile, 80)}"
+    elif hosts:
+        names, what = [h.strip() for h in hosts.split(",") if h.strip()], "--hosts"
+    else:
+        return []
+    if not names:
+        raise UserError(f"{what} names no host")
+    if len(names) > MAX_HOSTS:
+        raise UserError(f"{what} names more than {MAX_HOSTS} hosts")
+    for h in names:
+        if not HOST.fullmatch(h):
+            raise UserError(f"{what}: {shown(repr(h), 80)} is not a host name ([user@]host: letters, digits, "
+                            "'.', '-', '_'; not starting with '-')")
+    twice = sorted({h for h in names if names.count(h) > 1}) if len(set(names)) < len(names) else []
+    if twice:
+        raise UserError(f"{what} names {shown(twice[0], 80)} twice (one agent per host)")
+    return names
+
+
+def ssh_words(template, host):
+    """The ssh command for host: the template's words, {host} replaced inside them (a host is one word, never
+    parsed by a shell here)."""
+    try:
+        words = shlex.split(template)
+    except ValueError as exc:
+        raise UserError(f"--ssh-command {shown(repr(template), 80)}: {exc}") from None
+    if not any("{host}" in w for w in words):
+        raise UserError(f"--ssh-command {shown(repr(template), 80)} has no {{host}}")
+    return [w.replace("{host}", host) for w in words]
+
+
+def rdzv_host(host):
+    return host.rpartition("@")[2]
+
+
+def rdzv_port(run_id):
+    return PORTS[0] + zlib.crc32(run_id.encode()) % PORTS[1]
+
+
+FORWARDED = ("NCCL_", "GLOO_", "TORCH_", "COMMBENCH_", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
+PER_NODE = ("COMMBENCH_STATUS_DIR", "COMMBENCH_LOCAL_ADDR", "COMMBENCH_RECORD_NODE")
+
+
+def forwarded_env(spec):
+    """What a node's agent gets of this environment (ssh starts it with its own): the NCCL/Gloo/torch settings and
+    commbench's, as srun and mpirun -x pass them; the launch's own env on top."""
+    env = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED) and k not in PER_NODE}
+    return {**env, **spec.env}
+
+
+def commands(spec, plan, plan_file):
+    """[(argv, env)]: one link per host (a dry run shows the first SHOWN_NODES)."""
+    endpoint = f"{rdzv_host(spec.hosts[0])}:{rdzv_port(plan.run_id)}"
+    remote = shlex.join([sys.executable, "-m", "commbench.launch.ssh"])
+    env = forwarded_env(spec)
+    spec_fields = {**spec.__dict__, "env": {}, "notes": [], "hosts": [], "dry_run": False}   # no host list there
+    out = []
+    for i, host in enumerate(spec.hosts[:SHOWN_NODES] if spec.dry_run else spec.hosts):
+        orders = {"spec": spec_fields, "endpoint": endpoint, "run_id": plan.run_id, "first": i == 0, "env": env}
+        link = {"host": host, "argv": ssh_words(spec.ssh_command, host) + [remote], "orders": orders,
+                "plan_file": plan_file}
+        out.append(([sys.executable, "-m", "commbench.launch.ssh", "link", json.dumps(link, separators=(",", ":"))],
+                    {}))
+    return out
+
+
+# --- link: this machine, one per host ------------------------------------------------------------------------
+
+def link(desc):
+    """Run one host's ssh; its exit status is this process's."""
+    logdir = Path(os.environ["COMMBENCH_STATUS_DIR"]) if "COMMBENCH_STATUS_DIR" in os.environ else None
+    plan = Path(desc["plan_file"]).read_bytes()
+    from benchcore.processes import procs
+    proc = procs.spawn(desc["argv"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    signal.signal(signal.SIGTERM, lambda *_: _hang_up(proc))
+    last = []
+    relay = threading.Thread(target=_relay, args=(proc.stderr, last), daemon=True)
+    relay.start()
+    started = False
+    try:
+        proc.stdin.write(json.dumps({**desc["orders"], "plan_bytes": len(plan)}).encode() + b"\n" + plan)
+        proc.stdin.flush()
+    except BrokenPipeError:
+        pass
+    channel = open_append(logdir / CHANNEL, "record channel") if logdir and desc["orders"]["first"] else None
+    pending = b""
+    while True:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
+        if ready:
+            data = os.read(proc.stdout.fileno(), 1 << 16)
+            if not data:
+                break
+            pending += data
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                if line == b"ready":
+                    started = True
+                elif line.startswith(b"{") and channel:
+                    channel.write(line.decode(errors="replace") + "\n")
+                    channel.flush()
+        elif logdir and (logdir / FAILED_MARK).exists():   # another host's ssh failed: this launch cannot go on
+            _hang_up(proc)
+    code = proc.wait()
+    relay.join(2)
+    if code == SSH_FAILED:
+        why = shown(last[-1] if last else "no message", 200)
+        line = (f"host {desc['host']} was lost during the run (ssh exit 255): {why}" if started else
+                f"host {desc['host']} refuses ssh (exit 255): {why}")
+        print(f"commbench-ssh: {line}", file=sys.stderr, flush=True)
+        if logdir:
+            with open_append(logdir / FAILED_MARK, "ssh failure mark") as f:
+                f.write(desc["host"] + "\n")
+    return code
+
+
+def _hang_up(proc):
+    """SIGTERM (the launcher stops this launch): close ssh's stdin, so the node agent stops everything of its own
+    and ends, then ssh ends; killed past LINK_GRACE_S (a host that no longer answers)."""
+    try:
+        proc.stdin.close()
+        proc.wait(LINK_GRACE_S)
+    except (OSError, subprocess.TimeoutExpired):
+        proc.kill()
+    sys.exit(128 + signal.SIGTERM)
+
+
+def _relay(stream, last):
+    """ssh's stderr (the node agent's and torchrun's output) to ours, the last line kept."""
+    for raw in iter(stream.readline, b""):
+        sys.stderr.buffer.write(raw)
+        sys.stderr.flush()
+        if raw.strip():
+            last[:] = [raw.decode(errors="replace").strip()]
+
+
+# --- node: on each host ---------------------------------------------------------------------------------------
+
+def node():
+    """One host's agent: orders and plan from stdin, torchrun until it ends or stdin does; its exit status."""
+    from benchcore.files import write_new
+    from benchcore.processes import procs
+    from commbench.launch.liveness import EXIT_HANG, STATUS_ENV
+    from commbench.launch.torchrun import agent_argv, node_env, split_endpoint
+
+    stdin = sys.stdin.buffer
+    orders = json.loads(stdin.readline(MAX_HEADER))
+    size = int(orders["plan_bytes"])
+    if not 0 < size <= MAX_PLAN:
+        raise SystemExit(f"commbench-ssh: plan of {size} bytes")
+    plan = stdin.read(size)
+    spec = SimpleNamespace(**{**orders["spec"], "env": orders["env"]})   # the LaunchSpec's fields
+    work = tempfile.mkdtemp(prefix="commbench-ssh-")   # 0700, this host's: plan, status files, channel
+    try:
+        plan_file = write_new(os.path.join(work, "plan.json"), lambda f: f.write(plan), "plan file", binary=True)
+        env, local = node_env(spec, split_endpoint(orders["endpoint"])[0], orders["first"])
+        argv = agent_argv(spec, orders["endpoint"], orders["run_id"], orders["first"], local, plan_file)
+        agent = procs.spawn(argv, env={**os.environ, **env, STATUS_ENV: work, "TMPDIR": work}, stdout=2, stderr=2)
+        print("ready", flush=True)
+        code = _follow(agent, stdin, Path(work), procs)
+        hung = any(st.get("exit") == EXIT_HANG for st in _statuses(Path(work)))
+        return EXIT_HANG if hung else code
+    finally:
+        import shutil
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _follow(agent, stdin, work, procs):
+    """Print the channel's records until torchrun ends (its exit status) or stdin ends (everything stopped)."""
+    from commbench.launch.liveness import WORKER_NAME
+    offset = 0
+    eof = False
+    while True:
+        done = agent.poll() is not None
+        if not eof and select.select([stdin], [], [], 0.2)[0]:
+            eof = not os.read(stdin.fileno(), 1 << 16)
+        elif eof or done:
+            time.sleep(0.0 if done else 0.2)
+        offset = _forward(work / CHANNEL, offset)
+        if done:
+            return agent.returncode
+        if eof:
+            workers = [st.get("pid") for st in _statuses(work)]
+            procs.stop(agent, grace=2)
+            for pid in workers:   # torchrun starts each in a session of its own
+                if pid and procs.proc_name(pid) == WORKER_NAME:
+                    procs.kill(pid, signal.SIGKILL)
+            _forward(work / CHANNEL, offset)
+            return 128 + signal.SIGTERM
+
+
+def _statuses(work):
+    out = []
+    for f in work.glob("rank*.json"):
+        try:
+            out.append(json.loads(f.read_text()))
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def _forward(path, offset):
+    """Complete lines of the channel past offset to stdout; the new offset."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return offset
+    end = data.rfind(b"\n") + 1
+    if end:
+        try:
+            sys.stdout.buffer.write(data[:end])
+            sys.stdout.flush()
+        except BrokenPipeError:   # the link is gone: stdin ends too, and everything stops
+            pass
+    return offset + end
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["link"]:
+        sys.exit(link(json.loads(sys.argv[2])))
+    sys.exit(node())
