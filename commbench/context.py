@@ -97,10 +97,10 @@ class Context:
         return schema.measurement(
             "commbench", run_id=plan.run_id, collective=case.record_collective(phase),
             strategy=strategy, **({"pattern": pattern} if pattern else {}),
-            **({"phase": phase} if strategy or pattern else {}),
+            **({"phase": phase, "timed_apart": len(case.phases) > 1} if strategy or pattern else {}),
             **{k: v for k, v in cfg.items() if k != "case"}, **row, **fields,
             iters=plan.iters, warmup=plan.warmup, agg=plan.agg, agg_iters=plan.agg_iters,
             world_size=self.world_size, nodes=self.nodes, local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
-            backend=self.backend, launcher=plan.launcher, env=self.env, **predicted,
+            backend=self.backend, launcher=plan.launcher, emulated=plan.emulated, env=self.env, **predicted,
             hosts=self.hosts, versions=self.versions, command=plan.command, timestamp=timestamp(), **plan.requested,
             **plan.tags)

@@ -107,6 +107,7 @@ def build_plan(names, measure, case_opts, spec, repeats=1):
                 cuda_graph=measure.cuda_graph, cpu_time=measure.cpu_time, cycles=measure.cycles, repeats=repeats,
                 iter_stats=measure.iter_stats,
                 backend=spec.backend, timeout=spec.timeout, hang_timeout=spec.hang_timeout, launcher=spec.launcher,
+                emulated=spec.emulated,
                 topology=for_run(measure.topology, spec).as_dict(),
                 command=shlex.join(["commbench", *sys.argv[1:]]), world_size=spec.world_size,
                 requested={"min_bytes": sizes[0], "max_bytes": parse_size(measure.max_bytes, "-e/--max-bytes"),

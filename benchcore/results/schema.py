@@ -32,6 +32,11 @@ EXTENSIONS = {
         "timed_apart": "a case with phases: each phase and the total timed in loops of their own (a phase alone, back "
                        "to back, as nccl-tests times a collective), so the phases need not add up to the total, which "
                        "also holds what passes between them (a rank waiting for the next phase's peers)",
+        "emulated": "the nodes were all started on one host (no --rdzv-endpoint, Slurm allocation or host list gave "
+                    "real ones): `nodes` counts emulated nodes, whose traffic never leaves the host",
+        "timed_apart": "a case with phases: each phase and the total timed in loops of their own (a phase alone, back "
+                       "to back, as nccl-tests times a collective), so the phases need not add up to the total, which "
+                       "also holds what passes between them (a rank waiting for the next phase's peers)",
         "agg_iters": "operations per timed iteration (nccl-tests -m)",
         "time_source": "cuda_events, cuda_graph (nccl-tests -G) or cpu (perf_counter; nccl-tests -C on GPUs)",
         "command": "the command line that made the run, as typed",

@@ -154,11 +154,12 @@ def test_every_table_has_nccl_tests_columns_wrong_always_shown(runs):
     columns (on the code before all_gather's dropped count, algbw and #wrong to fit, #wrong showed only when
     non-zero, and a column with no header held '1M'); a missing value is n/a: #wrong without the check."""
     for checked in (True, False):
+        assert all(r["emulated"] is False for r in runs[checked][1])
         text = render(runs[checked][1], 100)
         heads = table_heads(text)
         assert [title.split("  (")[0] for title, _ in heads] == [
             "all_reduce in-place", "all_gather out-of-place", "all_gather in-place", "sendrecv out-of-place"], text
-        assert all(words == HEAD for _, words in heads), text
+        assert all(words == HEAD for _, words in heads) and "(gloo, 2 ranks on 1 node," in text, text
         assert table_cells(text, "#wrong") == ["0" if checked else "n/a"] * (len(SIZES) * len(heads)), text
     assert table_heads(runs[True][0]) == []   # --format nccl-tests: nccl-tests' own header lines (tested above)
 

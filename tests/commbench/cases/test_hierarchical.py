@@ -21,12 +21,15 @@ def check(recs, sizes, nodes, local):
         assert rec["nodes"] == nodes and rec["world_size"] == n and rec["local_world_size"] == local
         assert rec["collective"] == ("all_reduce" if rec["phase"] == "total" else rec["phase"])
         assert rec["busbw_gbps"] == pytest.approx(rec["algbw_gbps"] * factor[rec["phase"]])
+        assert rec["timed_apart"] is True   # each phase and the total in loops of their own: the records say it
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("nodes, local", [(2, 2), (3, 1)])
 def test_exact_on_emulated_nodes(tmp_path, nodes, local):
-    """2 nodes x 2 ranks, and 3 nodes x 1 rank (one-rank node groups); 100004 B divides by neither."""
+    """2 nodes x 2 ranks, and 3 nodes x 1 rank (one-rank node groups); 100004 B divides by neither. Labels never
+    overstate (issue 39): emulated nodes are said so once on stderr, in every title and in every record; the
+    phases' contract (timed apart from the total, so they need not add up to it) is in the title too."""
     out = tmp_path / "h.jsonl"
     proc = run_tool("commbench", "compare", "--strategies", "hierarchical", "--baseline", "hierarchical",
                     "--nodes", nodes, "--nproc-per-node", local, "-b", 100004, "-e", 400016, "-f", 4,
@@ -34,6 +37,13 @@ def test_exact_on_emulated_nodes(tmp_path, nodes, local):
     assert proc.returncode == 0, proc.stderr
     check(read_records(out), [100004, 400016], nodes, local)
     assert "hierarchical (all_reduce)" in proc.stdout
+    assert all(r["emulated"] is True for r in read_records(out) if not r.get("event"))
+    said = f"--nodes {nodes} without --rdzv-endpoint, a Slurm allocation or --hosts: " + \
+        ("both nodes" if nodes == 2 else f"all {nodes} nodes") + " are emulated on this host"
+    assert proc.stderr.count(said) == 1, proc.stderr
+    flat = " ".join(proc.stdout.split())   # titles wrap
+    assert flat.count(f"{nodes * local} ranks on {nodes} emulated nodes on one host") == 2 and "node(s)" not in flat
+    assert flat.count("phases timed apart from the total, each in a loop of its own: they need not add up") == 2
 
 
 def test_a_skipped_step_is_caught(tmp_path):
@@ -62,3 +72,4 @@ def test_across_two_namespace_nodes(fresh, tmp_path):
     recs = [r for r in read_records(out) if not r.get("event")]
     check(recs, [1 << 20, 4 << 20], 2, 2)
     assert all(r["hosts"] == [fresh.host(0), fresh.host(1)] and r["launcher"] == "torchrun" for r in recs)
+    assert all(r["emulated"] is False for r in recs) and "emulated" not in e0   # real nodes, with an endpoint
