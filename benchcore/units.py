@@ -1,4 +1,6 @@
-"""Binary size strings (8, 1K, 64M, 1G) as nccl-tests and fio spell them."""
+"""Binary size strings (8, 1K, 64M, 1G) as nccl-tests and fio spell them, and measured values as a person reads
+them (45.24 ms, 1 GB/s, 1,000,000 MB/s: never an exponent)."""
+import math
 import re
 
 from benchcore.errors import UserError
@@ -59,3 +61,43 @@ def size_range(min_bytes, max_bytes, factor):
         sizes.append(size)
         size *= factor
     return sizes
+
+
+# A field's unit from its name's ending (the first that fits): what a value of it is shown in. Times scale (us, ms,
+# s); a bandwidth stays in its tool's unit (commbench GB/s as nccl-tests, iobench MB/s as fio).
+FIELD_UNITS = (("_per_s", "/s"), ("_us", "us"), ("_s", "s"), ("_gbps", "GB/s"), ("_mbps", "MB/s"))
+TIME_UNITS = {"us": 1, "ms": 1e3, "s": 1e6}     # factors to us
+SIGNIFICANT = 4
+HUGE = 1e15          # beyond this a value is shown as an exponent after all (a record read back with 1e308 us)
+
+
+def number(value, digits=SIGNIFICANT):
+    """A number with `digits` significant digits, thousands separated, trailing zeros cut, never an exponent for
+    values a person measures: 100000 -> '100,000', 45.2449 -> '45.24', 0.003141 -> '0.003141'."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if not math.isfinite(value) or (value and not 1 / HUGE <= abs(value) < HUGE):
+        return f"{value:.{digits}g}"
+    if isinstance(value, int) or value == int(value) and abs(value) >= 10 ** (digits - 1):
+        return f"{int(value):,}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value)))) if value else 0
+    text = f"{value:,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def unit_of(field):
+    """The unit a field's values are in, from its name ('' for a count: iops, wrong)."""
+    return next((unit for end, unit in FIELD_UNITS if field.endswith(end)), "")
+
+
+def human(value, field):
+    """value of field as a person reads it: a time in us, ms or s by its size, anything else in its field's unit:
+    human(45240.0, 'time_us') -> '45.24 ms', human(1e6, 'bw_mbps') -> '1,000,000 MB/s'; None -> 'n/a'."""
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "n/a" if value is None else str(value)
+    unit = unit_of(field)
+    if unit in TIME_UNITS:
+        us = value * TIME_UNITS[unit]
+        unit = "us" if abs(us) < 1e3 else "ms" if abs(us) < 1e6 else "s"
+        value = us / TIME_UNITS[unit]
+    return f"{number(value)} {unit}".rstrip()

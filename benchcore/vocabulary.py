@@ -1,5 +1,6 @@
 """The spellings the tools and the importers share: collective names (commbench's, in every spelling nccl-tests,
-rccl-tests and people use) and element types (torch's name, nccl-tests' name, bytes per element)."""
+rccl-tests and people use), element types (torch's name, nccl-tests' name, bytes per element) and the short names of
+record fields (busbw, p99, MB/s) thresholds and diff --metric take."""
 import re
 from dataclasses import dataclass
 
@@ -60,3 +61,15 @@ def nccl_tests_type(word):
     this table does not know."""
     known = _NCCL_TESTS_TYPES.get(word)
     return (known.name, known.bytes) if known else (word, None)
+
+
+# The names a person gives a field (thresholds, diff --metric), per tool; a record field's own name works too.
+ALIASES = {
+    "commbench": {"busbw": "busbw_gbps", "algbw": "algbw_gbps", "time": "time_us", "p50": "time_us_p50",
+                  "p99": "time_us_p99"},
+    "iobench": {"mb/s": "bw_mbps", "iops": "iops", "p50": "lat_p50_us", "p99": "lat_p99_us",
+                "p99.9": "lat_p999_us", "lat": "lat_mean_us", "files/s": "files_per_s",
+                # one name, one meaning: lat and P50/P99/P99.9 are per I/O; a file's or the end fsync's time apart
+                "per-file": "file_lat_mean_us", "fsync": "fsync_lat_mean_us", "fsync-p99": "fsync_lat_p99_us",
+                "end-fsync": "end_fsync_s"},
+}

@@ -1,8 +1,8 @@
 """`report RESULTS... --out DIR`: Markdown, a self-contained HTML page, PNG plots and the data (CSV or Parquet)
 for any results of either tool, imported or not, with an optional --baseline overlay.
 
-The data path is one pandas frame of the records (benchcore.results.read); tables list every measurement as
-recorded, plots draw from the same frame. Nothing in DIR is overwritten: DIR must be new or empty. At most
+Tables list every measurement as recorded, and the plots draw the same rows: both take them from compared()
+(benchcore.results.joined: each measured thing with the baseline records joined with it, as diff joins them). Nothing in DIR is overwritten: DIR must be new or empty. At most
 MAX_PLOTS plots (the groups with most measurements; the report says so, every group is in the tables).
 A measurement whose metric is not a finite positive number, and a baseline row missing from the results, are
 named in the report's notes. A file that cannot be written is named in one line; the files before it stay.
@@ -22,7 +22,8 @@ from benchcore.importers import fio_json as fiojson
 from benchcore.report.plots import plots, run_of, saved
 from benchcore.report.render import csv_frame
 from benchcore.results import diff, stats, usable
-from benchcore.results.read import TOOL, group_of, identity, label, measurements
+from benchcore.results.joined import RECOMPUTED, join
+from benchcore.results.read import TOOL, group_of, label, measurements
 from benchcore.units import format_size
 
 EXPORTS = ("csv", "parquet")
@@ -115,31 +116,43 @@ def out_dir(path):
     return p
 
 
-def _baseline_metric(baseline):
-    """identity -> geometric mean of the baseline's metric."""
-    by = {}
-    for rec in measurements(baseline):
-        value = rec.get(TOOL[rec["tool"]].metric)
-        if usable.usable(value):
-            by.setdefault(identity(rec), []).append(value)
-    return {k: stats.geometric_mean(v) for k, v in by.items()}
-
-
 def _sort_key(keys):
     return lambda r: tuple(str(r.get(k)) if not isinstance(r.get(k), (int, float)) else f"{r.get(k):020.6f}"
                            for k in keys)
 
 
-def sections(records, baseline=()):
-    """[Section] with one table each, per collective/strategy or mount; rows are records' values; a phase, cycle,
-    repeat (and, with several runs, run) column where the rows have them."""
-    base = _baseline_metric(baseline)
+def compared(records, baseline=(), names=("--baseline", "RESULTS")):
+    """The rows the tables and the plots of a report both show (benchcore.results.joined): each measured thing of
+    records with the baseline's records joined with it; (rows, the records to draw, the baseline records to draw)."""
+    rows, _, _ = join(baseline, records, names)
+    return rows, [r for j in rows for r in j.new], [b for j in rows for b in j.base]
+
+
+def _with_baseline(row):
+    """A joined row's records as table rows, each with the baseline's figures (geometric means) beside its own."""
+    tool = TOOL[row.new[0]["tool"]]
+    base = {f: [b[f] for b in row.base if usable.usable(b.get(f))] for f in tool.shown}
+    base = {f: stats.geometric_mean(v) if v else None for f, v in base.items()}
     out = []
+    for r in row.new:
+        metric, b = tool.metric, base[tool.metric]
+        why = usable.flaw(r.get(metric))
+        out.append(dict(r, run=run_of(r), **{f"baseline_{f}": v for f, v in base.items()},
+                        vs_baseline=f"{metric} {why}" if why else r[metric] / b if b else None))
+    return out
+
+
+def sections(joined):
+    """[Section] with one table each, per collective/strategy or mount, of joined rows (compared()); rows are
+    records' values; a phase, cycle, repeat (and, with several runs, run) column where the rows have them, and the
+    baseline's figures where a baseline was given."""
+    out, baselined = [], any(row.base for row in joined)
     for tool in TOOL:
         by_title = {}
-        for r in measurements(records):
-            if r["tool"] == tool:
-                by_title.setdefault(SECTION[tool](r), []).append(dict(r, run=run_of(r)))
+        for row in joined:
+            if row.new[0]["tool"] == tool:
+                for r in _with_baseline(row):
+                    by_title.setdefault(SECTION[tool](r), []).append(r)
         for title, rows in by_title.items():
             rows.sort(key=_sort_key(ORDER[tool]))
             columns = list(COLUMNS[tool])
@@ -149,12 +162,9 @@ def sections(records, baseline=()):
             runs = list(dict.fromkeys(r["run"] for r in rows))
             if len(runs) > 1:
                 columns.append(("run", "run", None))
-            if any(k[0] == tool for k in base):
-                metric = TOOL[tool].metric
-                for r in rows:
-                    b, why = base.get(identity(r)), usable.flaw(r.get(metric))
-                    r["baseline"], r["vs_baseline"] = b, (f"{metric} {why}" if why else r[metric] / b if b else None)
-                columns += [("baseline", f"baseline {TOOL[tool].unit}", ".2f"), ("vs_baseline", "new/baseline", ".3f")]
+            if baselined:
+                columns += [(f"baseline_{f}", f"baseline {header}", fmt) for f, header, fmt in COLUMNS[tool]
+                            if f in TOOL[tool].shown] + [("vs_baseline", "new/baseline", ".3f")]
             caption = f"run {runs[0]}" if len(runs) == 1 else f"{len(runs)} runs"
             out.append(Section(f"{tool}: {title}", tables=[(caption, columns, rows)]))
     return out
@@ -185,6 +195,13 @@ def value_notes(records, baseline):
             notes.append(f"missing: {len(only_base)} baseline rows have no partner in the results: "
                          f"{_named([label(r) for r in only_base])}")
     return notes
+
+
+def recomputed_note(records):
+    """A note when some imported bandwidths the tables and plots show were recomputed (benchcore.results.joined)."""
+    n = sum(bool(r.get(RECOMPUTED)) for r in records)
+    return [f"{n} imported rows printed algbw/busbw 0.00 (below the log's two decimals): shown as size / time "
+            "(algbw), times the bus factor the run's other rows show (busbw)"] if n else []
 
 
 # what can start emphasis, code, a link, a heading or a cell (an underscore inside a word, all_reduce, cannot)
@@ -328,8 +345,10 @@ def write_into(directory, inputs, records, baseline_inputs=(), baseline=(), fmt=
         notes.insert(0, "baseline: " + ", ".join(baseline_inputs) + " (dashed/hatched in the plots; "
                      "'new/baseline' is the metric's ratio to the baseline's geometric mean)")
     notes += value_notes(recs, baseline)
-    images, left_out = plots(directory, recs, baseline)
+    rows, drawn, drawn_base = compared(recs, baseline)
+    notes += recomputed_note(drawn + drawn_base)
+    images, left_out = plots(directory, drawn, drawn_base)
     notes += [left_out] if left_out else []
     doc = Doc(title, notes=["Inputs: " + ", ".join(inputs)] + notes,
-              sections=sections(recs, baseline) + ([Section("plots", images=images)] if images else []))
+              sections=sections(rows) + ([Section("plots", images=images)] if images else []))
     return write_doc(directory, doc, recs, fmt) + [name for _, name in images]

@@ -11,6 +11,7 @@ from benchcore.errors import UserError
 from benchcore.inputs import name, shown
 from benchcore.lazy import lazy
 from benchcore.results.records import RecordWriter, dumps, output_file
+from benchcore.vocabulary import ALIASES
 
 diff = lazy("benchcore.results.diff", globals(), "diff")
 page = lazy("benchcore.report.page", globals(), "page")
@@ -21,6 +22,9 @@ EXAMPLES = {
     "commbench": ("all_reduce_perf.log rccl-2023.txt", "last-year.log results.jsonl", "results.jsonl old.log"),
     "iobench": ("fio-2.21.json fio-3.33.json", "old-fio.json results.jsonl", "results.jsonl"),
 }
+
+
+METRIC_WORDS = {"commbench": "time and busbw", "iobench": "MB/s and P99 latency"}
 
 
 def _refuse(refused):
@@ -103,12 +107,15 @@ def diff_command(tool):
     files, old, saved = EXAMPLES[tool]
 
     @click.command("diff", help=f"""Compare NEW with BASELINE: records, nccl-tests logs or fio JSON, in any mix (a
-        directory stands for its files). Rows are joined on what was measured; only changes beyond
-        --threshold AND beyond the run-to-run spread are listed (Welch t interval where there are repeats,
-        min-max over ranks where a record has it, else the threshold alone, said on each line), then the
-        geometric-mean change per group and the rows found on one side only. A row whose value is not a
-        finite positive number (NaN, 0, null), or a baseline row missing in NEW, fails. Exit 1 on a
-        regression or such a row with --fail-on-regression, 2 on bad input, else 0.
+        directory stands for its files). Rows are joined on what was measured (iobench: the device, fs type,
+        storage class, profile and options, not the directory). A summary line first, then a table of every
+        joined row by collective, size and placement: old and new {METRIC_WORDS[tool]} with the change in %,
+        and the verdict on --metric: slower or faster only beyond --threshold AND beyond the run-to-run spread
+        (Welch t interval where there are repeats, min-max over ranks where a record has it, else the threshold
+        alone, said for each change); then the geometric-mean change per group and the rows found on one side
+        only. A row whose value is not a finite positive number (NaN, 0, null), or a baseline row missing in
+        NEW, fails. Exit 1 on a regression or such a row with --fail-on-regression, 2 on bad input or when no
+        row joins (nothing was compared), else 0.
 
         \b
         Example:
@@ -117,11 +124,16 @@ def diff_command(tool):
     @click.argument("new")
     @click.option("--threshold", default="5%", show_default=True, help="Smallest change reported (5% or 0.05).")
     @click.option("--fail-on-regression", is_flag=True, help="Exit 1 when something got slower beyond the threshold.")
-    def command(baseline, new, threshold, fail_on_regression):
+    @click.option("--metric", type=click.Choice(list(ALIASES[tool]), case_sensitive=False), default=None,
+                  help=f"What is judged (default: {METRIC_WORDS[tool].split(' and ')[0]}).")
+    def command(baseline, new, threshold, fail_on_regression, metric):
         limit = diff.parse_threshold(threshold)
         base_records, new_records = _load_side([baseline], "BASELINE"), _load_side([new], "NEW")
-        lines, only_base, only_new = diff.compare(base_records, new_records, limit)
+        lines, only_base, only_new = diff.compare(base_records, new_records, limit, metric)
         sys.stdout.write(diff.text(lines, only_base, only_new, limit))
+        if not lines:
+            raise UserError(f"no row of {name(new)} joins one of {name(baseline)}: nothing was compared "
+                            f"({len(only_base)} rows only in the baseline, {len(only_new)} only in new)")
         if fail_on_regression and diff.failures(lines, only_base):
             sys.exit(1)
     return command

@@ -1,20 +1,27 @@
-"""`diff BASELINE NEW`: what changed beyond noise, in the manner of pyperf's compare_to.
+"""`diff BASELINE NEW`: what changed beyond noise, in the manner of pyperf's compare_to, as a table.
 
-Records are joined on their identity (benchcore.results.read.TOOL). A change is reported when it is beyond the
-threshold AND beyond the run-to-run spread. The spread, in order of what the records allow:
+Records are joined on their identity (benchcore.results.joined: the rows a report shows too). A change is reported
+when it is beyond the threshold AND beyond the run-to-run spread of the metric judged (time by default; --metric
+busbw, p99, MB/s, ...). The spread, in order of what the records allow:
   t-test     several values per side (runs with different run_id, cycles, repeats): benchcore.results.stats'
              Welch t interval of the ratio must exclude 1
   rank range one value per side that carries min/max over ranks (or repeats): the two ranges must not overlap
   threshold  one value per side and no range: the threshold alone, said so on the line
 A row whose metric is not a finite positive number on either side (NaN, 0, -1, null, missing) is not compared:
 it fails, named, as does a baseline row with no partner in NEW (missing); neither ever vanishes from the gate.
+The output: a summary line first, then one table per tool (rows by collective, size, placement; old and new of the
+metric and of time and busbw, or MB/s and P99 latency, each with its change in %, and the verdict), then why each
+change counts, the geometric mean per group and the rows found on one side only.
 """
 from dataclasses import dataclass
 
 from benchcore.errors import UserError
 from benchcore.inputs import finite
 from benchcore.results import stats, usable
-from benchcore.results.read import TOOL, group_of, identity, label, measurements
+from benchcore.results.joined import join, sort_key
+from benchcore.results.read import TOOL, group_of, label
+from benchcore.units import format_size, human, unit_of
+from benchcore.vocabulary import ALIASES
 
 
 @dataclass
@@ -29,19 +36,35 @@ class Line:
     sure: str               # how sure, in words
     beyond_spread: bool
     significant: bool
-    worse: bool             # slower (commbench time up, iobench MB/s down)
+    worse: bool             # slower (time up, bandwidth down)
     unusable: str = ""      # why the row could not be compared ("new time_us is NaN"): a failure
+    metric: str = ""        # the field judged
+    records: tuple = ((), ())   # (baseline records, new records) of the row: the table's other columns
 
     @property
     def speed(self):
         """How many times slower (>1) or faster (<1) new is: the time ratio, or the inverse bandwidth ratio."""
         if self.ratio is None:
             return None
-        return self.ratio if TOOL[self.tool].lower_is_better else 1 / self.ratio
+        return self.ratio if lower_is_better(self.metric) else 1 / self.ratio
 
     @property
     def failed(self):
         return bool(self.unusable) or (self.significant and self.worse)
+
+
+def lower_is_better(field):
+    """Times are better lower; bandwidths, IOPS and rates higher."""
+    return unit_of(field) in ("us", "s")
+
+
+def metric_field(tool, metric):
+    """The record field `--metric metric` judges in tool's records (an alias, or a field's own name); the tool's
+    own metric when none is given or the alias is the other tool's."""
+    if metric is None:
+        return TOOL[tool].metric
+    name = ALIASES[tool].get(metric.lower(), metric)
+    return name if name in ALIASES[tool].values() or name == TOOL[tool].metric else TOOL[tool].metric
 
 
 def _unusable(records, metric, side):
@@ -53,59 +76,53 @@ def _unusable(records, metric, side):
     return f"{side} {metric} is {bad[0]}" + (f" ({len(bad)} of {len(records)} values)" if len(records) > 1 else "")
 
 
-def _range(records, tool):
+def _range(records, tool, metric):
     lo, hi = tool.spread
-    if all(usable.usable(r.get(lo)) and usable.usable(r.get(hi)) for r in records):
+    if metric == tool.metric and all(usable.usable(r.get(lo)) and usable.usable(r.get(hi)) for r in records):
         return min(r[lo] for r in records), max(r[hi] for r in records)
     return None
 
 
-def compare(base_records, new_records, threshold):
-    """(lines of joined identities, base-only records (missing in new), new-only records). A record whose
-    identity fields have wrong types is skipped with a warning (its baseline row then counts as missing)."""
-    sides = [{}, {}]
-    for side, records, what in zip(sides, (base_records, new_records), ("baseline", "new")):
-        for rec in usable.sound(measurements(records), what):
-            side.setdefault(identity(rec), []).append(rec)
-    pairs = [(k, k) for k in sides[1] if k in sides[0]] + _loose_pairs(sides)
-    lines = []
-    for base_key, key in pairs:
-        base, new = sides[0][base_key], sides[1][key]
-        tool = TOOL[key[0]]
-        bad = _unusable(new, tool.metric, "new") or _unusable(base, tool.metric, "baseline")
-        if bad:
-            lines.append(Line(label(new[0]), group_of(new[0]), key[0], [], [], None, "", "", False, False, False,
-                              bad))
-            continue
-        a, b = [r[tool.metric] for r in new], [r[tool.metric] for r in base]
-        interval = stats.ratio_interval(a, b)
-        if interval is not None:
-            ratio, basis = interval.ratio, "t-test"
-            beyond = interval.beyond(0)
-            sure = (f"{len(b)} vs {len(a)} values, {int(stats.CONFIDENCE * 100)}% interval of the ratio "
-                    f"[{interval.low:.3f}, {interval.high:.3f}] {'excludes' if beyond else 'includes'} 1")
+def compare(base_records, new_records, threshold, metric=None):
+    """(lines of joined identities in joined.sort_key order, base-only records (missing in new), new-only records);
+    metric: what --metric names (None: each tool's own). A record whose identity fields have wrong types is skipped
+    with a warning (its baseline row then counts as missing)."""
+    rows, only_base, only_new = join(base_records, new_records)
+    lines = [_line(row.base, row.new, threshold, metric_field(row.new[0]["tool"], metric))
+             for row in sorted(rows, key=lambda row: sort_key(row.new[0])) if row.base]
+    return lines, [rs[0] for rs in only_base], [rs[0] for rs in only_new]
+
+
+def _line(base, new, threshold, metric):
+    tool = TOOL[new[0]["tool"]]
+    name, group, what = label(new[0]), group_of(new[0]), new[0]["tool"]
+    bad = _unusable(new, metric, "new") or _unusable(base, metric, "baseline")
+    if bad:
+        return Line(name, group, what, [], [], None, "", "", False, False, False, bad, metric, (base, new))
+    a, b = [r[metric] for r in new], [r[metric] for r in base]
+    interval = stats.ratio_interval(a, b)
+    if interval is not None:
+        ratio, basis = interval.ratio, "t-test"
+        beyond = interval.beyond(0)
+        sure = (f"{len(b)} vs {len(a)} values, {int(stats.CONFIDENCE * 100)}% interval of the ratio "
+                f"[{interval.low:.3f}, {interval.high:.3f}] {'excludes' if beyond else 'includes'} 1")
+    else:
+        ratio = stats.geometric_mean(a) / stats.geometric_mean(b)
+        ranges = _range(base, tool, metric), _range(new, tool, metric)
+        if None not in ranges:
+            (b_lo, b_hi), (n_lo, n_hi) = ranges
+            beyond, basis = n_lo > b_hi or n_hi < b_lo, "rank range"
+            sure = (f"min-max over ranks {human(b_lo, metric)} - {human(b_hi, metric)} vs {human(n_lo, metric)} - "
+                    f"{human(n_hi, metric)} {'do not overlap' if beyond else 'overlap'}")
         else:
-            ratio = stats.geometric_mean(a) / stats.geometric_mean(b)
-            ranges = _range(base, tool), _range(new, tool)
-            if None not in ranges:
-                (b_lo, b_hi), (n_lo, n_hi) = ranges
-                beyond, basis = n_lo > b_hi or n_hi < b_lo, "rank range"
-                sure = (f"min-max over ranks {b_lo:.4g}-{b_hi:.4g} vs {n_lo:.4g}-{n_hi:.4g} "
-                        f"{'do not overlap' if beyond else 'overlap'}")
-            else:
-                beyond, basis = True, "threshold"
-                sure = "one value per side and no range: threshold only, noise not known"
-        point = stats.Ratio(ratio, ratio, ratio, len(a), len(b)).beyond(threshold)
-        worse = ratio > 1 if tool.lower_is_better else ratio < 1
-        lines.append(Line(label(new[0]), group_of(new[0]), key[0], b, a, ratio, basis, sure, beyond,
-                          point and beyond, worse))
-    joined_base, joined_new = {b for b, _ in pairs}, {n for _, n in pairs}
-    only_base = [recs[0] for k, recs in sides[0].items() if k not in joined_base]
-    only_new = [recs[0] for k, recs in sides[1].items() if k not in joined_new]
-    return lines, only_base, only_new
+            beyond, basis = True, "threshold"
+            sure = "one value per side and no range: threshold only, noise not known"
+    point = stats.Ratio(ratio, ratio, ratio, len(a), len(b)).beyond(threshold)
+    worse = ratio > 1 if lower_is_better(metric) else ratio < 1
+    return Line(name, group, what, b, a, ratio, basis, sure, beyond, point and beyond, worse, "", metric, (base, new))
 
 
-SET_APART = ("backend", "launcher", "topology")   # defining fields a label leaves out
+SET_APART = ("backend", "launcher", "topology", "device", "fs_type")   # defining fields a label leaves out
 
 
 def _apart(only_base, only_new):
@@ -121,46 +138,9 @@ def _apart(only_base, only_new):
 
 
 def _named(rec):
-    """A one-sided row's label with the defining fields a label leaves out (backend, launcher, topology)."""
+    """A one-sided row's label with the defining fields a label leaves out (backend, launcher, topology, device)."""
     more = [f"{k} {rec[k]}" for k in SET_APART if rec.get(k)]
     return label(rec) + (f" ({', '.join(more)})" if more else "")
-
-
-def _loose_pairs(sides):
-    """Identities that differ only where one side does not know a field (None: an imported fio file has no
-    storage class, an old log no world size) join when exactly one candidate fits either way. Keys are indexed
-    by which fields they lack, so 10,000 rows a side join in milliseconds, not 10^8 comparisons."""
-    base_left = [k for k in sides[0] if k not in sides[1]]
-    new_left = [k for k in sides[1] if k not in sides[0]]
-    masks = [{_mask(k) for k in keys} for keys in (base_left, new_left)]
-    index = [{}, {}]
-    for i, keys in enumerate((base_left, new_left)):
-        for k in keys:
-            for other in masks[1 - i]:
-                m = tuple(a or b for a, b in zip(_mask(k), other))
-                index[i].setdefault((_project(k, m), m), {})[k] = None      # an ordered set
-
-    def fits(key, i):
-        """The keys of side i that fit key (a key of the other side)."""
-        found = []
-        for mine in masks[i]:
-            m = tuple(a or b for a, b in zip(mine, _mask(key)))
-            found += [k for k in index[i].get((_project(key, m), m), {}) if _mask(k) == mine and len(k) == len(key)]
-        return found
-    pairs = []
-    for key in new_left:
-        found = fits(key, 0)
-        if len(found) == 1 and fits(found[0], 1) == [key]:
-            pairs.append((found[0], key))
-    return pairs
-
-
-def _mask(key):
-    return tuple(v is None for v in key)
-
-
-def _project(key, mask):
-    return tuple(v for v, none in zip(key, mask) if not none)
 
 
 def _mean(values):
@@ -174,22 +154,95 @@ def failures(lines, only_base):
     return {k: n for k, n in found.items() if n}
 
 
+def verdict(ln):
+    return ("not usable" if ln.unusable else "slower" if ln.significant and ln.worse else
+            "faster" if ln.significant else "within noise")
+
+
+def name_of(tool, field):
+    """A field as a diff's header and summary name it: its alias (time, busbw, p99) or MB/s."""
+    return "MB/s" if field == "bw_mbps" else next((k for k, v in ALIASES[tool].items() if v == field), field)
+
+
+def summary(lines, only_base, only_new, threshold):
+    """'12 rows joined: 2 slower beyond noise, 1 faster, 9 within noise (time: ...)'; the first line of a diff."""
+    counts = {w: sum(verdict(ln) == w for ln in lines) for w in ("slower", "faster", "within noise", "not usable")}
+    judged = ", ".join(dict.fromkeys(name_of(ln.tool, ln.metric) for ln in lines))
+    text = (f"{len(lines)} rows joined: {counts['slower']} slower beyond noise, {counts['faster']} faster, "
+            f"{counts['within noise']} within noise" + (f", {counts['not usable']} with no usable value"
+                                                        if counts["not usable"] else "") +
+            f" ({judged}: beyond {threshold:.0%} and the run-to-run spread)") if lines else "0 rows joined: nothing compared"
+    one_sided = [f"{n} {what}" for n, what in ((len(only_base), "missing in new"), (len(only_new), "only in new")) if n]
+    return text + ("; " + ", ".join(one_sided) if one_sided else "")
+
+
+# the columns that say what a row is, per tool (the rest of its label goes to `config`): (part, header)
+KEYS = {"commbench": (("group", "collective"), ("size", "size"), ("place", "place")),
+        "iobench": (("group", "profile"), ("direction", "dir"), ("bs", "bs"))}
+
+
+def _key_cells(rec):
+    if rec["tool"] == "commbench":
+        group = group_of(rec) + (f" {rec['phase']}" if rec.get("phase") else "")
+        return [group, format_size(rec["size_bytes"]) if rec.get("size_bytes") else "0",
+                {True: "in", False: "out"}.get(rec.get("in_place"), "n/a")]
+    return [str(rec.get("profile")), str(rec.get("direction") or rec.get("rw")),
+            format_size(rec["bs_bytes"]) if rec.get("bs_bytes") else "n/a"]
+
+
+def _change(old, new):
+    return f"{new / old - 1:+.1%}" if old and new else "n/a"
+
+
+def _value(records, field):
+    values = [r[field] for r in records if usable.usable(r.get(field))]
+    return _mean(values) if values else None
+
+
+def table(lines):
+    """The joined rows of one tool as text: what the row is, old, new and change of each field shown, the verdict."""
+    tool = lines[0].tool
+    fields = list(dict.fromkeys([lines[0].metric] + list(TOOL[tool].shown)))
+    headers = [h for _, h in KEYS[tool]] + ["config"]
+    for f in fields:
+        headers += [f"old {name_of(tool, f)}", f"new {name_of(tool, f)}", name_of(tool, f)]
+    rows = []
+    for ln in lines:
+        base, new = ln.records
+        cells = _key_cells(new[0]) + [label(new[0], leave=[k for k, _ in KEYS[tool]]) or "-"]
+        for f in fields:
+            old, now = _value(base, f), _value(new, f)
+            cells += [human(old, f), human(now, f), _change(old, now)]
+        rows.append(cells + [verdict(ln)])
+    return plain([headers + [f"verdict ({name_of(tool, lines[0].metric)})"]] + rows, left=len(KEYS[tool]) + 1)
+
+
+def plain(rows, left=1):
+    """rows (the first the headers) as columns two spaces apart under a rule, the first `left` columns and the last
+    left-aligned, the numbers right-aligned (nccl-tests' look; plain text, fast for 10,000 rows)."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    last = len(widths) - 1
+
+    def line(cells):
+        return "  ".join(c.ljust(w) if i < left or i == last else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+    return "\n".join([line(rows[0]), "  ".join("-" * w for w in widths)] + [line(r) for r in rows[1:]])
+
+
 def text(lines, only_base, only_new, threshold):
-    """The report: significant changes, rows not comparable, one summary line per group, the one-sided rows,
-    and the count of failing rows."""
-    out = []
+    """The report: the summary line, a table per tool of every joined row, why each change or unusable row counts,
+    one summary line per group, the one-sided rows, and the count of failing rows."""
+    out = [summary(lines, only_base, only_new, threshold)]
+    for tool in dict.fromkeys(ln.tool for ln in lines):
+        out += ["", table([ln for ln in lines if ln.tool == tool]), ""]
     for ln in lines:
         if ln.unusable:
             out.append(f"{ln.label}: no usable value: {ln.unusable} (a finite positive number is needed; fails)")
     broken, lines = lines, [ln for ln in lines if not ln.unusable]
-    shown = [ln for ln in lines if ln.significant]
-    for ln in sorted(shown, key=lambda ln: (ln.tool, ln.group, -abs(ln.speed - 1))):
-        unit = TOOL[ln.tool].unit
+    for ln in (ln for ln in lines if ln.significant):
         way = f"{ln.speed:.2f}x slower" if ln.worse else f"{1 / ln.speed:.2f}x faster"
-        out.append(f"{ln.label}: {_mean(ln.base):.4g} {unit} -> {_mean(ln.new):.4g} {unit}: {way} "
-                   f"(ratio {ln.ratio:.3f}; {ln.basis}: {ln.sure})")
-    if not shown:
-        out.append(f"no difference beyond {threshold:.0%} and the run-to-run spread in {len(lines)} joined rows")
+        out.append(f"{ln.label}: {way}: {name_of(ln.tool, ln.metric)} {human(_mean(ln.base), ln.metric)} -> "
+                   f"{human(_mean(ln.new), ln.metric)} ({ln.basis}: {ln.sure})")
     for (tool, group) in dict.fromkeys((ln.tool, ln.group) for ln in lines):
         mine = [ln for ln in lines if (ln.tool, ln.group) == (tool, group)]
         speed = _mean([ln.speed for ln in mine])

@@ -195,29 +195,36 @@ def env_config(rec):
 
 @dataclass(frozen=True)
 class Tool:
-    identity: tuple       # the fields that define a measurement (env_config computed): joins never pool across them
+    identity: tuple       # the fields that define a measurement (COMPUTED ones computed): joins never pool across them
     group: tuple          # fields naming the summary group
     metric: str
     lower_is_better: bool
     spread: tuple         # (min field, max field) of one measurement, when it has them
     unit: str
+    shown: tuple          # the fields a diff shows old and new of (with the metric it judges)
 
 
 TOOL = {
     "commbench": Tool(("collective", "strategy", "pattern", "phase", "size_bytes", "dtype", "op", "root", "in_place",
                        "chunk_bytes", "inflight", "compress", "buckets", "compute_ratio", "gemm", "compute_kernel",
                        "env_config", "nodes", "world_size", "backend", "launcher", "topology", "host", "peer_host"),
-                      ("pattern", "strategy", "collective"), "time_us", True, ("time_us_min", "time_us_max"), "us"),
-    "iobench": Tool(("profile", "rw", "direction", "bs_bytes", "iodepth", "numjobs", "direct", "mount",
-                     "storage_class"),
-                    ("profile",), "bw_mbps", False, ("bw_mbps_min", "bw_mbps_max"), "MB/s"),
+                      ("pattern", "strategy", "collective"), "time_us", True, ("time_us_min", "time_us_max"), "us",
+                      ("time_us", "busbw_gbps")),
+    # iobench: the storage (device, fs type, class), never the directory, unless no device is known (imported fio)
+    "iobench": Tool(("profile", "rw", "direction", "bs_bytes", "iodepth", "numjobs", "direct", "size_bytes",
+                     "ioengine", "device", "fs_type", "storage_class", "directory"),
+                    ("profile",), "bw_mbps", False, ("bw_mbps_min", "bw_mbps_max"), "MB/s", ("bw_mbps", "lat_p99_us")),
 }
+
+
+COMPUTED = {"env_config": env_config,
+            # the path a record measured stands for its storage only where no device says what that is
+            "directory": lambda rec: None if rec.get("device") else rec.get("mount")}
 
 
 def identity(rec):
     tool = TOOL[rec["tool"]]
-    return (rec["tool"],) + tuple(env_config(rec) if k == "env_config" else _hashable(rec.get(k))
-                                  for k in tool.identity)
+    return (rec["tool"],) + tuple(COMPUTED[k](rec) if k in COMPUTED else _hashable(rec.get(k)) for k in tool.identity)
 
 
 def _hashable(v):
@@ -229,22 +236,27 @@ def group_of(rec):
     return next((str(rec[k]) for k in tool.group if rec.get(k)), "?")
 
 
-def label(rec):
-    """A short human name of a record's identity."""
+def label(rec, leave=()):
+    """A short human name of a record's identity; leave: the parts a table shows in columns of their own (group,
+    phase, size, place; iobench: profile, direction, bs)."""
     if rec["tool"] == "commbench":
-        parts = [group_of(rec), rec.get("phase"), format_size(rec["size_bytes"]) if rec.get("size_bytes") else "0",
-                 rec.get("dtype"), rec.get("op"), f"root {rec['root']}" if rec.get("root") is not None else None,
-                 {True: "in-place", False: "out-of-place"}.get(rec.get("in_place")),
-                 f"chunk {format_size(rec['chunk_bytes'])}" if rec.get("chunk_bytes") else None,
-                 env_config(rec) or None,
-                 f"{rec['host']}-{rec['peer_host']}" if rec.get("peer_host") else None,
-                 f"{rec['world_size']} ranks" if rec.get("world_size") else None,
-                 f"{rec['nodes']} nodes" if rec.get("nodes") and rec["nodes"] > 1 else None]
+        parts = [("group", group_of(rec)), ("phase", rec.get("phase")),
+                 ("size", format_size(rec["size_bytes"]) if rec.get("size_bytes") else "0"),
+                 ("dtype", rec.get("dtype")), ("op", rec.get("op")),
+                 ("root", f"root {rec['root']}" if rec.get("root") is not None else None),
+                 ("place", {True: "in-place", False: "out-of-place"}.get(rec.get("in_place"))),
+                 ("chunk", f"chunk {format_size(rec['chunk_bytes'])}" if rec.get("chunk_bytes") else None),
+                 ("env", env_config(rec) or None),
+                 ("pair", f"{rec['host']}-{rec['peer_host']}" if rec.get("peer_host") else None),
+                 ("ranks", f"{rec['world_size']} ranks" if rec.get("world_size") else None),
+                 ("nodes", f"{rec['nodes']} nodes" if rec.get("nodes") and rec["nodes"] > 1 else None)]
     else:
-        parts = [rec.get("profile"), rec.get("direction") if rec.get("direction") != rec.get("rw") else None,
-                 rec.get("rw"), f"bs {format_size(rec['bs_bytes'])}" if rec.get("bs_bytes") else None,
-                 f"qd{rec['iodepth']}" if rec.get("iodepth") else None,
-                 f"x{rec['numjobs']}" if rec.get("numjobs") and rec["numjobs"] > 1 else None,
-                 "direct" if rec.get("direct") else None, f"on {rec.get('mount')}" if rec.get("mount") else None,
-                 f"({rec['storage_class']})" if rec.get("storage_class") else None]
-    return " ".join(str(p) for p in parts if p not in (None, ""))
+        parts = [("group", rec.get("profile")),
+                 ("direction", rec.get("direction") if rec.get("direction") != rec.get("rw") else None),
+                 ("rw", rec.get("rw")), ("bs", f"bs {format_size(rec['bs_bytes'])}" if rec.get("bs_bytes") else None),
+                 ("qd", f"qd{rec['iodepth']}" if rec.get("iodepth") else None),
+                 ("jobs", f"x{rec['numjobs']}" if rec.get("numjobs") and rec["numjobs"] > 1 else None),
+                 ("direct", "direct" if rec.get("direct") else None),
+                 ("mount", f"on {rec.get('mount')}" if rec.get("mount") else None),
+                 ("storage", f"({rec['storage_class']})" if rec.get("storage_class") else None)]
+    return " ".join(str(p) for k, p in parts if p not in (None, "") and k not in leave)

@@ -28,16 +28,8 @@ from benchcore.inputs import finite, shown
 from benchcore.results import diff, schema, stats, usable
 from benchcore.results.read import TOOL, group_of, identity, label, measurements
 from benchcore.units import format_size, parse_size
+from benchcore.vocabulary import ALIASES
 
-ALIASES = {
-    "commbench": {"busbw": "busbw_gbps", "algbw": "algbw_gbps", "time": "time_us", "p50": "time_us_p50",
-                  "p99": "time_us_p99"},
-    "iobench": {"mb/s": "bw_mbps", "iops": "iops", "p50": "lat_p50_us", "p99": "lat_p99_us",
-                "p99.9": "lat_p999_us", "lat": "lat_mean_us", "files/s": "files_per_s",
-                # one name, one meaning: lat and P50/P99/P99.9 are per I/O; a file's or the end fsync's time apart
-                "per-file": "file_lat_mean_us", "fsync": "fsync_lat_mean_us", "fsync-p99": "fsync_lat_p99_us",
-                "end-fsync": "end_fsync_s"},
-}
 # A field's unit from its name's ending; the units a value may be written in, as factors to that unit.
 UNITS = {"_us": {"us": 1, "ms": 1e3, "s": 1e6},
          "_gbps": {"gb/s": 1, "mb/s": 1e-3, "gbit/s": 1 / 8},
@@ -185,8 +177,8 @@ def _median_by_identity(recs, name):
     """[(first record, median of the field, why it is unusable or None)] per measured thing; a thing with any
     value that is not a finite positive number (>= 0 for a count) is unusable."""
     by = {}
-    for rec in recs:
-        by.setdefault(identity(rec), []).append(rec)
+    for rec in recs:      # two directories on one disk are one thing to diff, two to judge (each one's own miss)
+        by.setdefault((identity(rec), rec.get("mount")), []).append(rec)
     combine, count = COMBINE.get(name, statistics.median), name in usable.COUNTS
     out = []
     for rs in by.values():

@@ -8,7 +8,7 @@ from pathlib import Path
 from benchcore.report import page
 from benchcore.report.plots import plots, slug
 from benchcore.results import thresholds
-from benchcore.results.read import identity, measurements
+from benchcore.results.read import measurements
 from benchcore.results.records import git_revision, timestamp
 from benchcore.units import format_size
 
@@ -81,14 +81,12 @@ def document(directory, spec, results, records, baseline, verdict, lead, summary
         o = _deciding(result)
         rows.append({"check": page.Link(name, anchor), "status": status(result), "kind": result.check.kind,
                      "versus": _versus(result, o), "size": _size(o.size_bytes) if o else "n/a"})
-        mine = [r for r in recs if r.get("accept_check") == name]
-        ids = {identity(r) for r in mine}          # the baseline's rows this check's rows are compared with
-        base = [b for b in measurements(baseline) if identity(b) in ids]
+        joined, mine, base = page.compared([r for r in recs if r.get("accept_check") == name], baseline)
         outcomes = [{"threshold": x.threshold.text, "status": _outcome_status(x), "measured": x.measured,
                      "expected": _expected(x),
                      "size": _size(x.size_bytes), "message": x.message} for x in result.outcomes]
         tables = [("thresholds", OUTCOMES, outcomes)] if outcomes else []
-        tables += [(f"{sec.title}; {caption}", columns, data) for sec in page.sections(mine, base)
+        tables += [(f"{sec.title}; {caption}", columns, data) for sec in page.sections(joined)
                    for caption, columns, data in sec.tables]
         images, left_out = plots(directory, mine, base, thresholds.plot_marks(result.outcomes), taken)
         lines = [summary(result)] + ([left_out] if left_out else [])

@@ -114,7 +114,7 @@ def test_cli_mixes_records_and_nccl_tests_logs(tmp_path):
         capture_output=True, text=True, cwd=ROOT, timeout=120, check=True).stdout.splitlines()]
     done = cli(write(tmp_path / "r.jsonl", recs), str(FOREIGN / "nccl-tests-2.13-tag-output.log"))
     assert done.returncode == 0
-    assert done.stdout.startswith("no difference beyond 5% and the run-to-run spread in 8 joined rows")
+    assert done.stdout.startswith("8 rows joined: 0 slower beyond noise, 0 faster, 8 within noise")
     assert "summary all_reduce: geometric mean unchanged over 8 rows" in done.stdout
 
 

@@ -151,7 +151,8 @@ def test_a_report_of_10000_records_in_1000_groups_is_bounded(tmp_path):
     other = write(tmp_path / "o.jsonl", [dict(r, collective="other" + r["collective"]) for r in recs])
     # each in seconds; minutes when unbounded: the timeouts
     done = run_tool("commbench", "diff", other, path, "--fail-on-regression", memory_limit=4 * GIB, timeout=120)
-    assert done.returncode == 1 and "failing rows: 10000 of 10000 baseline rows (10000 missing in new)" in done.stdout
+    assert done.returncode == 2 and "failing rows: 10000 of 10000 baseline rows (10000 missing in new)" in done.stdout
+    assert done.stdout.startswith("0 rows joined: nothing compared; 10000 missing in new, 10000 only in new")
     done = run_tool("commbench", "report", path, "--baseline", other, "--out", tmp_path / "rep", memory_limit=4 * GIB,
                     timeout=120)
     assert done.returncode == 0, done.stderr
