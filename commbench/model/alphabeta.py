@@ -32,6 +32,12 @@ tier, which all the run's ranks share: 1 and 2 emulated nodes of the same world 
 A tier's rate is used only where it is a ceiling (topology.CEILINGS); otherwise the prediction is n/a
 (None) with the reason.
 
+A CPU backend's own cost per collective call (Gloo's work queue and Python path, 0.2-2 ms on a 2-core machine where
+the loopback's per-step latency is 7 us; MPI's, a few us) is no tier's: `commbench topo --calibrate` measures it into
+the topology (per_op_us) and a collective call on that backend adds it once. A calibrated topology without it
+(calibrated before it was measured, or MPI where mpi4py was missing) gives the time n/a with the reason: the model
+would leave out what small sizes take. Point-to-point phases (p2p, ring's send/recv steps) keep the tiers' latency.
+
 Per transport only the primitives differ: Gloo runs reduce_scatter_tensor as an all_reduce of the
 whole input and keeps its slice (measured here: 2.0-2.1x the ring's time through a tc-shaped
 loopback, where all_gather took 1.0-1.1x), so under Gloo a reduce_scatter moves all_reduce's bytes.
@@ -41,10 +47,11 @@ model(cfg, size, shape, backend) -> {phase: Phase}; this module turns phases int
 """
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import List, Optional
 
 from commbench.model import nccl
+from commbench.model.topology import OWN_COST_BACKENDS
 
 INTRA, INTER, SHM = "intra-node", "inter-node", "shared-memory"
 TRANSPORT_TIERS = {("mpi", INTRA): SHM}     # (backend, the case's tier) -> the tier the transport crosses
@@ -92,6 +99,9 @@ class Prediction:
     busbw_gbps: float          # the busbw the model predicts: factor x size / time
     algo: Optional[str] = None  # NCCL's pick by its own model ("Tree/LL"), None where the call is not NCCL's
     reason: Optional[str] = None  # why time, peak and busbw are None: a tier it crosses has no ceiling
+    time_reason: Optional[str] = None  # why time and busbw are None while peak stands: no own cost per call
+    ceilings: Optional[dict] = None    # under NCCL: {algorithm: its busbw ceiling} of those NCCL may run here;
+                                       # peak_gbps is then the highest (commbench/model/nccl.py)
 
 
 def ring_terms(bus_bytes, steps, shape, one_flow=False, senders=1.0):
@@ -223,15 +233,16 @@ def phase_time(tiers, phase, shape):
     return sum(per_tier[tier]), max(bw for _, bw in per_tier.values()), tier
 
 
-def predict(case, cfg, size, topo, world_size, nodes, backend, env=None):
+def predict(case, cfg, size, topo, world_size, nodes, backend, env=None, version=None):
     """{phase: Prediction} of case config cfg at size bytes, from the row's own model terms.
 
     A phase's peak is factor x size over its bandwidth-only time, i.e. the busbw at which its bounding
     tier is saturated (for a ring collective: the bandwidth of the slowest tier's unit, as NCCL's
     busbw derivation has it). TOTAL of a multi-phase case is the sum of its phases; its tier is the
     one that spends most of that time. Under NCCL a phase's time is its calls' by NCCL's own model (the fastest
-    algorithm and protocol, commbench/model/nccl.py) over the same bandwidth; env: the NCCL_* variables in effect
-    (the case's own, such as ring's NCCL_ALGO=Ring, apply on top).
+    algorithm and protocol, commbench/model/nccl.py) over NCCL's own link rates; env: the NCCL_* variables in effect
+    (the case's own, such as ring's NCCL_ALGO=Ring, apply on top); version: NCCL's (major, minor), None the newest.
+    There the peak is the highest ceiling of the algorithms NCCL may run (an NVLS run's busbw exceeds the ring's).
     """
     local = max(1, world_size // max(1, nodes))
     whole = Shape(world_size, local, nodes)
@@ -242,28 +253,58 @@ def predict(case, cfg, size, topo, world_size, nodes, backend, env=None):
     if why:
         return {name: Prediction(None, why[0], None, None, reason=why[1]) for name in phases}
     env = {**(env or {}), **case.nccl_env}
+    own, unsized = own_cost(topo, tiers, crossed, backend)
     out, total, total_bw, spent, algos = {}, 0.0, 0.0, {}, []
     for name, phase in phases.items():
         if phase.terms is not None:
             t, bw, tier = phase_time(tiers, phase, phase.shape or whole)
             algo = None
             call = phase.nccl or (case.collective if case.kind == "collective" else None)  # a collective: one call
+            ceilings = None
             if phase.terms and nccl.covers(topo, backend, call):
-                pick = nccl.choose(call, phase.shape or whole, topo, bw, _busbw(phase.factor, size, bw), phase.calls,
-                                   env)
+                shape = phase.shape or whole   # NCCL's rings reach its per-link rate, not the datasheet's
+                reach = phase_time(Tiers(replace(topo, intra_gbps=nccl.link_gbps(topo)), local, backend, world_size),
+                                   phase, shape)[1]
+                pick = nccl.choose(call, shape, topo, reach, _busbw(phase.factor, size, reach), phase.calls, env,
+                                   version)
                 t, algo = pick.seconds, pick.name
+                ceilings = nccl.ceilings(call, shape, topo, _busbw(phase.factor, size, bw), env, version)
                 algos.append(algo)
-            out[name] = Prediction(t * 1e6, tier, _busbw(phase.factor, size, bw), _busbw(phase.factor, size, t), algo)
-            total, total_bw, spent[tier] = total + t, total_bw + bw, spent.get(tier, 0.0) + t
+            elif phase.terms and call and backend in OWN_COST_BACKENDS:   # the backend's own cost, once per call
+                t = None if unsized else t + phase.calls * own * 1e-6
+            peak = max(ceilings.values()) if ceilings else _busbw(phase.factor, size, bw)
+            out[name] = Prediction(_us(t), tier, peak, _busbw(phase.factor, size, t), algo,
+                                   time_reason=unsized if t is None else None, ceilings=ceilings)
+            total = None if t is None or total is None else total + t
+            total_bw, spent[tier] = total_bw + bw, spent.get(tier, 0.0) + (bw if t is None else t)
     for name, phase in phases.items():
         if phase.terms is None:
-            out[name] = Prediction(total * 1e6, max(spent, key=spent.get) if spent else INTRA,
+            out[name] = Prediction(_us(total), max(spent, key=spent.get) if spent else INTRA,
                                    _busbw(phase.factor, size, total_bw), _busbw(phase.factor, size, total),
-                                   " + ".join(algos) or None)
+                                   " + ".join(algos) or None, time_reason=unsized if total is None else None)
     return out
 
 
+def own_cost(topo, tiers, crossed, backend):
+    """(the backend's own cost per collective call in us, None) or (None, why the model's time is n/a without it):
+    a topology calibrated on this machine must hold it; any other topology's per-step latencies are all it has."""
+    if backend not in OWN_COST_BACKENDS:
+        return 0.0, None
+    own = topo.own_cost_us(backend)
+    if own is not None or not any(tiers.rate(tier)[2] == "calibrated" for tier in crossed):
+        return own or 0.0, None
+    return None, (f"topology {topo.name} has no per_op_us.{backend} ({OWN_COST_BACKENDS[backend]}'s own cost per "
+                  "collective call, which no tier counts and small sizes take): commbench topo --calibrate measures it"
+                  + (" where mpi4py is installed" if backend == "mpi" else ""))
+
+
+def _us(seconds):
+    return None if seconds is None else seconds * 1e6
+
+
 def _busbw(factor, size, seconds):
+    if seconds is None:
+        return None
     return factor * size / seconds / 1e9 if seconds else math.inf
 
 
@@ -280,7 +321,7 @@ def record_fields(topo, case, cfg, phase, size, world_size, nodes, backend, busb
     peak = pred.peak_gbps if math.isfinite(pred.peak_gbps) else None
     return {"topology": topo.name, "link_peak_gbps": peak, "predicted_time_us": pred.time_us,
             "link_utilization": busbw / peak if peak and busbw is not None else None, "link_tier": pred.tier,
-            "predicted_algo": pred.algo}
+            "predicted_algo": pred.algo, **({"predicted_time_reason": pred.time_reason} if pred.time_reason else {})}
 
 
 def fit_row(case, cfg, size, topo, world_size, nodes, backend, phase):

@@ -8,18 +8,26 @@ A file describes one kind of node and how nodes are joined:
   gpu             free text
   intra_node      fabric: nvswitch | nvlink | pcie | loopback; link (free text);
                   per_gpu_gbps: GB/s one direction into or out of one GPU (loopback: of the node's one
-                  loopback queue, which every local rank shares); latency_us: per-step latency
+                  loopback queue, which every local rank shares); latency_us: per-step latency;
+                  optional: nvlink_gen and nvlink_links (NVLink generation, links per GPU: NCCL's own per-link
+                  rate, commbench/model/nccl.py), nvswitch_gen, nvls (true: NVLink SHARP, NCCL's NVLS and
+                  NVLSTree algorithms; needs an NVSwitch of generation 3 or later)
   inter_node      nics_per_node; nic (free text); per_nic_gbps: GB/s one direction; latency_us;
                   rank_to_nic: rail (local rank i uses NIC i, NIC i of every node on rail switch i) |
                   shared (the node's NICs serve every local rank); payload_fraction: the share of the
                   line rate a transfer's payload gets (default 1; TCP at MTU 1500: 1448/1514);
                   fabric: network (default) | loopback (nodes emulated on one machine: their traffic shares the
-                  intra-node loopback, and the model treats them as one node)
+                  intra-node loopback, and the model treats them as one node); sharp: true where the switches
+                  reduce in the network (InfiniBand SHARP: NCCL's CollNet algorithms, and NVLS across nodes)
   shared_memory   optional: the tier MPI ranks on one node use: per_rank_gbps (one rank's copy rate),
                   latency_us (default 0: the model's time is then its bandwidth bound)
+  per_op_us       optional: a CPU backend's own cost per collective call beyond the tiers' per-step latency, us,
+                  per backend (gloo, mpi); `commbench topo --calibrate` measures it, and the model adds it per call
   ceiling         per tier (intra_node, inter_node, shared_memory): what its rate is (CEILINGS); utilisation and
                   the model need a ceiling, so a tier whose rate is `none` (a reference measurement) gives n/a.
                   Default: datasheet; loopback and shared memory have no datasheet rate, so `none` there.
+  references      optional: published measurements of this system (commbench/model/references.py), each with
+                  its source; `commbench judge` and `accept --init` start from them
 
 Every file cites its source (a vendor datasheet) in a comment. A malformed file is refused with
 one line naming the file and the field. GB/s = 1e9 B/s.
@@ -33,6 +41,7 @@ from typing import Optional
 
 from benchcore import inputs
 from benchcore.errors import UserError
+from commbench.model import references
 
 DIR = Path(__file__).resolve().parents[2] / "topologies"
 FABRICS = ("nvswitch", "nvlink", "pcie", "loopback")
@@ -55,6 +64,7 @@ MAX_COUNT = 1 << 16         # GPUs or NICs in one node (an NVL72 rack is 72)
 # number to YAML 1.2 and to people: read as one in the fields that hold numbers (their names end so)
 EXPONENT = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+")
 NUMBER_FIELDS = ("_gbps", "_us", "_fraction")
+OWN_COST_BACKENDS = {"gloo": "Gloo", "mpi": "MPI"}   # backends whose own per-call cost a topology may hold (per_op_us)
 
 
 def _count(lo):
@@ -71,6 +81,10 @@ def _choice(options):
     return lambda v: v in options
 
 
+def _flag(v):
+    return isinstance(v, bool)
+
+
 # field -> (required, valid(value), what a valid value is)
 SCHEMA = {
     "name": (True, _text, "a name"),
@@ -80,6 +94,10 @@ SCHEMA = {
     "intra_node.link": (False, _text, "text"),
     "intra_node.per_gpu_gbps": (True, _number(True), "a finite GB/s > 0"),
     "intra_node.latency_us": (True, _number(False), "finite microseconds >= 0"),
+    "intra_node.nvlink_gen": (False, lambda v: _count(1)(v) and v <= 9, "a whole number in 1..9"),
+    "intra_node.nvlink_links": (False, _count(1), f"a whole number in 1..{MAX_COUNT}"),
+    "intra_node.nvswitch_gen": (False, lambda v: _count(1)(v) and v <= 9, "a whole number in 1..9"),
+    "intra_node.nvls": (False, _flag, "true or false"),
     "inter_node.nics_per_node": (True, _count(1), f"a whole number in 1..{MAX_COUNT}"),
     "inter_node.nic": (False, _text, "text"),
     "inter_node.per_nic_gbps": (True, _number(True), "a finite GB/s > 0"),
@@ -87,12 +105,14 @@ SCHEMA = {
     "inter_node.rank_to_nic": (True, _choice(RANK_TO_NIC), "one of " + ", ".join(RANK_TO_NIC)),
     "inter_node.payload_fraction": (False, lambda v: _number(True)(v) and v <= 1, "a fraction in (0, 1]"),
     "inter_node.fabric": (False, _choice(INTER_FABRICS), "one of " + ", ".join(INTER_FABRICS)),
+    "inter_node.sharp": (False, _flag, "true or false"),
     "shared_memory.per_rank_gbps": (False, _number(True), "a finite GB/s > 0"),
     "shared_memory.latency_us": (False, _number(False), "finite microseconds >= 0"),
     **{f"{s}.ceiling": (False, _choice(CEILINGS), "one of " + ", ".join(CEILINGS))
        for s in ("intra_node", "inter_node", "shared_memory")},
+    **{f"per_op_us.{b}": (False, _number(False), "finite microseconds >= 0") for b in OWN_COST_BACKENDS},
 }
-SECTIONS = ("intra_node", "inter_node", "shared_memory")
+SECTIONS = ("intra_node", "inter_node", "shared_memory", "per_op_us")
 
 
 @dataclass(frozen=True)
@@ -117,18 +137,32 @@ class Topology:
     intra_ceiling: str = "datasheet"
     inter_ceiling: str = "datasheet"
     shm_ceiling: str = "none"
+    nvlink_gen: Optional[int] = None
+    nvlink_links: Optional[int] = None
+    nvswitch_gen: Optional[int] = None
+    nvls: bool = False
+    sharp: bool = False
+    references: tuple = ()           # commbench/model/references.py: Reference rows
+    per_op_us: tuple = ()            # ((backend, us), ...): a CPU backend's own cost per collective call
+
+    def own_cost_us(self, backend):
+        """The backend's own cost per collective call (per_op_us), or None where the topology has none."""
+        return dict(self.per_op_us).get(backend)
 
     def as_dict(self):
         """The file's layout (what --json and the plan carry)."""
         return {"name": self.name, "gpus_per_node": self.gpus_per_node, "gpu": self.gpu,
                 "intra_node": {"fabric": self.fabric, "link": self.link, "per_gpu_gbps": self.intra_gbps,
-                               "latency_us": self.intra_latency_us, "ceiling": self.intra_ceiling},
+                               "latency_us": self.intra_latency_us, "ceiling": self.intra_ceiling,
+                               "nvlink_gen": self.nvlink_gen, "nvlink_links": self.nvlink_links,
+                               "nvswitch_gen": self.nvswitch_gen, "nvls": self.nvls},
                 "inter_node": {"nics_per_node": self.nics_per_node, "nic": self.nic, "per_nic_gbps": self.nic_gbps,
                                "latency_us": self.inter_latency_us, "rank_to_nic": self.rank_to_nic,
                                "payload_fraction": self.payload_fraction, "fabric": self.inter_fabric,
-                               "ceiling": self.inter_ceiling},
+                               "ceiling": self.inter_ceiling, "sharp": self.sharp},
                 **({"shared_memory": {"per_rank_gbps": self.shm_gbps, "latency_us": self.shm_latency_us,
                                       "ceiling": self.shm_ceiling}} if self.shm_gbps else {}),
+                **({"per_op_us": dict(self.per_op_us)} if self.per_op_us else {}),
                 "source": self.source}
 
 
@@ -139,9 +173,10 @@ def validate(data, where):
     for section in SECTIONS:
         if section in data and not isinstance(data[section], dict):
             raise UserError(f"{where}: field {section} must be a mapping")
-    flat = {k: v for k, v in data.items() if k not in SECTIONS + ("source",)}
+    flat = {k: v for k, v in data.items() if k not in SECTIONS + ("source", "references")}
     flat.update((f"{s}.{k}", v) for s in SECTIONS for k, v in (data.get(s) or {}).items())
-    flat = {k: float(v) if k.endswith(NUMBER_FIELDS) and isinstance(v, str) and EXPONENT.fullmatch(v) else v
+    flat = {k: float(v) if (k.endswith(NUMBER_FIELDS) or k.startswith("per_op_us.")) and isinstance(v, str)
+            and EXPONENT.fullmatch(v) else v
             for k, v in flat.items()}
     for key in flat:
         if key not in SCHEMA:
@@ -154,6 +189,10 @@ def validate(data, where):
             raise UserError(f"{where}: field {key} is {inputs.shown(repr(flat[key]), 60)}, expected {what}")
     if data.get("shared_memory") and flat.get("shared_memory.per_rank_gbps") is None:
         raise UserError(f"{where}: missing field shared_memory.per_rank_gbps (a finite GB/s > 0)")
+    if flat.get("intra_node.nvls") and not (flat.get("intra_node.fabric") == "nvswitch"
+                                            and (flat.get("intra_node.nvswitch_gen") or 0) >= 3):
+        raise UserError(f"{where}: field intra_node.nvls is true, which needs fabric nvswitch and nvswitch_gen >= 3 "
+                        "(NVLink SHARP came with the third NVSwitch)")
     inter_fabric = flat.get("inter_node.fabric") or "network"
     return Topology(name=flat["name"], gpus_per_node=flat["gpus_per_node"], fabric=flat["intra_node.fabric"],
                     intra_gbps=float(flat["intra_node.per_gpu_gbps"]),
@@ -167,7 +206,13 @@ def validate(data, where):
                     shm_latency_us=float(flat.get("shared_memory.latency_us") or 0.0),
                     intra_ceiling=flat.get("intra_node.ceiling") or _no_datasheet(flat["intra_node.fabric"]),
                     inter_ceiling=flat.get("inter_node.ceiling") or _no_datasheet(inter_fabric),
-                    shm_ceiling=flat.get("shared_memory.ceiling") or "none")
+                    shm_ceiling=flat.get("shared_memory.ceiling") or "none",
+                    nvlink_gen=flat.get("intra_node.nvlink_gen"), nvlink_links=flat.get("intra_node.nvlink_links"),
+                    nvswitch_gen=flat.get("intra_node.nvswitch_gen"), nvls=bool(flat.get("intra_node.nvls")),
+                    sharp=bool(flat.get("inter_node.sharp")),
+                    references=references.parse(data.get("references"), where),
+                    per_op_us=tuple((b, float(flat[f"per_op_us.{b}"])) for b in OWN_COST_BACKENDS
+                                    if flat.get(f"per_op_us.{b}") is not None))
 
 
 def _float(v):

@@ -5,7 +5,7 @@ import pytest
 from commbench.cases.case import TOTAL
 from commbench.cases.registry import CASES
 from commbench.model import nccl, topology
-from commbench.model.alphabeta import predict, record_fields
+from commbench.model.alphabeta import Shape, predict, record_fields
 
 CFG = {"dtype": "float32", "op": "sum", "root": 0, "in_place": True}
 H100 = topology.resolve("dgx-h100")
@@ -31,20 +31,24 @@ def test_the_pick_is_the_fastest_pair_nccl_allows():
     for nodes, n in ((1, 8), (2, 16), (4, 32)):
         for size in SIZES:
             got = predicted("all_reduce", size, n=n, nodes=nodes)
+            shape = Shape(n, n // nodes, nodes)
+            offered = [a for a in nccl.ALGORITHMS if nccl.offered(a, "all_reduce", shape, H100, {})]
+            assert offered == (["Tree", "Ring", "NVLS"] if nodes == 1 else ["Tree", "Ring", "NVLSTree"])
             alone = {f"{a}/{p}": predicted("all_reduce", size, n=n, nodes=nodes,
                                            env={"NCCL_ALGO": a, "NCCL_PROTO": p}).time_us
-                     for a in ("Ring", "Tree") for p in nccl.PROTOCOLS}
+                     for a in offered for p in nccl.PROTOCOLS if p == "Simple" or a not in nccl.SIMPLE_ONLY}
             assert got.time_us == pytest.approx(min(alone.values())) and alone[got.algo] == pytest.approx(got.time_us)
 
 
 @pytest.mark.parametrize("name, nodes", [("all_reduce", 2), ("all_gather", 2), ("reduce_scatter", 4), ("ring", 1)])
 def test_protocols_go_ll_then_ll128_then_simple_as_size_grows(name, nodes):
     """LL's latency is lowest and its bandwidth half (or less), Simple the reverse: the pick never goes back, starts
-    at LL and ends at Simple, where the busbw nears the link peak."""
+    at LL and ends at Simple, where the busbw nears the ceiling of the algorithm picked."""
     preds = [predicted(name, size, n=8 * nodes, nodes=nodes) for size in SIZES]
     order = [nccl.PROTOCOLS.index(p.algo.split("/")[1]) for p in preds]
     assert order == sorted(order) and order[0] == 0 and order[-1] == 2, [p.algo for p in preds]
-    assert preds[-1].busbw_gbps / preds[-1].peak_gbps > 0.9
+    last = preds[-1]    # near its algorithm's ceiling: a ring at NCCL's per-link rate (~0.82), NVLSTree (~0.70)
+    assert 0.65 < last.busbw_gbps / last.ceilings[last.algo.split("/")[0]] < 1
     if name == "ring":      # the ring strategy runs with NCCL_ALGO=Ring: never a tree
         assert all(p.algo.startswith("Ring/") for p in preds)
 
@@ -61,8 +65,10 @@ def test_nccl_algo_and_proto_narrow_the_choice_as_in_nccl():
     free = predicted("all_reduce", 8)
     for env, algo in [({"NCCL_ALGO": "Ring"}, "Ring/LL"), ({"NCCL_ALGO": "^tree"}, "Ring/LL"),
                       ({"NCCL_ALGO": "allreduce:ring;broadcast:tree"}, "Ring/LL"),
-                      ({"NCCL_ALGO": "allgather:ring"}, "Tree/LL"), ({"NCCL_PROTO": "Simple"}, "Tree/Simple"),
-                      ({"NCCL_PROTO": "^LL,LL128"}, "Tree/Simple"), ({"NCCL_ALGO": "NVLS"}, "Tree/LL")]:
+                      ({"NCCL_ALGO": "allgather:ring"}, "Tree/LL"), ({"NCCL_PROTO": "Simple"}, "NVLSTree/Simple"),
+                      ({"NCCL_PROTO": "^LL,LL128"}, "NVLSTree/Simple"), ({"NCCL_ALGO": "Tree", "NCCL_PROTO": "Simple"},
+                                                                       "Tree/Simple"),
+                      ({"NCCL_ALGO": "NVLS"}, "Tree/LL")]:   # NVLS across nodes needs CollNet: not offered here
         got = predicted("all_reduce", 8, env=env)
         assert got.algo == algo, env
         assert got.time_us >= free.time_us

@@ -93,7 +93,8 @@ def ring_us(collective, n, nodes):
 
 H100 = topology.resolve("dgx-h100")
 A_NET, A_NVL = 9.6, 3.4           # us per step (the file's latencies)
-B_NODE, B_GPU = 8 * 50e9, 450e9   # B/s: 8 rail NICs of 400 Gb/s per node, NVLink4 per GPU
+B_NODE = 8 * 50e9                 # B/s: 8 rail NICs of 400 Gb/s per node
+B_NCCL = 18 * 20.6e9              # NVLink4 as NCCL credits it: 18 links x SM90_NVLINK_BW (src/graph/topo.h v2.27.7)
 
 
 @pytest.mark.parametrize("size", [1 << 20, 64 << 20, 1 << 30, 8 << 30])
@@ -101,9 +102,9 @@ B_NODE, B_GPU = 8 * 50e9, 450e9   # B/s: 8 rail NICs of 400 Gb/s per node, NVLin
 def test_ring_all_reduce_and_all_gather_by_hand(size, nodes):
     """The tier model's bandwidth arithmetic, under NCCL held to Ring/Simple (whose latency is NCCL's own)."""
     n = 8 * nodes
-    if nodes == 1:   # NVSwitch only: 2(n-1) alpha + 2(n-1)/n S / B_gpu
-        ar = ring_us("all_reduce", n, nodes) + 2 * (n - 1) / n * size / B_GPU * 1e6
-        ag = ring_us("all_gather", n, nodes) + (n - 1) / n * size / B_GPU * 1e6
+    if nodes == 1:   # NVSwitch only: 2(n-1) alpha + 2(n-1)/n S / B, at NCCL's rate; the peak is the datasheet's
+        ar = ring_us("all_reduce", n, nodes) + 2 * (n - 1) / n * size / B_NCCL * 1e6
+        ag = ring_us("all_gather", n, nodes) + (n - 1) / n * size / B_NCCL * 1e6
         tier, peak = "intra-node", 450
     else:            # the node's 8 NICs carry the ring's bus bytes; NVLink carries (n-M)/n of them, faster
         ar = ring_us("all_reduce", n, nodes) + 2 * (n - 1) / n * size / B_NODE * 1e6
@@ -119,7 +120,7 @@ def test_ring_all_reduce_and_all_gather_by_hand(size, nodes):
 @pytest.mark.parametrize("nodes", [2, 4, 8])
 def test_hierarchical_by_hand(size, nodes):
     local = 8
-    rs = ring_us("reduce_scatter", local, 1) + (local - 1) / local * size / B_GPU * 1e6    # inside the node, NVLink
+    rs = ring_us("reduce_scatter", local, 1) + (local - 1) / local * size / B_NCCL * 1e6   # inside the node, NVLink
     ar = ring_us("all_reduce", nodes, nodes) + 2 * (nodes - 1) / nodes * size / B_NODE * 1e6  # 8 shards over 8 NICs
     got = predicted("hierarchical", size, H100, local * nodes, nodes, env=RING_SIMPLE)
     assert got["reduce_scatter"].time_us == pytest.approx(rs) and got["all_gather"].time_us == pytest.approx(rs)
