@@ -60,6 +60,8 @@ EXTENSIONS = {
                             "measurement crosses has no ceiling (a reference rate, or none for this transport)",
         "predicted_time_reason": "why predicted_time_us is null where link_peak_gbps stands: the topology lacks "
                                  "the backend's own cost per collective call (Gloo, MPI: topo --calibrate measures it)",
+        "predicted_time_reason": "why predicted_time_us is null where link_peak_gbps stands: the topology lacks "
+                                 "the backend's own cost per collective call (Gloo, MPI: topo --calibrate measures it)",
         "predicted_algo": "NCCL's algorithm/protocol pick by its own tuning model (Tree/LL, Ring/Simple, ...) behind "
                           "predicted_time_us; null where NCCL's tuner does not decide (Gloo, MPI, point-to-point)",
     },

@@ -46,8 +46,8 @@ def predicted(case, cfg, size, topo, world_size, nodes, backend, ratio):
     cfg at size: the communication from its alpha-beta terms on the topology, compute = ratio x that, and the
     pattern's schedule replayed over equal steps."""
     pred = predict(case, cfg, size, topo, world_size, nodes, backend)["comm"]
-    if pred.reason:      # no ceiling on a tier it crosses: nothing to predict
-        return {"comm_us": None, "link_peak_reason": pred.reason}
+    if pred.reason or pred.time_us is None:   # no ceiling on a tier it crosses, no own cost per call: no time
+        return {"comm_us": None, "link_peak_reason": pred.reason or pred.time_reason}
     comm = pred.time_us
     steps, comp = steps_of(cfg, size, world_size), ratio * comm
     over = simulate(AHEAD[case.name], [comm / steps] * steps, [comp / steps] * steps, cfg.get("inflight") or steps)

@@ -43,13 +43,15 @@ def predictions(topo, names, sizes, nodes, local, backend, opts):
         for name, cfg in configs(names, opts).items():
             pred = predict(CASES[cfg["case"]], cfg, size, topo, nodes * local, nodes, backend)[TOTAL]
             plain = _runs_plain(cfg, size, nodes * local)
-            ok = pred.reason is None     # else no ceiling: the numbers are n/a, and the reason says why
+            ok = pred.reason is None and pred.time_us is not None   # else n/a, and the reason says why
             rows.append({"case": name + (" (= plain)" if plain else ""), "strategy": cfg["case"], "size_bytes": size,
                          "size": format_size(size), "runs_plain": plain, "nccl_algo": pred.algo,
                          "predicted_time_us": pred.time_us, "algbw_gbps": size / pred.time_us / 1e3 if ok else None,
                          "busbw_gbps": pred.busbw_gbps, "link_tier": pred.tier, "link_peak_gbps": pred.peak_gbps,
                          "link_utilization": pred.busbw_gbps / pred.peak_gbps if ok else None,
-                         **({} if ok else {"link_peak_reason": pred.reason}), "chunk_bytes": cfg.get("chunk_bytes"),
+                         **({"link_peak_reason": pred.reason} if pred.reason else {}),
+                         **({"predicted_time_reason": pred.time_reason} if pred.time_reason else {}),
+                         "chunk_bytes": cfg.get("chunk_bytes"),
                          "inflight": cfg.get("inflight")})
     return rows
 
@@ -221,7 +223,8 @@ def model(topology, nodes, nproc_per_node, collectives, strategies, patterns, mi
                        ("link_tier", "bound by", None), ("link_peak_gbps", "peak GB/s", ".2f"),
                        ("link_utilization", "of peak", ".2f"), ("nccl_algo", "NCCL picks", None)],
                 title=f"model: {topo.name}, {nodes} node(s) x {local} ranks, {backend}")
-    reasons = dict.fromkeys(r["link_peak_reason"] for r in rows if r.get("link_peak_reason"))
+    reasons = dict.fromkeys(r.get("link_peak_reason") or r["predicted_time_reason"] for r in rows
+                            if r.get("link_peak_reason") or r.get("predicted_time_reason"))
     for why in reasons:
         console().print(f"n/a: {why}")
     if strategies and not reasons:

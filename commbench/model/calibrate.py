@@ -20,7 +20,14 @@ the path carries:
                  shared memory's is left 0, so the model's time there is its bandwidth bound (a flag
                  bounced between two busy-waiting processes took 0.27 us one minute and 5.6 ms the next on
                  a busy 2-core machine: no floor worth the name).
+  per_op_us      a CPU backend's own cost per collective call (Gloo's work queue and Python path: 0.2-2 ms on
+                 a 2-core machine, 30-300x the loopback's latency; MPI's a few us): the mean time of a
+                 1-element all_reduce on 2 ranks, timed by `commbench run` itself (one launch per backend: Gloo
+                 always, MPI where mpi4py is installed), less the 2 steps x latency_us the tiers already count.
+                 The model adds it once per collective call (commbench/model/alphabeta.py).
 """
+import importlib.util
+import json
 import multiprocessing
 import os
 import socket
@@ -31,6 +38,7 @@ import time
 import yaml
 
 from benchcore.errors import shown
+from benchcore.processes import procs
 from benchcore.results.records import git_revision, hostname, timestamp
 from commbench.model import detect, topology
 
@@ -39,6 +47,9 @@ STREAM_CHUNK = 1 << 20
 REPEATS = 5
 BIN, BINS = 0.1, 12  # loopback streams: their rate per BIN seconds, BINS of them per measurement
 RCVBUF = 1 << 20     # a stream's receive buffer: what it can hold from before a BIN
+OP_ITERS, OP_WARMUP, OP_TIMEOUT = 1000, 100, 120   # per-op cost: timed calls, warm-up calls, seconds per launch
+# backend -> (the launcher that starts its 2 ranks here, what else it needs)
+OP_BACKENDS = {"gloo": ("local", None), "mpi": ("mpirun", "mpi4py")}
 
 
 def copy_gbps(repeats=2 * REPEATS):
@@ -149,6 +160,23 @@ def latency_us(trips=300):
     return best / 2 * 1e6
 
 
+def per_op_us(backend):
+    """(mean us of a 1-element all_reduce on 2 ranks of backend on this machine, None), or (None, why not): one
+    `commbench run`, so the call is timed as every measurement is (warm-up, the timed loop, the mean over ranks)."""
+    launcher, needs = OP_BACKENDS[backend]
+    if needs and importlib.util.find_spec(needs) is None:
+        return None, f"{needs} is not installed"
+    argv = [sys.executable, "-m", "commbench.commands.cli", "run", "--collective", "all_reduce", "-b", "4", "-e", "4",
+            "--nodes", "1", "--nproc-per-node", "2", "--launcher", launcher, "--backend", backend, "--place", "in",
+            "-n", str(OP_ITERS), "-w", str(OP_WARMUP), "--topology", "localhost", "--format", "json"]
+    done = procs.run(argv, OP_TIMEOUT)
+    times = [json.loads(line).get("time_us") for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode or done.timed_out or not times or not times[0]:
+        why = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")] or [procs.one_line(done.stderr, 200)]
+        return None, "timed out" if done.timed_out else shown(why[-1], 200)
+    return times[0], None
+
+
 def measure(link=None):
     """{"data": the topology file's fields, "notes": [how each rate was found]} for this machine."""
     found = detect.detect(link)
@@ -172,6 +200,16 @@ def measure(link=None):
         notes.append(f"intra_node: loopback TCP, the most 1-{min(cpus, 4)} concurrent streams carried together in "
                      f"any {BIN:g} s: {loop:.3f} GB/s ({streams} stream(s), ends in {how})")
     loop = round(loop, 6)
+    per_op = {}
+    for backend, link_us in (("gloo", lat), ("mpi", 0.0)):   # the latency the tiers count per step: loopback, shm
+        took, why = per_op_us(backend)
+        if took is None:
+            notes.append(f"per_op_us.{backend}: not measured ({why}): the model's time on {backend} is n/a")
+            continue
+        per_op[backend] = round(max(0.0, took - 2 * link_us), 3)
+        notes.append(f"per_op_us.{backend}: a 1-element all_reduce on 2 ranks took {took:.1f} us (mean of "
+                     f"{OP_ITERS} calls, commbench run); less the 2 steps x {link_us:g} us the tiers count: "
+                     f"{per_op[backend]:.1f} us of {topology.OWN_COST_BACKENDS[backend]}'s own per call")
     chosen = nets.get(found["link"]) if found["link"] else None
     if chosen and not chosen["loopback"] and chosen["shaped_bits"]:
         inter = {"nic": chosen["name"], "per_nic_gbps": round(chosen["shaped_bits"] / 8e9, 6), "latency_us": lat,
@@ -186,7 +224,8 @@ def measure(link=None):
             "intra_node": {"fabric": "loopback", "link": "lo", "per_gpu_gbps": loop, "latency_us": lat,
                            "ceiling": loop_kind},
             "inter_node": {"nics_per_node": 1, **inter},
-            "shared_memory": {"per_rank_gbps": round(shm, 6), "latency_us": 0, "ceiling": "calibrated"}}
+            "shared_memory": {"per_rank_gbps": round(shm, 6), "latency_us": 0, "ceiling": "calibrated"},
+            **({"per_op_us": per_op} if per_op else {})}
     topology.validate(data, "calibrated topology")      # what --topology will accept
     return {"data": data, "notes": notes}
 
