@@ -29,6 +29,8 @@ COLUMNS = [("label", "pattern", None), ("comm_us", "comm us", ".1f"), ("compute_
            ("comm_slowdown", "comm x", ".2f"), ("compute_tflops", "TFLOP/s", ".3f"), ("repeats", "n", "d"),
            ("wrong", "#wrong", "d")]
 FIGURES = [key for key, _, fmt in COLUMNS if fmt and fmt.startswith(".")]
+# printed as two tables per payload, what was timed and how well it overlapped, each within 100 columns
+TABLES = (COLUMNS[:6], COLUMNS[:1] + COLUMNS[6:])
 
 
 def _median(values):
@@ -90,8 +92,11 @@ def note_lines(records):
 def print_overlap(records):
     first = next(r for r in records if not r.get("event"))
     for size, table in rows(records).items():
-        print_table(table, COLUMNS, title=f"payload {format_size(size)}: {first['backend']}, {ranks_on(first)}; "
+        times, overlap = TABLES
+        print_table(table, times, title=f"payload {format_size(size)}: {first['backend']}, {ranks_on(first)}; "
                     "exposed = overlapped - compute alone (median of n repeats)")
+        print_table(table, overlap, title=f"payload {format_size(size)}: the model's exposed time; efficiency 1 = "
+                    "the shorter part hidden, 0 = none; x = slowdown inside the overlap over alone")
     out = console()
     for line in note_lines(records):
         out.print(line, markup=False)

@@ -11,6 +11,7 @@ from commbench.cases import compute
 from commbench.cases.overlap_figures import FLOOR_NOISE, hidden
 from commbench.cases.overlap_model import simulate
 from commbench.cases.overlap_schedule import PHASES
+from commbench.commands.overlap import print_overlap
 from tests.conftest import assert_one_line_error, read_records, run_tool
 
 
@@ -78,7 +79,7 @@ def test_refusals_before_anything_starts(args, needle):
 
 
 @pytest.mark.slow
-def test_every_pattern_gives_its_four_timings_exact_from_one_launch(tmp_path):
+def test_every_pattern_gives_its_four_timings_exact_from_one_launch(tmp_path, capsys):
     out = tmp_path / "r.jsonl"
     done = run_tool("commbench", "overlap", "-b", "2M", "-e", "2M", "-n", "4", "-w", "1", "--repeats", "2",
                     "--chunk-size", "512K", "--buckets", "4", "--out", out, "--format", "json", timeout=300)
@@ -112,6 +113,15 @@ def test_every_pattern_gives_its_four_timings_exact_from_one_launch(tmp_path):
     assert figured >= 3, "most of the 6 measured sets must be figured"
     verdicts = [r for r in read_records(out) if r.get("event") == "verdict"]
     assert verdicts and all(r["check"] == "overlap" for r in verdicts)
+    # piped, its tables fit the README's 100 columns (they were 153 wide), also with the README example's longest
+    # labels (pipelined-rs 2048K x1 R=0.5) and times 100x these
+    longer = [{**r, "compute_ratio": 0.5, **({"chunk_bytes": 4 * r["chunk_bytes"]} if r.get("chunk_bytes") else {}),
+               **{k: r[k] * 100 for k in ("comm_us", "compute_us", "sequential_us", "overlapped_us") if r.get(k)}}
+              for r in recs]
+    for shown in (recs, longer):
+        print_overlap(shown)
+        text = capsys.readouterr().out
+        assert "pipelined-rs" in text and max(len(line) for line in text.splitlines() if line[:1] in "\u2503\u2502") <= 100
 
 
 def test_the_model_of_a_pattern_is_its_schedule_over_the_predicted_communication():
