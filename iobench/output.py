@@ -2,7 +2,8 @@
 import os
 
 from benchcore.importers.fio_json import TIME_FIGURES
-from benchcore.report.render import console, print_table, save_figure
+from benchcore.report import figures
+from benchcore.report.render import console, print_table
 from benchcore.units import format_size
 
 
@@ -89,39 +90,30 @@ def print_mounts(rows):
                        ("mode", "mode", None), ("free", "free", None)], title="mounts")
 
 
-def log_axis(values, spread=10):
-    """A log axis when the positive values differ by more than spread times (mounts 10x apart stay readable)."""
-    values = [v for v in values if v]
-    return bool(values) and max(values) > spread * min(values)
-
-
-def bar_plot(path, records, title="iobench ckpt"):
-    """PNG: MB/s and P99 latency per profile, one bar per mount; returns each panel's y scale."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def bar_figure(records, title="iobench ckpt"):
+    """MB/s and P99 latency per profile, one bar per mount, on linear axes with each bar's value written on it (a
+    metadata profile's few MB/s beside a checkpoint's thousands is a short bar that says its number)."""
     rows = side_by_side(records)
     profiles = list(dict.fromkeys(r["profile"] for r in rows))
     mounts = list(dict.fromkeys(r["mount"] for r in rows))
-    fig, axes = plt.subplots(1, 2, figsize=(12, 5))
+    fig, axes = figures.pyplot().subplots(1, 2, figsize=(12, 5))
     width = 0.8 / max(1, len(mounts))
-    scales = {}
     for ax, key, label in ((axes[0], "bw_mbps", "MB/s"), (axes[1], "lat_p99_us", TIME_FIGURES["lat_p99_us"][0])):
         for i, mount in enumerate(mounts):
-            values = [next((r.get(key) or 0 for r in rows if r["profile"] == p and r["mount"] == mount), 0)
-                      for p in profiles]
-            ax.bar([x + i * width for x in range(len(profiles))], values, width, label=mount)
+            values = [next((r[key] for r in rows if r["profile"] == p and r["mount"] == mount
+                            and r.get(key) is not None), float("nan")) for p in profiles]   # nan: n/a, no bar
+            figures.bar_values(ax, ax.bar([x + i * width for x in range(len(profiles))], values, width, label=mount))
         ax.set_xticks([x + width * (len(mounts) - 1) / 2 for x in range(len(profiles))])
         ax.set_xticklabels(profiles, rotation=15)
         ax.set_ylabel(label)
-        if key == "lat_p99_us" or log_axis([r.get(key) for r in rows]):
-            ax.set_yscale("log")
-        scales[key] = ax.get_yscale()
+        ax.margins(y=0.15)                                   # room for the values above the tallest bar
         ax.grid(True, axis="y", alpha=0.3)
-    axes[0].legend(fontsize="small")
-    fig.suptitle(title)
+    figures.legend_beside(axes[1], title="mount")
+    fig.suptitle(f"{title}: MB/s and P99 latency per profile and mount")
     fig.tight_layout()
-    save_figure(fig, path)
-    plt.close(fig)
-    return scales
+    return fig
+
+
+def bar_plot(path, records, title="iobench ckpt"):
+    """bar_figure's PNG (or the format path's suffix names) at path."""
+    figures.save(bar_figure(records, title), path)

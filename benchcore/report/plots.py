@@ -1,15 +1,18 @@
-"""The report's PNG plots (matplotlib Agg): busbw and time vs size per collective/strategy group, and storage
-bars per mount and profile. Every series says what it is (run, phase, placement, type, cycle, repeat); the model,
-the link peak and each threshold are labelled and drawn on the axis of the field they bound; legends sit outside
-the axes, so they never cover data. The *_figure functions return the matplotlib Figure (tests read it)."""
+"""The report's PNG plots (drawn as benchcore.report.figures draws every plot): busbw and time vs size per
+collective/strategy group, and storage bars per mount and profile. Every line says what it is (run, phase,
+placement, type, config) and holds its repeats (median, min-max bars); the model, the link peak and each threshold
+are labelled and drawn on the axis of the field they bound; bars carry their values; legends sit outside the axes,
+so they never cover data. The *_figure functions return the matplotlib Figure (tests read it)."""
 import os
 import re
 
 from benchcore.errors import WriteFailed
 from benchcore.files import write_new
 from benchcore.inputs import name as shown_path
+from benchcore.report import figures
 from benchcore.results import stats, usable
-from benchcore.results.read import group_of, measurements
+from benchcore.results.read import env_config, group_of, measurements
+from benchcore.units import format_size
 
 MAX_PLOTS = 12          # a report of 1,000 groups draws 12 plots, not 1,000 (each costs ~0.3 s and 50 KB)
 MAX_SERIES = 12         # lines per side of a plot: 5,000 runs drew 5,000 lines and an 80,590-pixel-tall legend
@@ -44,33 +47,25 @@ def slug(text, taken=None):
     return found
 
 
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
-
-
 def run_of(rec):
     """The run a record belongs to: its source file's name (imported) or its run id."""
     source = rec.get("source_file")
     return str(isinstance(source, str) and os.path.basename(source) or rec.get("run_id") or "?")
 
 
-def series_name(rec, several_runs, pooled=False):
-    """What one line of a busbw/time plot is: run (when several), phase, placement, type, cycle, repeat (pooled:
-    neither run nor cycle nor repeat)."""
+def series_name(rec, several_runs):
+    """What one line of a busbw/time plot is: run (when several), phase, placement, type, chunk, environment; a
+    line holds the repeats and cycles of that config (their min-max its error bars)."""
     place = {True: "in-place", False: "out-of-place"}.get(rec.get("in_place"))
-    parts = [run_of(rec) if several_runs and not pooled else None, rec.get("phase"), place, rec.get("dtype"),
-             f"cycle {rec['cycle']}" if rec.get("cycle") is not None and not pooled else None,
-             f"repeat {rec['repeat']}" if rec.get("repeat") is not None and not pooled else None]
+    parts = [run_of(rec) if several_runs else None, rec.get("phase"), place, rec.get("dtype"),
+             f"chunk {format_size(rec['chunk_bytes'])}" if rec.get("chunk_bytes") else None, env_config(rec) or None]
     return " ".join(str(p) for p in parts if p not in (None, "")) or "measured"
 
 
 def _series(recs, several, tag):
-    """{label: records}, a line each: per run, phase, placement, type, cycle and repeat; beyond MAX_SERIES lines,
-    the runs, cycles and repeats of each phase, placement and type pooled into one line (its bars: their range),
-    and beyond MAX_SERIES of those the first MAX_SERIES drawn and a last label saying how many were not."""
+    """{label: records}, a line each: per run, phase, placement, type and config (repeats and cycles pooled: their
+    range the bars); beyond MAX_SERIES lines the runs of each config pooled into one line as well, and beyond
+    MAX_SERIES of those the first MAX_SERIES drawn and a last label saying how many were not."""
     recs = [r for r in recs if usable.usable(r.get("size_bytes"))]
     series = {}
     for r in recs:
@@ -79,9 +74,9 @@ def _series(recs, several, tag):
         return series
     pooled = {}
     for r in recs:
-        pooled.setdefault(tag + series_name(r, several, pooled=True), []).append(r)
-    runs = {k: len({(run_of(r), r.get("cycle"), r.get("repeat")) for r in rs}) for k, rs in pooled.items()}
-    shown = {f"{k} ({runs[k]} runs, cycles and repeats pooled: their range)": rs for k, rs in pooled.items()}
+        pooled.setdefault(tag + series_name(r, False), []).append(r)
+    runs = {k: len({run_of(r) for r in rs}) for k, rs in pooled.items()}
+    shown = {f"{k} ({runs[k]} runs pooled: their range)": rs for k, rs in pooled.items()}
     left = len(shown) - MAX_SERIES
     return dict(list(shown.items())[:MAX_SERIES] + ([(f"{tag}{left} more lines not drawn (in the tables)", [])]
                                                     if left > 0 else []))
@@ -95,10 +90,11 @@ def _peak_name(rec):
 
 
 def busbw_figure(title, recs, base_recs, marks=()):
-    """busbw and time vs size, log-log, one series per run, phase, placement, type, cycle and repeat (the baseline
-    dashed); the model's prediction per phase and the link peak, labelled; marks: [(field, label, [(size, value)])]
-    thresholds, each drawn red on its field's axis (a panel of its own for a field other than busbw and time)."""
-    plt = _plt()
+    """busbw and time vs size (sizes 1K, 1M, 1G; log-log), one line per run, phase, placement, type and config
+    through its repeats' median, their min-max as error bars (the baseline dashed); the model's prediction per phase
+    and the link peak, labelled; marks: [(field, label, [(size, value)])] thresholds, each a labelled dashed line on
+    its field's axis (a panel of its own for a field other than busbw and time)."""
+    plt = figures.pyplot()
     fields = list(dict.fromkeys(["busbw_gbps", "time_us"] + [f for f, _, _ in marks if f in AXES]))
     fig, axes = plt.subplots(1, len(fields), figsize=(6.5 * len(fields), 6), squeeze=False)
     axes = dict(zip(fields, axes[0]))
@@ -108,20 +104,13 @@ def busbw_figure(title, recs, base_recs, marks=()):
             if not rs:      # the lines not drawn, said in the legend
                 axes["busbw_gbps"].plot([], [], " ", label=key)
             for field, ax in axes.items():
-                sizes = sorted({r["size_bytes"] for r in rs if usable.usable(r.get(field))})
-                at = {s: sorted(r[field] for r in rs if r["size_bytes"] == s and usable.usable(r.get(field)))
-                      for s in sizes}
-                if not sizes:
-                    continue
-                mid = [stats.geometric_mean(at[s]) for s in sizes]     # duplicates (imported logs): middle, range
-                ax.errorbar(sizes, mid, yerr=[[max(0.0, m - at[s][0]) for s, m in zip(sizes, mid)],
-                                              [max(0.0, at[s][-1] - m) for s, m in zip(sizes, mid)]],
-                            fmt=style, marker="o", markersize=3, capsize=2, label=key)
+                figures.spread(ax, [(r["size_bytes"], r[field]) for r in rs if usable.usable(r.get(field))], key,
+                               style)
     models = {}
     for r in recs:          # the model per phase, placement, type and topology: the same for every run and repeat
         if usable.usable(r.get("predicted_time_us")) and usable.usable(r.get("time_us")):
-            name = " ".join(str(p) for p in ("model", r.get("phase"), series_name(dict(r, phase=None), several,
-                            pooled=True)) if p) + f" ({r.get('topology') or 'alpha-beta'})"   # one per topology, not run
+            name = " ".join(str(p) for p in ("model", r.get("phase"), series_name(dict(r, phase=None), False)) if p) \
+                + f" ({r.get('topology') or 'alpha-beta'})"                         # one per topology, not run
             models.setdefault(name, set()).add((r["size_bytes"], r["predicted_time_us"], r.get("busbw_gbps") and
                                                 r["busbw_gbps"] * r["time_us"] / r["predicted_time_us"]))
     for name, points in models.items():
@@ -136,14 +125,13 @@ def busbw_figure(title, recs, base_recs, marks=()):
                                    label=_peak_name(rec))
     for field, text, points in marks:
         if field in axes and points:
-            axes[field].plot(*zip(*sorted(points)), "--", color="red", marker="_", markersize=12,
-                             label=f"threshold: {text}")
+            figures.threshold(axes[field], text, points=points)
     for field, ax in axes.items():
-        ax.set_xscale("log", base=2)
+        figures.size_axis(ax)
         ax.set_yscale("log")
-        ax.set_xlabel("size (bytes)")
         ax.set_ylabel(AXES[field])
-        ax.set_title(f"{title}: {AXES[field].split(' (')[0]} vs size")
+        ax.set_title(f"{title}: {AXES[field].split(' (')[0]} vs size (median, bars: min-max of repeats)",
+                     fontsize="medium")
         ax.grid(True, which="both", alpha=0.3)
     _legends_below(fig, list(axes.values()))
     return fig
@@ -152,7 +140,7 @@ def busbw_figure(title, recs, base_recs, marks=()):
 def storage_figure(recs, base_recs, marks=()):
     """Left: MB/s per profile, one bar per mount; right: latency mean/P50/P99/P99.9 (log); baseline bars hatched
     in both; marks: [(axis 0 or 1, label, value)], thresholds drawn as red lines."""
-    plt = _plt()
+    plt = figures.pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(13, 6.5))
     bars = [(r, "") for r in recs] + [(r, "baseline ") for r in base_recs]
     profiles = list(dict.fromkeys(f"{r.get('profile')} {r.get('direction')}" for r, _ in bars))
@@ -162,7 +150,7 @@ def storage_figure(recs, base_recs, marks=()):
     def pick(profile, mount, key):
         found = [r.get(key) for r, tag in bars if f"{r.get('profile')} {r.get('direction')}" == profile
                  and f"{tag}{r.get('mount')}" == mount and usable.usable(r.get(key))]
-        return stats.geometric_mean(found) or 0
+        return (stats.geometric_mean(found) or 0) if found else float("nan")    # nan: no bar, labelled n/a
 
     def hatch(mount):
         return BASELINE_HATCH if mount.startswith("baseline ") else None
@@ -186,8 +174,11 @@ def storage_figure(recs, base_recs, marks=()):
         ax.set_xticks([x + w * (n - 1) / 2 for x in range(len(profiles))])
         ax.set_xticklabels(profiles, rotation=20, fontsize="small")
         ax.grid(True, axis="y", alpha=0.3)
+    for ax in axes:
+        for bars in ax.containers:
+            figures.bar_values(ax, bars)
     for axis, text, value in marks:
-        axes[axis].axhline(value, color="red", linestyle="--", linewidth=1, label=f"threshold: {text}")
+        figures.threshold(axes[axis], text, value)
     _legends_below(fig, axes, ncol=2, labels=1.2)
     return fig
 
@@ -212,7 +203,7 @@ def _save(figure, f):
     with numpy.errstate(over="ignore"):
         fig = figure()
         fig.savefig(f, format="png", dpi=100)
-    _plt().close(fig)
+    figures.pyplot().close(fig)
 
 
 def _by_group(records):

@@ -1,4 +1,4 @@
-"""Tables (rich), JSON/CSV on stdout, and PNG plots (matplotlib Agg) for both tools."""
+"""Tables (rich), JSON/CSV on stdout, and line plots (drawn by benchcore.report.figures) for both tools."""
 import io
 import json
 import math
@@ -11,9 +11,6 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from benchcore.errors import UserError
-from benchcore.files import write_new
-from benchcore.inputs import name
 from benchcore.results.records import dumps
 
 FORMATS = ("table", "json", "csv")
@@ -44,8 +41,8 @@ def _cell(value, fmt):
 def print_table(rows, columns, title=None, out=None, compact=False):
     """rows: list of dicts; columns: list of (key, header, format-spec or None). A column keyed `label` holds the
     rows' names: never wrapped or cut (the other columns narrow first). Without out (console()), a table wider
-    than the console has its headers wrapped at spaces to their values' width (a cell is never wrapped), and one
-    that would still cut a cell short is printed wider than the console instead; with out, as asked
+    than the console has its headers wrapped at spaces to their values' width and its text cells (format None)
+    wrapped (a number never is), and one that would still cut a cell short is printed wider than the console instead; with out, as asked
     (commbench/output.py fits its own layouts). compact: nccl-tests' look, columns two spaces apart under a rule."""
     cells = [[_cell(row.get(key), fmt) for key, _, fmt in columns] for row in rows]
     table = _table(cells, columns, title, wrap=False, compact=compact)
@@ -65,6 +62,8 @@ def _table(cells, columns, title, wrap, compact=False):
     for i, (key, header, fmt) in enumerate(columns):
         widest = max([len(c[i]) for c in cells] + [1])
         whole = dict(no_wrap=True, min_width=widest) if key == "label" else dict(no_wrap=True)   # cut, never wrapped
+        if wrap and fmt is None and key != "label":   # a text (a path, a sentence) wraps rather than widen the table
+            whole = dict(overflow="fold")
         if wrap:
             header = "\n".join(textwrap.wrap(header, widest, break_long_words=False, break_on_hyphens=False)) or header
         table.add_column(header, justify="left" if fmt is None else "right", **whole)
@@ -113,35 +112,7 @@ def csv_frame(records, inert=True):
 
 
 def line_plot(path, series, xlabel, ylabel, title, log_y=False):
-    """series: {label: [(x, y), ...]}; log-x (and log-y) PNG at path."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(9, 5.5))
-    for label, points in series.items():
-        points = sorted(p for p in points if p[1] is not None)
-        if points:
-            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
-    ax.set_xscale("log", base=2)
-    if log_y:
-        ax.set_yscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    if series:
-        ax.legend(fontsize="small")
-    fig.tight_layout()
-    save_figure(fig, path)
-    plt.close(fig)
-
-
-def save_figure(fig, path, dpi=110):
-    """fig as a new file at path (a --plot), in the format its suffix names; nothing there is replaced or
-    followed (benchcore.files)."""
-    fmt = os.path.splitext(str(path))[1].lstrip(".").lower() or "png"
-    try:
-        write_new(path, lambda f: fig.savefig(f, format=fmt, dpi=dpi), "--plot", binary=True)
-    except OSError as exc:
-        raise UserError(f"--plot {name(path)}: {exc.strerror or exc}") from None
+    """series: {label: [(size, y), ...]} (a size given several times: its repeats, drawn as median and min-max bars);
+    a PNG (or the format path's suffix names) at path, sizes on the x axis (benchcore.report.figures)."""
+    from benchcore.report import figures
+    figures.save(figures.line_figure(series, xlabel, ylabel, title, log_y), path)

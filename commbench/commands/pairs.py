@@ -20,6 +20,7 @@ from benchcore.results import schema
 from benchcore.results.records import PLOT_SUFFIXES, new_output_option
 from benchcore.results.usable import FRACTION
 from benchcore.units import parse_size
+from commbench import history as health
 from commbench.cases import pairs_verdict as pv
 from commbench.cases.case import CaseOptions, refuse_unread
 from commbench.cases.pairs import FULL_COVERAGE_UP_TO, tournament
@@ -174,9 +175,11 @@ def plot_matrix(records, path):
               help="--simulate: runs per row.")
 @click.option("--bad-rate", type=FRACTION, default=0.5, show_default=True,
               help="--simulate: the bad node's (or link's) busbw as a fraction of the healthy rate.")
+@click.option("--history", default=None, metavar="FILE",
+              help="Append each judged node's verdict to FILE (JSONL; `commbench health FILE` reads it).")
 @measure_options()
 @launch_options
-def pairs(rounds, size, min_fraction, simulate, noise, trials, bad_rate, **kw):
+def pairs(rounds, size, min_fraction, simulate, noise, trials, bad_rate, history, **kw):
     """Pairwise link test: a node x node bandwidth matrix, and which node or link is bad.
 
     One rank per node. Nodes are paired off in rounds, N/2 pairs at once, a different pairing each
@@ -219,8 +222,10 @@ def pairs(rounds, size, min_fraction, simulate, noise, trials, bad_rate, **kw):
     output = take(kw, Output)
     refuse_given(["show_stats"], "pairs shows its node x node matrix, not the per-rank statistics table")
     no_leftovers(kw)
+    health.check(history)
     records = run_plan([(spec, plan)], output, print_pairs, "pairs", plot_matrix,
                        judge=lambda recs: verdict(recs, min_fraction, plan.run_id), derive=pair_records)
+    health.append(history, health.from_pairs(records or [], plan.run_id))
     named = [r for r in records or [] if r.get("event") == "verdict" and r.get("passed") is False]
     if named:   # a bad node or link fails the run, as a health check's exit status; accept judges the record
         click.echo(f"error: verdict: {shown(named[-1]['reason'], 1000)}", err=True)

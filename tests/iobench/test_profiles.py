@@ -118,11 +118,10 @@ def test_every_command_has_help_with_example(tool):
         assert proc.returncode == 0 and "Example:" in proc.stdout, (command, proc.stdout)
 
 
-def test_mb_plot_goes_log_when_mounts_differ_more_than_tenfold(tmp_path):
+def test_mb_plot_of_mounts_25x_apart_is_a_png(tmp_path):
+    """Its axes are linear with each bar's value written on it (tests/benchcore/report/test_figures.py)."""
     from iobench.output import bar_plot
     recs = [{"profile": "shard-write", "mount": m, "bw_mbps": bw, "lat_p99_us": 100.0}
             for m, bw in (("/nvme", 3000.0), ("/cephfs", 120.0))]
-    assert bar_plot(tmp_path / "a.png", recs)["bw_mbps"] == "log"
-    recs[1]["bw_mbps"] = 1500.0
-    assert bar_plot(tmp_path / "b.png", recs)["bw_mbps"] == "linear"
+    bar_plot(tmp_path / "a.png", recs)
     assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
