@@ -8,7 +8,8 @@ link planted there must never turn a write against the system:
   symlink, and the file is ours from its first byte (a failed write removes it);
 - an append (--out, locks) opens with O_NOFOLLOW, then checks what it opened (fstat): a regular file, owned by
   the caller or root, with no second hard link;
-- a file the tool keeps (fixture state) is replaced whole by renaming a new file of a unique name over it;
+- a file the tool keeps (fixture state), or one a reader may read at any moment (--metrics), is replaced whole by
+  renaming a new file of a unique name over it; an output replaced so must be a regular file of the caller's;
 - an output directory is made by the run, or is owned by the caller and writable by nobody else; a private
   directory (locks, fixture state) is the caller's alone (0700).
 Each refusal is one line naming the path and what it is not. Standard library only (the emulation scripts keep
@@ -67,6 +68,37 @@ def replace_text(path, text, mode=0o644):
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def check_replace(path, what):
+    """Refuse, before anything runs, a path replace_output would refuse: its directory not the caller's to write in
+    (trusted_dir), or something there that is not a regular file of the caller's (a link, a directory, a FIFO,
+    another user's file, a file with a second hard link)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        trusted_dir(directory, f"{what}'s directory")
+        st = os.lstat(path)
+    except FileNotFoundError:
+        if not os.path.isdir(directory):
+            raise UserError(f"{what} {name(path)}: no such directory") from None
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise UserError(f"{what} {name(path)} is a symbolic link; refusing to follow or replace it")
+    problem = _append_problem(st)
+    if problem:
+        raise UserError(f"{what} {name(path)} {problem}; refusing to replace it")
+
+
+def replace_output(path, text, what):
+    """path's content replaced whole by text, for a reader that may look at any moment (node_exporter's textfile
+    collector): checked as check_replace, then a private new file beside it (mkstemp, 0600 until written), renamed
+    over path: the rename replaces a name, never follows one."""
+    check_replace(path, what)
+    try:
+        replace_text(path, text)
+    except OSError as exc:
+        raise UserError(f"{what} {name(path)}: {exc.strerror}") from None
+    return str(path)
 
 
 def _owner_problem(st, allow_root=True):

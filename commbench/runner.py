@@ -11,6 +11,7 @@ from benchcore.errors import UserError
 from benchcore.processes import procs
 from benchcore.progress import Reporter
 from benchcore.report.render import console
+from benchcore.results import metrics
 from benchcore.results.records import RecordWriter, hostname, output_file
 from benchcore.units import format_size
 from commbench import rankstats
@@ -175,6 +176,7 @@ def run_plan(rounds, output, table_fn, label="measuring", plot_fn=None, judge=No
         render(records, output.fmt, table_fn if measured else lambda _: console().print("no measurements"))
         if output.plot and measured:
             plot_fn(records, output.plot)
+    metrics.publish(records, "commbench")   # --metrics, --pushgateway
     wrong = sum(r.get("wrong") or 0 for r in measured)
     if wrong:
         click.echo(f"error: {wrong} wrong elements: the collective returned incorrect data", err=True)

@@ -123,10 +123,11 @@ def test_one_slow_pair_is_named_as_a_link_and_its_ends_are_not(quad):
         for x in (2, 6):
             shape_node(prefix, x, RATE)
     (stderr, code), others = ends[0], ends[1:]
+    (found,) = [r for r in read_records(logdir / "alone0.jsonl") if r.get("event") == "verdict"]
+    print({k: found.get(k) for k in ("reason", "accused", "suspects", "cleared", "healthy_busbw_gbps", "matrix")})
     assert code == 1 and stderr.splitlines()[-1] == f"error: verdict: bad link(s): {a} - {b} (sendrecv busbw " \
         "below 0.7 of the median link, against known-good nodes in the confirm pass)", stderr
     assert [c for _, c in others] == [0] * (NODES - 1), others
-    (found,) = [r for r in read_records(logdir / "alone0.jsonl") if r.get("event") == "verdict"]
     assert found["bad_nodes"] == [] and found["bad_links"] == [[a, b]], found["reason"]
     (accused,) = found["accused"]
     # retested in the confirm pass, slow again; both ends were fine against the known-good nodes

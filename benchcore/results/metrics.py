@@ -1,0 +1,203 @@
+"""Records -> Prometheus' text exposition format (0.0.4), for node_exporter's textfile collector and a Pushgateway.
+
+`--metrics FILE.prom` (commbench's measuring commands, iobench's) writes the run's metrics whole into FILE, a new
+private file beside it renamed over it (benchcore/files.py replace_output), so the collector reads the old run or
+this one, never half; one file per tool and job (name it so: commbench_pairs.prom). `--pushgateway URL` PUTs the
+same text to URL/metrics/job/TOOL_COMMAND/instance/HOST (label values base64url in the path), to that URL only: no
+proxy, no redirect followed, 10 s at most.
+
+FAMILIES is the one table: a family's name (its unit in the name: gbps = 1e9 bytes/s, mbps = 1e6 bytes/s, us =
+microseconds), help, labels, and which records give its samples. A family's samples with equal labels (repeats,
+cycles, a node's pairings) are one sample, their median. Labels are bounded: sizes as bytes, counts, names; never
+a run id or a time. No sample carries a timestamp (the textfile collector refuses them).
+"""
+import base64
+import os
+import statistics
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Callable, Tuple
+
+import click
+
+from benchcore import files
+from benchcore.errors import UserError, name, shown
+from benchcore.results.records import hostname
+
+TIMEOUT_S = 10
+
+
+def _host(rec):
+    return rec.get("host") or hostname()   # a pairs record: the node at one end; else the node that wrote it
+
+
+def _commbench(rec):
+    in_place = rec.get("in_place")
+    return {"collective": rec.get("collective"), "strategy": rec.get("strategy"), "size_bytes": rec.get("size_bytes"),
+            "in_place": "" if in_place is None else str(bool(in_place)).lower(),
+            "dtype": rec.get("dtype"), "backend": rec.get("backend"), "nodes": rec.get("nodes"),
+            "world_size": rec.get("world_size"), "topology": _topology(rec.get("topology")), "host": _host(rec),
+            "slurm_job_id": os.environ.get("SLURM_JOB_ID", "")}
+
+
+def _topology(value):
+    return value.get("name") if isinstance(value, dict) else value
+
+
+def _iobench(rec):
+    return {"mount": rec.get("mount"), "fs_type": rec.get("fs_type"), "profile": rec.get("profile"),
+            "direction": rec.get("direction") or rec.get("rw"), "host": hostname()}
+
+
+def _measured(field, labels):
+    """Samples of a measurement field: (labels, value) per record that has it."""
+    return lambda recs: [(labels(r), r[field]) for r in recs if not r.get("event") and r.get(field) is not None]
+
+
+def _checks(recs):
+    return [({"check": r.get("check"), "spec": r.get("spec") or ""}, 1.0 if r["passed"] else 0.0)
+            for r in recs if r.get("event") == "verdict" and r.get("check") and r.get("passed") is not None]
+
+
+def _bad_nodes(recs):
+    out = []
+    for r in recs:
+        if r.get("event") != "verdict" or r.get("passed") is None:
+            continue
+        judged = r.get("node_verdicts") or [{"host": h, "passed": False} for h in r.get("bad_nodes") or []]
+        out += [({"host": v["host"], "check": r.get("check")}, 0.0 if v["passed"] else 1.0) for v in judged]
+    return out
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    tool: str
+    help: str
+    labels: Tuple[str, ...]
+    samples: Callable   # records -> [(labels dict, value)]
+
+
+COMMBENCH_LABELS = ("collective", "strategy", "size_bytes", "in_place", "dtype", "backend", "nodes", "world_size",
+                    "topology", "host", "slurm_job_id")
+IOBENCH_LABELS = ("mount", "fs_type", "profile", "direction", "host")
+FAMILIES = (
+    Family("commbench_busbw_gbps", "commbench", "Bus bandwidth (nccl-tests' busbw) in GB/s (1e9 bytes/s); median of "
+           "the run's records with these labels (pairs: host is one end, over its pairings)", COMMBENCH_LABELS,
+           _measured("busbw_gbps", _commbench)),
+    Family("commbench_check_passed", "commbench", "A check's verdict in the last run: 1 passed, 0 failed",
+           ("check", "spec"), _checks),
+    Family("commbench_bad_node", "commbench", "1: the check named this node bad in the last run; 0: judged fine",
+           ("host", "check"), _bad_nodes),
+    Family("iobench_bw_mbps", "iobench", "Storage bandwidth in MB/s (1e6 bytes/s), fio's or the checkpoint's; median "
+           "of the run's records with these labels", IOBENCH_LABELS, _measured("bw_mbps", _iobench)),
+    Family("iobench_lat_p99_us", "iobench", "99th percentile I/O latency in microseconds; median of the run's records "
+           "with these labels", IOBENCH_LABELS, _measured("lat_p99_us", _iobench)),
+)
+
+
+def escape_label(value):
+    """A label value as the format writes it: backslash, double quote and line feed escaped."""
+    text = "" if value is None else str(value)
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _number(value):
+    value = float(value)
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(value)
+
+
+def exposition(records, tool):
+    """The text of tool's families for records ('' when none has a sample)."""
+    lines = []
+    for fam in FAMILIES:
+        if fam.tool != tool:
+            continue
+        series = {}
+        for labels, value in fam.samples(records):
+            key = tuple(escape_label(labels.get(k)) for k in fam.labels)
+            series.setdefault(key, []).append(float(value))
+        if not series:
+            continue
+        lines += [f"# HELP {fam.name} {fam.help.replace(chr(92), chr(92) * 2)}", f"# TYPE {fam.name} gauge"]
+        for key in sorted(series):
+            labels = ",".join(f'{k}="{v}"' for k, v in zip(fam.labels, key))
+            lines.append(f"{fam.name}{{{labels}}} {_number(statistics.median(series[key]))}")
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def _metrics_path(ctx, param, value):
+    if value is None:
+        return None
+    if not value.endswith(".prom") or os.path.basename(value) == ".prom":
+        raise UserError(f"--metrics {name(value)}: name a FILE.prom (node_exporter's textfile collector reads *.prom)")
+    files.check_replace(value, "--metrics")
+    return value
+
+
+def _pushgateway_url(ctx, param, value):
+    if value is None:
+        return None
+    url = urllib.parse.urlsplit(value)
+    if url.scheme not in ("http", "https") or not url.hostname or url.query or url.fragment or url.username:
+        raise UserError(f"--pushgateway {shown(value, 200)}: give http://HOST:PORT (a Pushgateway's address)")
+    return value.rstrip("/")
+
+
+def options():
+    """--metrics and --pushgateway, kept in click's context (publish reads them), as a list of click options."""
+    def keep(check):
+        def callback(ctx, param, value):
+            ctx.meta[f"benchcore.metrics.{param.name}"] = check(ctx, param, value)
+        return callback
+    return [click.option("--metrics", default=None, metavar="FILE.prom", expose_value=False,
+                         callback=keep(_metrics_path),
+                         help="Write the run's metrics in Prometheus' text format to FILE.prom, replaced whole (for "
+                              "node_exporter's textfile collector; one file per tool and command)."),
+            click.option("--pushgateway", default=None, metavar="URL", expose_value=False,
+                         callback=keep(_pushgateway_url),
+                         help="Push the same metrics to this Prometheus Pushgateway (job TOOL_COMMAND, instance "
+                              "this host).")]
+
+
+def publish(records, tool):
+    """Write and push the metrics of records as --metrics and --pushgateway asked (nothing when neither was
+    given, or outside a click command)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return
+    path, url = ctx.meta.get("benchcore.metrics.metrics"), ctx.meta.get("benchcore.metrics.pushgateway")
+    if not path and not url:
+        return
+    text = exposition(records, tool)
+    if path:
+        files.replace_output(path, text, "--metrics")
+    if url:
+        push(url, text, f"{tool}_{ctx.info_name}".replace("-", "_"), hostname())
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kw):
+        return None   # a redirect is an error: nothing goes anywhere but the URL named
+
+
+def push(url, text, job, instance):
+    """PUT text as the group {job, instance} of the Pushgateway at url (its metrics replaced)."""
+    key = "/".join(f"{k}@base64/{base64.urlsafe_b64encode(v.encode()).decode()}"
+                   for k, v in (("job", job), ("instance", instance)))
+    request = urllib.request.Request(f"{url}/metrics/{key}", data=text.encode(), method="PUT",
+                                     headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
+    try:
+        with opener.open(request, timeout=TIMEOUT_S) as response:
+            response.read(1 << 16)
+    except urllib.error.HTTPError as exc:
+        raise UserError(f"--pushgateway {shown(url, 200)}: HTTP {exc.code} {shown(exc.reason, 200)}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise UserError(f"--pushgateway {shown(url, 200)}: {shown(getattr(exc, 'reason', exc), 200)}") from None
