@@ -10,7 +10,7 @@ from benchcore.progress import quiet_option
 from benchcore.report.render import FORMATS, emit
 from benchcore.results import commands
 from benchcore.results.records import (PLOT_SUFFIXES, RecordWriter, new_output, new_output_option, new_run_id,
-                                       output_file)
+                                       output_file, version_option)
 from benchcore.units import format_size, parse_size
 from iobench import bench, model_ckpt, models, torchckpt
 from iobench.jobfile import read_job_file, space_estimate
@@ -80,7 +80,7 @@ def output_options(fn):
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
-@click.version_option(package_name="commbench-iobench", message="%(prog)s %(version)s")
+@version_option()
 def cli():
     """Checkpoint-storage benchmarks: fio workloads and real PyTorch checkpoints on real mounts.
 

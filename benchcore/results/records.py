@@ -53,6 +53,20 @@ def git_revision():
     return rev.stdout.strip() + ("-dirty" if dirty.returncode == 0 and dirty.stdout.strip() else "")
 
 
+def version_option():
+    """--version for a tool's click group: the suite's version and the git revision it runs from (what records carry
+    as versions.suite), so a result can be traced to the code that made it."""
+    import click   # here: a rank imports this module, never click
+    from importlib.metadata import version
+
+    def show(ctx, _, value):
+        if value and not ctx.resilient_parsing:
+            click.echo(f"{ctx.find_root().info_name} {version('commbench-iobench')} (git {git_revision()})")
+            ctx.exit()
+    return click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=show,
+                        help="Show the version and the git revision, then exit.")
+
+
 def output_file(out):
     """--out of either tool, checked before anything runs: the path to append to, or None.
 

@@ -5,6 +5,7 @@ import click
 
 from benchcore.errors import run_cli
 from benchcore.results import commands
+from benchcore.results.records import version_option
 
 # command -> where it lives, imported when it runs
 COMMANDS = {"run": "commbench.commands.run:run", "ring": "commbench.commands.run:ring",
@@ -36,7 +37,7 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, lazy=COMMANDS,
              context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
-@click.version_option(package_name="commbench-iobench", message="%(prog)s %(version)s")
+@version_option()
 def cli():
     """Collective-communication benchmarks: nccl-tests-grade numbers through torchrun.
 
