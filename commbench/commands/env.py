@@ -17,8 +17,8 @@ def env_catalogue():
     for var in CATALOGUE.values():
         allowed = list(var.choices or []) + ([f"{var.int_range[0]}..{var.int_range[1]}"] if var.int_range else [])
         text = ", ".join(allowed) or ("a path (a spec: allow_paths)" if var.path else "text")
-        rows.append({"name": var.name, "allowed": f"list of {text}; ^, coll:" if var.listed else text,
+        rows.append({"label": var.name, "allowed": f"list of {text}; ^, coll:" if var.listed else text,
                      "read_by": ", ".join(read_by(var.name)), "meaning": var.meaning})
-    print_table(rows, [("name", "variable", None), ("allowed", "values", None), ("read_by", "read by", None),
-                       ("meaning", "meaning", None)],
+    print_table(rows, [("label", "variable", None), ("allowed", "values", None), ("read_by", "read by", None),
+                       ("meaning", "meaning", None)],   # a name is never wrapped; values and meaning wrap to fit
                 title="commbench sweep: known variables (a variable its backend does not read changes nothing)")

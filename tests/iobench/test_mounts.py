@@ -125,3 +125,5 @@ def test_mounts_command_lists_them(tool, tmpfs, loop_xfs):
     table = tool("iobench", "mounts", "--all")
     assert table.returncode == 0 and "proc" in table.stdout
     assert "storage" in table.stdout   # piped at 100 columns, the header may wrap ("storage / class")
+    # within them, though the loop device's backing-file path is longer (it was 104-519 wide): paths wrap
+    assert max(len(line) for line in table.stdout.splitlines()) <= 100, table.stdout

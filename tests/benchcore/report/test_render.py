@@ -1,9 +1,9 @@
-"""CSV through benchcore.report.render.emit, as both tools write it."""
+"""CSV through benchcore.report.render.emit, as both tools write it; tables piped at the README's 100 columns."""
 import csv
 import io
 import json
 
-from benchcore.report.render import emit
+from benchcore.report.render import emit, print_table
 
 
 def test_csv_writes_lists_and_objects_as_json_and_keeps_integers_whole(capsys):
@@ -16,3 +16,19 @@ def test_csv_writes_lists_and_objects_as_json_and_keeps_integers_whole(capsys):
     assert [json.loads(r["hosts"]) for r in rows] == [["a", "b"], ["a"], []]  # before: Python repr "['a', 'b']"
     assert [json.loads(r["env"]) for r in rows] == [{"NCCL_ALGO": "Ring"}, {}, {"X": "1"}]  # before: env.X columns
     assert [r["time_us"] for r in rows] == ["1.5", "2.0", ""]
+
+
+def test_a_piped_table_wraps_its_texts_to_100_columns_and_never_cuts_a_name_or_number(capsys, monkeypatch):
+    """A text cell (a sentence, a path) wraps; a name (label) and a number stay whole (commbench env was 735 columns
+    wide piped, iobench mounts 519 with a loop device's backing file)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    meaning = "What PyTorch does on a NCCL error/timeout: 0 none, 1 tear down, 2 clean up only, 3 skip clean-up."
+    device = "loop0 (loop device, backing file /tmp/pytest-of-root/pytest-225/loop-xfs0/fs/disk.img)"
+    rows = [{"label": "TORCH_NCCL_ASYNC_ERROR_HANDLING", "meaning": meaning, "device": device, "n": 123456789.125}]
+    print_table(rows, [("label", "variable", None), ("meaning", "meaning", None), ("device", "device", None),
+                       ("n", "n", ".3f")])
+    text = capsys.readouterr().out
+    assert max(len(line) for line in text.splitlines()) <= 100, text
+    assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" in text and "123456789.125" in text and "\u2026" not in text
+    words = " ".join(part.strip() for line in text.splitlines() for part in line.split("\u2502")[2:3])
+    assert " ".join(words.split()) == meaning, text   # the sentence whole, in its column's lines

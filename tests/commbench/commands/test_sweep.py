@@ -11,6 +11,7 @@ import pytest
 
 from commbench.cases import faults
 from commbench.commands.sweep import build_configs
+from commbench.transports.envvars import CATALOGUE
 from tests.conftest import BIN, HOOKS_ON, assert_one_line_error, read_records, run_tool
 
 SMALL = ["--nproc-per-node", 2, "-b", "4K", "-e", "4K", "-n", 2, "-w", 1]
@@ -155,6 +156,9 @@ def test_env_lists_no_test_hook_and_faults_documents_each_one_the_code_reads(tmp
     hooks = {m for p in root.rglob("*.py") for m in re.findall(r"COMMBENCH_TEST_[A-Z_]+", p.read_text())}
     listed = run_tool("commbench", "env").stdout
     assert len(hooks) >= 6 and "COMMBENCH_" not in listed
+    # piped, the README's 100 columns (it was 735 wide): values and meanings wrap, every name stays whole
+    assert max(len(line) for line in listed.splitlines()) <= 100, listed
+    assert all(f" {name} " in listed for name in CATALOGUE), listed
     assert {h for h in hooks if h not in faults.__doc__} == set()
     matrix = tmp_path / "m.yaml"
     matrix.write_text("configs:\n  - {COMMBENCH_TEST_EXIT_RANK: 1}\n")
