@@ -86,8 +86,9 @@ def number(value, digits=SIGNIFICANT):
 
 
 def unit_of(field):
-    """The unit a field's values are in, from its name ('' for a count: iops, wrong)."""
-    return next((unit for end, unit in FIELD_UNITS if field.endswith(end)), "")
+    """The unit a field's values are in, from its name ('' for a count: iops, wrong): its ending, or a unit followed
+    by what the figure is (time_us_p99, bw_mbps_min)."""
+    return next((unit for end, unit in FIELD_UNITS if field.endswith(end) or f"{end}_" in field), "")
 
 
 def human(value, field):

@@ -50,9 +50,10 @@ COLUMNS = {
                 *[(f, *fiojson.TIME_FIGURES[f][:2]) for f in ("lat_mean_us", "lat_p50_us", "lat_p99_us",
                                                                "lat_p999_us", "file_lat_mean_us", "end_fsync_s")]],
 }
-# columns a table gets only where its rows have the field: (field, header, format, index to insert at); the run
-# only where a table holds several runs (one run is named in the table's caption)
-WHEN_PRESENT = [("phase", "phase", None, 1), ("cycle", "cycle", "d", None), ("repeat", "repeat", "d", None)]
+# columns a table gets only where its rows have the field (emulated: where it is true): (field, header, format, index
+# to insert at); the run only where a table holds several runs (one run is named in the table's caption)
+WHEN_PRESENT = [("phase", "phase", None, 1), ("cycle", "cycle", "d", None), ("repeat", "repeat", "d", None),
+                ("emulated", "emulated nodes", lambda v: "yes (one host)" if v else "no", None)]
 SECTION = {"commbench": lambda r: group_of(r),
            "iobench": lambda r: f"{r.get('mount')} ({r.get('storage_class') or 'n/a'})"}
 ORDER = {"commbench": ("dtype", "op", "in_place", "world_size", "size_bytes", "phase", "run", "cycle", "repeat"),
@@ -157,7 +158,7 @@ def sections(joined):
             rows.sort(key=_sort_key(ORDER[tool]))
             columns = list(COLUMNS[tool])
             for key, header, fmt, at in WHEN_PRESENT:
-                if any(r.get(key) is not None for r in rows):
+                if any(r.get(key) is not None and r.get(key) is not False for r in rows):   # emulated: where true
                     columns.insert(len(columns) if at is None else at, (key, header, fmt))
             runs = list(dict.fromkeys(r["run"] for r in rows))
             if len(runs) > 1:

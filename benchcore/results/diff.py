@@ -122,7 +122,7 @@ def _line(base, new, threshold, metric):
     return Line(name, group, what, b, a, ratio, basis, sure, beyond, point and beyond, worse, "", metric, (base, new))
 
 
-SET_APART = ("backend", "launcher", "topology", "device", "fs_type")   # defining fields a label leaves out
+SET_APART = ("backend", "launcher", "topology", "emulated", "device", "fs_type")   # defining fields a label leaves out
 
 
 def _apart(only_base, only_new):
@@ -138,7 +138,7 @@ def _apart(only_base, only_new):
 
 
 def _named(rec):
-    """A one-sided row's label with the defining fields a label leaves out (backend, launcher, topology, device)."""
+    """A one-sided row's label with the defining fields a label leaves out (backend, launcher, topology, ...)."""
     more = [f"{k} {rec[k]}" for k in SET_APART if rec.get(k)]
     return label(rec) + (f" ({', '.join(more)})" if more else "")
 

@@ -207,7 +207,8 @@ class Tool:
 TOOL = {
     "commbench": Tool(("collective", "strategy", "pattern", "phase", "size_bytes", "dtype", "op", "root", "in_place",
                        "chunk_bytes", "inflight", "compress", "buckets", "compute_ratio", "gemm", "compute_kernel",
-                       "env_config", "nodes", "world_size", "backend", "launcher", "topology", "host", "peer_host"),
+                       "env_config", "nodes", "emulated", "world_size", "backend", "launcher", "topology", "host",
+                       "peer_host"),
                       ("pattern", "strategy", "collective"), "time_us", True, ("time_us_min", "time_us_max"), "us",
                       ("time_us", "busbw_gbps")),
     # iobench: the storage (device, fs type, class), never the directory, unless no device is known (imported fio)
@@ -249,7 +250,8 @@ def label(rec, leave=()):
                  ("env", env_config(rec) or None),
                  ("pair", f"{rec['host']}-{rec['peer_host']}" if rec.get("peer_host") else None),
                  ("ranks", f"{rec['world_size']} ranks" if rec.get("world_size") else None),
-                 ("nodes", f"{rec['nodes']} nodes" if rec.get("nodes") and rec["nodes"] > 1 else None)]
+                 ("nodes", f"{rec['nodes']} {'emulated ' if rec.get('emulated') else ''}nodes"
+                  if rec.get("nodes") and rec["nodes"] > 1 else None)]
     else:
         parts = [("group", rec.get("profile")),
                  ("direction", rec.get("direction") if rec.get("direction") != rec.get("rw") else None),
