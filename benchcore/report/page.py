@@ -2,8 +2,9 @@
 for any results of either tool, imported or not, with an optional --baseline overlay.
 
 Tables list every measurement as recorded, and the plots draw the same rows: both take them from compared()
-(benchcore.results.joined: each measured thing with the baseline records joined with it, as diff joins them). Nothing in DIR is overwritten: DIR must be new or empty. At most
-MAX_PLOTS plots (the groups with most measurements; the report says so, every group is in the tables).
+(benchcore.results.joined: each measured thing with the baseline records joined with it, as diff joins them).
+Nothing in DIR is overwritten: DIR must be new or empty. At most MAX_PLOTS plots (the groups with most
+measurements; the report says so, every group is in the tables).
 A measurement whose metric is not a finite positive number, and a baseline row missing from the results, are
 named in the report's notes. A file that cannot be written is named in one line; the files before it stay.
 The page is a Doc (a banner, notes, sections of text, tables and plots) that report.md and report.html both

@@ -168,10 +168,13 @@ def summary(lines, only_base, only_new, threshold):
     """'12 rows joined: 2 slower beyond noise, 1 faster, 9 within noise (time: ...)'; the first line of a diff."""
     counts = {w: sum(verdict(ln) == w for ln in lines) for w in ("slower", "faster", "within noise", "not usable")}
     judged = ", ".join(dict.fromkeys(name_of(ln.tool, ln.metric) for ln in lines))
-    text = (f"{len(lines)} rows joined: {counts['slower']} slower beyond noise, {counts['faster']} faster, "
-            f"{counts['within noise']} within noise" + (f", {counts['not usable']} with no usable value"
-                                                        if counts["not usable"] else "") +
-            f" ({judged}: beyond {threshold:.0%} and the run-to-run spread)") if lines else "0 rows joined: nothing compared"
+    if not lines:
+        text = "0 rows joined: nothing compared"
+    else:
+        text = (f"{len(lines)} rows joined: {counts['slower']} slower beyond noise, {counts['faster']} faster, "
+                f"{counts['within noise']} within noise" + (f", {counts['not usable']} with no usable value"
+                                                            if counts["not usable"] else "") +
+                f" ({judged}: beyond {threshold:.0%} and the run-to-run spread)")
     one_sided = [f"{n} {what}" for n, what in ((len(only_base), "missing in new"), (len(only_new), "only in new")) if n]
     return text + ("; " + ", ".join(one_sided) if one_sided else "")
 

@@ -1,8 +1,8 @@
 """The rows a diff and a report compare, made once: every measured thing of NEW (its identity:
 benchcore.results.read.identity) with the baseline's records of the same thing; sort_key is the order a diff lists
-them in (collective, size, placement, then the rest of what the row is). `diff` judges these rows, `report --baseline` lists them in its tables
-and draws them in its plots, and accept's report does the same per check, so the three never disagree on which
-baseline a row has.
+them in (collective, size, placement, then the rest of what the row is). `diff` judges these rows, `report
+--baseline` lists them in its tables and draws them in its plots, and accept's report does the same per check, so
+the three never disagree on which baseline a row has.
 
 Two identities join exactly, or where they differ only in fields one side does not know (None: an imported fio file
 has no device, an old log no world size) and exactly one candidate fits either way. A bandwidth an imported log

@@ -49,7 +49,8 @@ def test_the_summary_line_comes_first_and_rows_come_by_collective_size_and_place
     assert header.split() == ["collective", "size", "place", "config", "old", "time", "new", "time", "time", "old",
                               "busbw", "new", "busbw", "busbw", "verdict", "(time)"]
     assert [(r[0].strip(), r[1].strip(), r[2].strip()) for r in rows] == [
-        (coll, size, place) for coll in ("all_gather", "all_reduce") for size in ("1M", "64M") for place in ("out", "in")]
+        (coll, size, place) for coll in ("all_gather", "all_reduce") for size in ("1M", "64M")
+        for place in ("out", "in")]
     assert [r[-1].strip() for r in rows] == ["faster"] * 2 + ["within noise"] * 4 + ["slower"] * 2
     slower = [c.strip() for c in rows[-1]]
     assert slower[3] == "float32 sum 2 ranks"
