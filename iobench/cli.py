@@ -8,7 +8,7 @@ from benchcore.errors import UserError, refuse_given, run_cli
 from benchcore.processes.torchrun import too_many
 from benchcore.progress import quiet_option
 from benchcore.report.render import FORMATS, emit
-from benchcore.results import commands
+from benchcore.results import commands, metrics
 from benchcore.results.records import (PLOT_SUFFIXES, RecordWriter, new_output, new_output_option, new_run_id,
                                        output_file, version_option)
 from benchcore.units import format_size, parse_size
@@ -61,6 +61,7 @@ def open_writer(out):
 def output_options(fn):
     for option in reversed([
         click.option("--out", default=None, help="Append records to this JSONL file (never overwritten)."),
+        *metrics.options(),
         click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
                      help="What goes to stdout."),
         click.option("--timeout", type=int, default=DEFAULT_TIMEOUT, show_default=True,
@@ -154,6 +155,7 @@ def ckpt(paths, profiles, quick, runtime, size, bs, iodepth, jobs, ranks, direct
     sharing = bench.Sharing(concurrent, wait)
     records = bench.run_jobs(targets, job_list, run_id, timeout, keep, writer, sharing, keeper)
     emit(records, fmt, lambda recs: print_results(recs, title=f"iobench ckpt  (run {run_id})"))
+    metrics.publish(records, "iobench")
     if plot:
         bar_plot(plot, records, title=f"iobench ckpt {run_id}")
 
@@ -207,6 +209,7 @@ def run_cmd(jobfile, path, dry_run, out, fmt, timeout, keep, keep_json, concurre
     sharing = bench.Sharing(concurrent, wait)
     records = bench.run_file(target, jobpath, run_id, timeout, keep, writer, sharing, keeper)
     emit(records, fmt, lambda recs: print_results(recs, title=f"iobench run {Path(jobfile).name}  (run {run_id})"))
+    metrics.publish(records, "iobench")
 
 
 @cli.command()
@@ -268,6 +271,7 @@ def torch_ckpt(path, size, ranks, ckpt_formats, repeats, fio_ceiling, out, fmt, 
     records = torchckpt.run(path, size, ranks, formats, fio_ceiling, timeout, keep, writer, run_id,
                             bench.Sharing(concurrent, wait), keeper, repeats)
     emit(records, fmt, torchckpt.print_torch)
+    metrics.publish(records, "iobench")
     wrong = sum(r.get("wrong") or 0 for r in records)
     if wrong:
         raise click.ClickException(f"verification failed: {wrong} tensor(s) read back differ from what was written")
@@ -293,22 +297,34 @@ def torch_ckpt(path, size, ranks, ckpt_formats, repeats, fio_ceiling, out, fmt, 
 @click.option("--drop/--no-drop", default=True, show_default=True,
               help="Drop the checkpoint from the page cache before each read; --no-drop reads what a restart on the "
                    "same node finds (the figure is then reported as cache, not storage).")
+@click.option("--nodes", type=int, default=1, show_default=True, callback=positive("--nodes"),
+              help="Nodes writing one checkpoint to shared storage: start the same command on each with its "
+                   "--node-rank; node 0 serves the rendezvous at --rdzv-endpoint and makes the records.")
+@click.option("--node-rank", type=click.IntRange(min=0), default=0, show_default=True, help="This node's rank.")
+@click.option("--rdzv-endpoint", default=None, help="HOST:PORT of node 0 (an address of node 0 the others reach).")
 @click.option("--dry-run", is_flag=True, help="Print the layout (files and sizes) and run nothing.")
 @output_options
-def model_ckpt_cmd(path, model_name, tp, pp, dp, zero, scale, ranks, writes, reads, drop, dry_run, out, fmt, timeout,
-                   keep, keep_json, concurrent, wait):
+def model_ckpt_cmd(path, model_name, tp, pp, dp, zero, scale, ranks, writes, reads, drop, nodes, node_rank,
+                   rdzv_endpoint, dry_run, out, fmt, timeout, keep, keep_json, concurrent, wait):
     """Write and read a model-shaped checkpoint as a training job does (MLPerf Storage v2's checkpointing).
 
     \b
     Example:
       iobench model-ckpt /mnt/nvme --model llama3-8b --scale 0.001
       iobench model-ckpt /mnt/cephfs --model llama3-70b --scale 0.0005 --writes 3 --reads 3 --out results.jsonl
+      (node 0)  iobench model-ckpt /mnt/cephfs --model llama3-8b --nodes 2 --rdzv-endpoint node0:29600
+      (node 1)  iobench model-ckpt /mnt/cephfs --model llama3-8b --nodes 2 --node-rank 1 --rdzv-endpoint node0:29600
     """
     refuse_given(["keep_json"], "keeps fio's JSON: model-ckpt runs no fio")
+    if nodes > 1 and not rdzv_endpoint:
+        raise UserError(f"--nodes {nodes} needs --rdzv-endpoint HOST:PORT (node 0's address): each node runs this "
+                        f"command with its --node-rank")
+    if node_rank >= nodes:
+        raise UserError(f"--node-rank {node_rank} is not below --nodes {nodes}")
     layout = models.layout(model_name, tp, pp, dp, zero, scale)
-    ranks = ranks or min(layout.ranks, os.cpu_count() or 1)
-    if ranks > layout.ranks:
-        raise UserError(f"--ranks {ranks} is more than the layout's {layout.ranks} ranks")
+    ranks = ranks or max(1, min(layout.ranks // nodes, os.cpu_count() or 1))
+    if ranks * nodes > layout.ranks:
+        raise UserError(f"--ranks {ranks} on {nodes} node(s) is more than the layout's {layout.ranks} ranks")
     crowd = too_many(ranks + 1)
     if crowd:
         raise UserError(f"--ranks {ranks} on this machine is {crowd}: fewer --ranks")
@@ -324,8 +340,11 @@ def model_ckpt_cmd(path, model_name, tp, pp, dp, zero, scale, ranks, writes, rea
         return
     run_id = new_run_id()
     records = model_ckpt.run(path, layout, ranks, writes, reads, timeout, keep, open_writer(out), run_id,
-                             bench.Sharing(concurrent, wait), drop)
-    emit(records, fmt, model_ckpt.print_model)
+                             bench.Sharing(concurrent, wait), drop,
+                             (nodes, node_rank, rdzv_endpoint) if nodes > 1 else None)
+    if records:
+        emit(records, fmt, model_ckpt.print_model)
+    metrics.publish(records, "iobench")
     wrong = sum(r.get("wrong") or 0 for r in records)
     if wrong:
         raise click.ClickException(f"verification failed: {wrong} tensor(s) read back differ from what was written")

@@ -11,8 +11,8 @@ import re
 from pathlib import Path
 
 from benchcore.errors import UserError
-from benchcore.importers.fio_json import (plain_size,  # noqa: F401 (iobench.jobfile.working_set is used elsewhere)
-                                          working_set)
+from benchcore.importers.fio_json import plain_size  # noqa: F401 (iobench.jobfile.working_set is used elsewhere)
+from benchcore.importers.fio_json import working_set
 
 # I/O engines that test a file system through files in the directory.
 ENGINES = {"psync", "sync", "pvsync", "pvsync2", "vsync", "libaio", "io_uring", "posixaio", "mmap", "splice",

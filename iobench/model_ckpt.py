@@ -1,10 +1,10 @@
 """`iobench model-ckpt`: a model-shaped checkpoint (iobench.models) written and read by real torch ranks as MLPerf
 Storage's checkpointing workload does: --writes checkpoints, then --reads reads of them, the cache dropped before
 each read, every file fsynced; durations from each rank's own start and end, bytes proven by the mount's counter."""
-import json
 import statistics
+import tempfile
+from pathlib import Path
 
-from benchcore.files import write_new_text
 from benchcore.report.render import console, print_table
 from iobench import bench, moved
 from iobench.ranks import run_ranks
@@ -68,25 +68,49 @@ def records_from(result, target, layout, run_id):
     return records
 
 
-def run(path, layout, processes, writes, reads, timeout, keep, writer, run_id, sharing=bench.Sharing(), drop=True):
-    """The checkpoints on `processes` local ranks in a private directory on the mount of `path`; records."""
+def cache_drop(target, drop):
+    """How a read gets past the caches on this mount (the record's cache_drop)."""
+    if not drop:
+        return "none (--no-drop)"
+    if target.mount.fs_type in moved.DIRECT_READ_FS:
+        return "O_DIRECT read (the client's own cache, which posix_fadvise does not drop)"
+    return "posix_fadvise DONTNEED on every node"
+
+
+def worker_args(layout, writes, reads, timeout, how):
+    """The worker's arguments: it computes the same layout on every node."""
+    return ["--model", layout.model, "--tp", layout.tp, "--pp", layout.pp, "--dp", layout.dp, "--zero", layout.zero,
+            "--scale", repr(layout.scale), "--writes", writes, "--reads", reads, "--timeout", timeout] + \
+        (["--no-drop"] if how.startswith("none") else ["--direct-read"] if how.startswith("O_DIRECT") else [])
+
+
+def run(path, layout, processes, writes, reads, timeout, keep, writer, run_id, sharing=bench.Sharing(), drop=True,
+        nodes=None):
+    """The checkpoints on `processes` ranks of this node in a private directory on the mount of `path`; records.
+    nodes (count, this node's rank, endpoint): node 0 makes the directory, runs the rendezvous and makes the records;
+    the others' ranks write into node 0's directory (shared storage) and this returns no records there."""
     target, = bench.check_targets([path], space_needed(layout, writes), run_id, writer)
+    first = not nodes or nodes[1] == 0
     stack, _ = bench.locks([target], run_id, sharing)
-    with stack, sigterm_as_interrupt(), ScratchDir(target.path, run_id, keep) as scratch:
-        layout_file = scratch.path / "layout.json"
-        write_new_text(layout_file, json.dumps({"shards": [
-            {"rank": s.rank, "kind": s.kind, "nbytes": s.nbytes, "name": s.name} for s in layout.shards]}), "layout")
-        data = scratch.path / "checkpoints"
-        data.mkdir()
-        result_file = scratch.path / "result.json"
-        with bench.progress(f"iobench: {layout.describe()} on {target.path}: {writes} writes, then {reads} reads, "
-                            f"by {processes} torch ranks"):
-            result = run_ranks("iobench.model_worker", ["--dir", data, "--layout", layout_file, "--result",
-                                                        result_file, "--writes", writes, "--reads", reads,
-                                                        "--timeout", timeout] + ([] if drop else ["--no-drop"]),
-                               processes, timeout * (writes + reads), scratch.path, result_file, "model-ckpt",
-                               f" (--timeout {timeout} s for each of {writes + reads} checkpoints)")
-    records = records_from(result, target, layout, run_id)
+    where = f"node {nodes[1]} of {nodes[0]}, " if nodes else ""
+    how = cache_drop(target, drop)
+    with stack, sigterm_as_interrupt(), (ScratchDir(target.path, run_id, keep) if first else
+                                         tempfile.TemporaryDirectory(prefix="iobench-node-")) as scratch:
+        here = scratch.path if first else Path(scratch)
+        data = here / "checkpoints"
+        result_file = here / "result.json" if first else None
+        if first:
+            data.mkdir()
+        with bench.progress(f"iobench: {where}{layout.describe()} on {target.path}: {writes} writes, then {reads} "
+                            f"reads, by {processes} torch ranks" + (" on each node" if nodes else "")):
+            result = run_ranks("iobench.model_worker", ["--dir", data if first else "", "--result", result_file or "",
+                                                        *worker_args(layout, writes, reads, timeout, how)],
+                               processes, timeout * (writes + reads), here, result_file, "model-ckpt",
+                               f" (--timeout {timeout} s for each of {writes + reads} checkpoints)", nodes)
+    if not first:
+        bench.say(f"model-ckpt: node {nodes[1]}'s ranks finished; node 0 makes the records")
+        return []
+    records = [dict(r, cache_drop=how) for r in records_from(result, target, layout, run_id)]
     for rec in records:
         if writer:
             writer.write(rec)

@@ -13,6 +13,9 @@ from pathlib import Path
 from iobench.mounts import disk_bytes, mount_of
 
 MIN_MOVED = 0.9
+# file systems whose client keeps a cache of its own that posix_fadvise does not drop (ceph-fuse's object cacher):
+# reads go around it with O_DIRECT
+DIRECT_READ_FS = {"fuse.ceph-fuse", "fuse.ceph"}
 MOUNTSTATS = Path("/proc/self/mountstats")
 CEPH_TIMEOUT_S = 10
 
@@ -80,13 +83,14 @@ def ceph_fuse(mount):
     return sample if sample() is not None else None
 
 
-# storage class or fs type -> (the counter's name, its factory); the first that finds a counter is used
+# (the counter's name, its factory: the mount -> a sampler or None); the first that finds a counter is used
 COUNTERS = (
     ("block device (sysfs diskstats)", lambda m: block(m)),
     ("NFS client (mountstats)", lambda m: nfs(m) if m.storage_class == "nfs" else None),
     ("ceph-fuse client (admin socket messenger bytes)",
      lambda m: ceph_fuse(m) if m.fs_type in ("fuse.ceph-fuse", "fuse.ceph") else None),
 )
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 
 class Counter:
@@ -109,6 +113,15 @@ class Counter:
 
     def describe(self):
         return self.name or self.reason
+
+    def key(self):
+        """Which counter this is, across nodes: the machine (its boot id) and the mount. Nodes emulated on one
+        machine share its counters, which must be counted once."""
+        try:
+            boot = BOOT_ID.read_text().strip()
+        except OSError:
+            boot = os.uname().nodename
+        return f"{boot}:{self.mount.mount_point}"
 
 
 def counter_for(path):

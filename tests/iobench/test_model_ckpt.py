@@ -84,7 +84,7 @@ def test_bad_input_is_one_line(tool, tmp_path):
     assert_one_line_error(tool("iobench", "model-ckpt", tmp_path, "--model", "llama3-8b", "--scale", "2"),
                           "--scale must be above 0 and at most 1")
     assert_one_line_error(tool("iobench", "model-ckpt", tmp_path, "--model", "llama3-8b", "--ranks", "9"),
-                          "--ranks 9 is more than the layout's 8 ranks")
+                          "--ranks 9 on 1 node(s) is more than the layout's 8 ranks")
 
 
 @pytest.mark.slow

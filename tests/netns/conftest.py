@@ -50,9 +50,9 @@ class Pair:
     def addr(self, node):
         return netns.node_addr(node)
 
-    def commbench(self, node, *args):
-        """Start `commbench ARGS` on node through scripts/netns-cluster exec."""
-        argv = [str(NETNS_CLUSTER), "exec", "--prefix", self.prefix, str(node), "--", str(BIN / "commbench"),
+    def commbench(self, node, *args, program="commbench"):
+        """Start `commbench ARGS` (or another of the suite's programs) on node through scripts/netns-cluster exec."""
+        argv = [str(NETNS_CLUSTER), "exec", "--prefix", self.prefix, str(node), "--", str(BIN / program),
                 *map(str, args)]
         n = len(self.procs)
         out, err = self.logdir / f"{n}.out", self.logdir / f"{n}.err"
