@@ -85,7 +85,7 @@ def confirm_schedule(n, sus, rounds=CONFIRM_ROUNDS, retests=RETESTS, seed=0):
     todo = {link: retests for link in sus.links}
     suspects = np.array(tested(sus), dtype=np.int64)
     good = rng.permutation(np.array(sus.good, dtype=np.int64))
-    offset = 0
+    offset = turn = 0
     for r in range(rounds):
         for (x, y), left in todo.items():
             if left and P[r, x] < 0 and P[r, y] < 0:
@@ -95,9 +95,10 @@ def confirm_schedule(n, sus, rounds=CONFIRM_ROUNDS, retests=RETESTS, seed=0):
         m = min(len(free), len(good))
         if not m:
             continue
+        free = np.roll(free, -turn)[:m]   # fewer known-good nodes than suspects: each suspect in its turn
         partners = good[(offset + np.arange(m)) % len(good)]
-        offset += m
-        P[r, free[:m]], P[r, partners] = partners, free[:m]
+        offset, turn = offset + m, turn + m
+        P[r, free], P[r, partners] = partners, free
     return P
 
 
@@ -108,7 +109,7 @@ class Verdict:
     bad_nodes: list = field(default_factory=list)    # [(node, evidence)]
     bad_links: list = field(default_factory=list)    # [((a, b), evidence)]
     cleared: list = field(default_factory=list)      # suspects the confirm pass found fine
-    untested: list = field(default_factory=list)     # suspects it could not test (no known-good node left)
+    untested: list = field(default_factory=list)     # suspects with no pairing against a known-good node
     suspects: int = 0
 
 
@@ -136,7 +137,7 @@ def judge(P, W, C, CW, min_fraction):
         rows = np.flatnonzero((C[:, s] >= 0) & good[np.maximum(C[:, s], 0)])
         before = [] if s in slow_nodes else [r for r in np.flatnonzero((P[:, s] >= 0) & good[np.maximum(P[:, s], 0)])
                                              if tuple(sorted((s, int(P[r, s])))) not in slow_links]
-        if not len(rows):
+        if not len(rows) + len(before):
             out.untested.append(s)
             continue
         peers, busbw = np.r_[P[before, s], C[rows, s]], np.r_[W[before, s], CW[rows, s]]

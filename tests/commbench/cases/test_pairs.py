@@ -71,6 +71,24 @@ def test_a_slow_link_that_is_noise_is_cleared_when_retested():
     assert v.suspects == 2 and v.bad_nodes == [] and v.bad_links == [] and sorted(v.cleared) == [0, 3]
 
 
+def test_with_more_suspects_than_known_good_nodes_each_is_judged():
+    """8 nodes, 0-1 a slow cable, 2-3 and 4-5 slow the first time only (a busy machine): 6 suspects, 2 known good
+    nodes; every suspect takes its turn against them (and its round-robin pairings with them count): the cable is
+    named, the others cleared."""
+    first = {}
+
+    def rate(a, b):
+        slow = {a, b} == {0, 1} or ({a, b} in ({2, 3}, {4, 5}) and not first.get((a, b)))
+        first[(a, b)] = first[(b, a)] = True
+        return 0.3 if slow else 1.0
+    P, C, v = two_passes(8, rate)
+    assert v.suspects == 6 and [link for link, _ in v.bad_links] == [(0, 1)] and v.bad_nodes == []
+    assert sorted(v.cleared) == [2, 3, 4, 5] and v.untested == []
+    # the confirm rounds the retests leave (2) x the known-good nodes (2): four suspects met one, no one twice
+    met = [int(((C[:, s] == 6) | (C[:, s] == 7)).sum()) for s in range(6)]
+    assert sum(met) == 4 and max(met) == 1, met
+
+
 def test_random_rounds_as_measured_across_4_netns_nodes():
     """d at a third of the rate, a-c slowed by the machine in both its rounds (as measured): d is the suspect."""
     hosts = "abcd"
