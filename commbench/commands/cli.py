@@ -13,8 +13,9 @@ COMMANDS = {"run": "commbench.commands.run:run", "ring": "commbench.commands.run
             "overlap": "commbench.commands.overlap:overlap", "sweep": "commbench.commands.sweep:sweep",
             "env": "commbench.commands.env:env_catalogue", "selftest": "commbench.commands.selftest:selftest",
             "topo": "commbench.commands.topo:topo", "model": "commbench.commands.model:model",
+            "judge": "commbench.commands.judge:judge_command",
             "accept": "commbench.commands.accept.command:accept", "p2p": "commbench.commands.p2p:p2p",
-            "pairs": "commbench.commands.pairs:pairs"}
+            "pairs": "commbench.commands.pairs:pairs", "health": "commbench.commands.health:health"}
 
 
 class LazyGroup(click.Group):

@@ -47,7 +47,7 @@ model(cfg, size, shape, backend) -> {phase: Phase}; this module turns phases int
 """
 import math
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import List, Optional
 
 from commbench.model import nccl
@@ -262,9 +262,8 @@ def predict(case, cfg, size, topo, world_size, nodes, backend, env=None, version
             call = phase.nccl or (case.collective if case.kind == "collective" else None)  # a collective: one call
             ceilings = None
             if phase.terms and nccl.covers(topo, backend, call):
-                shape = phase.shape or whole   # NCCL's rings reach its per-link rate, not the datasheet's
-                reach = phase_time(Tiers(replace(topo, intra_gbps=nccl.link_gbps(topo)), local, backend, world_size),
-                                   phase, shape)[1]
+                shape = phase.shape or whole   # NCCL's transfers reach its per-link rate, not the datasheet's
+                reach = phase_time(Tiers(nccl.reach(topo), local, backend, world_size), phase, shape)[1]
                 pick = nccl.choose(call, shape, topo, reach, _busbw(phase.factor, size, reach), phase.calls, env,
                                    version)
                 t, algo = pick.seconds, pick.name

@@ -32,7 +32,8 @@ The algorithms NCCL adds where the hardware offers them (ALGORITHMS; the topolog
   link: what NCCL credits an NVLink with, ~82 % of its line rate). Each algorithm's first version: the release
   that added its NCCL_ALGO_* constant (git tags of NVIDIA/nccl).
   Bandwidth (payload per second, algbw A; busbw = A x the collective's bus factor f): E = NCCL's per-link rate x
-  links (the GPU's NVLink rate as NCCL's rings reach it), L GPUs a node, N the node's NICs (rail: min(L, NICs)):
+  links (the GPU's NVLink rate as NCCL's rings reach it), L GPUs a node, N the node's NICs (rail: min(L, NICs)) at
+  NET_EFFICIENCY of their line rate (24 of 25 GB/s: nccl-tests issue #119):
     Ring, Tree     as above, over E instead of the datasheet rate inside a node
     NVLS           A = E L/(L+1) x nvlsEfficiency (each GPU moves S (1 + 1/L) a direction: the switch reads every
                    GPU's data and multicasts the sums); across nodes also <= N; all_gather/reduce_scatter: busbw
@@ -49,7 +50,7 @@ of 16/32/64-bit types only) and buffer registration; broadcast, reduce and point
 alpha-beta model.
 """
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 PROTOCOLS = ("LL", "LL128", "Simple")
 BASE_US = {"Tree": (6.8, 14.0, 8.4), "Ring": (6.6, 14.0, 8.4)}          # baseLat, per protocol
@@ -77,6 +78,8 @@ NVLS_EFFICIENCY = {4: 0.85, 5: 0.74}                # tuning.cc v2.28.3 nvlsEffi
 NEW_HW_US = {"CollNetDirect": (3.7, 31.0), "CollNetChain": (2.8, 30.0), "NVLS": (25.0, 18.0), "NVLSTree": (25.0, 14.0)}
 PAT_BASE_US, PAT_PER_RANK_US, PAT_NET_DIVISOR, PAT_FRACTION = 8.0, 2.8, 3.5, 0.75
 COLLNET_ARITY_US, COLLNET_DIRECT_MAX_LOCAL, COLLNET_DIRECT_HOPPER = 0.4, 8, 0.85
+NET_EFFICIENCY = 0.96     # "24GB/s is the peak performance per 200G NIC (12 GB/s for 100G)": NCCL's maintainer,
+                          # NVIDIA/nccl-tests issue #119 (2022-11-17)
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,12 @@ def latency_us(collective, algo, proto, n, nodes, link):
     return BASE_US[algo][p] + (steps(n) - inter) * intra + inter * net
 
 
+def reach(topo):
+    """The topology at the rates NCCL's transfers reach: NVLink at NCCL's per-link rate, a NIC at NET_EFFICIENCY of
+    its line rate (the model's predictions; ceilings stay the datasheet's)."""
+    return replace(topo, intra_gbps=link_gbps(topo), nic_gbps=topo.nic_gbps * NET_EFFICIENCY)
+
+
 def link_gbps(topo):
     """A GPU's NVLink rate as NCCL credits it (its per-link constant x links), or the datasheet's where the file
     names no NVLink generation and link count."""
@@ -167,7 +176,7 @@ def offered(algo, collective, shape, topo, env, version=None, plausible=False):
 def algbw_gbps(algo, collective, shape, topo):
     """The payload rate (algbw) of NVLS, NVLSTree and CollNet at large sizes (the module doc's formulas)."""
     link, local, nodes = link_gbps(topo), shape.local, shape.nodes
-    net = node_gbps(topo, local)
+    net = node_gbps(reach(topo), local)
     nvls = link * local / (local + 1) * NVLS_EFFICIENCY.get(topo.nvlink_gen, NVLS_EFFICIENCY[4])
     if algo == "NVLS" and collective != "all_reduce":
         return link * NVLS_EFFICIENCY.get(topo.nvlink_gen, NVLS_EFFICIENCY[4]) / bus_factor(collective, shape.n)

@@ -16,6 +16,7 @@ Each entry is a mapping:
 
 A malformed entry is refused in one line naming the file and the entry.
 """
+import datetime
 import math
 import re
 from dataclasses import dataclass
@@ -75,6 +76,8 @@ def _one(entry, where):
     for key in entry:
         if key not in FIELDS:
             raise UserError(f"{where}: unknown field {shown(repr(key), 40)} (known: {', '.join(FIELDS)})")
+    if isinstance(entry.get("date"), datetime.date):      # YAML reads 2024-05-06 as a date
+        entry = {**entry, "date": entry["date"].isoformat()}
     busbw = entry.get("busbw")
     pair = busbw if isinstance(busbw, list) else [busbw]
     checks = [

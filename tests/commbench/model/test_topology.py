@@ -93,7 +93,7 @@ def ring_us(collective, n, nodes):
 
 H100 = topology.resolve("dgx-h100")
 A_NET, A_NVL = 9.6, 3.4           # us per step (the file's latencies)
-B_NODE = 8 * 50e9                 # B/s: 8 rail NICs of 400 Gb/s per node
+B_NODE = 8 * 50e9 * 0.96          # B/s: 8 rail NICs of 400 Gb/s per node, at the 96 % NCCL reaches (issue #119)
 B_NCCL = 18 * 20.6e9              # NVLink4 as NCCL credits it: 18 links x SM90_NVLINK_BW (src/graph/topo.h v2.27.7)
 
 

@@ -1,0 +1,91 @@
+"""`commbench judge`: is this number normal for this hardware? (commbench/model/judge.py)."""
+import sys
+
+import click
+
+from benchcore.errors import UserError
+from benchcore.inputs import shown
+from benchcore.report.render import console, print_table
+from benchcore.results import read, schema
+from benchcore.results.records import RecordWriter, dumps, new_output_option, new_run_id
+from benchcore.units import format_size
+from commbench.model.judge import FAILING, judge
+from commbench.model.topology import resolve
+
+UNJUDGED = ("latency", "rising")
+COLUMNS = [("collective", "collective", None), ("size", "size", None), ("where", "ranks x nodes", None),
+           ("busbw_gbps", "busbw GB/s", ".1f"), ("model", "model per algorithm", None),
+           ("published", "published", None), ("link_utilization", "util", ".2f"), ("ceiling", "of ceiling", None),
+           ("class", "class", None)]
+
+
+def parse_env(pairs):
+    """--env K=V (repeated) -> {K: V}: what the log's setup was where its lines do not say (NCCL_ALGO=Tree)."""
+    out = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not key.startswith("NCCL_") or not key.replace("_", "").isalnum():
+            raise UserError(f"--env {shown(repr(pair), 60)}: expected NCCL_NAME=VALUE")
+        out[key] = value
+    return out
+
+
+def verdict_record(rows, topo, run_id=None):
+    """The verdict event, like compare's: passed unless a row's class fails, one row per size."""
+    failing = [r for r in rows if r.klass in FAILING]
+    reason = (f"{len(failing)} of {len(rows)} measurements are not what {topo.name} delivers: "
+              + "; ".join(f"{r.collective} {format_size(r.size_bytes)}: {r.line}" for r in failing[:3])
+              if failing else f"every judged measurement is what {topo.name} delivers")
+    return schema.event("commbench", "verdict", reason, run_id=run_id or new_run_id(), check="judge",
+                        passed=not failing, rows=[r.as_dict() for r in rows])
+
+
+@click.command("judge")
+@click.argument("files", nargs=-1, required=True)
+@click.option("--topology", required=True, metavar="FILE|NAME", help="The system the numbers came from.")
+@click.option("--ranks", type=click.IntRange(1), default=None, help="Ranks in all, where the log does not say.")
+@click.option("--nodes", type=click.IntRange(1), default=None, help="Nodes, where the log does not say.")
+@click.option("--env", "env_pairs", multiple=True, metavar="NCCL_X=V",
+              help="An NCCL setting the run had, where the log does not say (repeatable): NCCL_ALGO=Tree.")
+@click.option("--out", default=None, metavar="FILE", callback=new_output_option("--out", (".jsonl",)),
+              help="Write the verdict record here (a new file).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def judge_command(files, topology, ranks, nodes, env_pairs, out, fmt):
+    """Is my number normal? Measured busbw against the model per algorithm, each algorithm's ceiling and the
+    topology's published references, with one diagnosis per size: NVLS-level, ring-level where NVLS is expected,
+    slow, or above every ceiling. Exit status 1 when a measurement fails (commbench/model/judge.py).
+
+    \b
+    Example:
+      commbench judge all_reduce_perf.log --topology dgx-h100
+      commbench judge results.jsonl --topology hgx-h200 --out verdict.jsonl
+      commbench judge rows.txt --topology dgx-h100 --ranks 2 --nodes 2 --env NCCL_ALGO=Tree
+    """
+    topo, env = resolve(topology), parse_env(env_pairs)
+    records, refused = read.load_many(files)
+    for why in refused:
+        console(stderr=True).print(f"skipped: {why}")
+    rows, skipped = judge(read.measurements(records), topo, ranks, nodes, env)
+    for why, count in skipped.items():
+        console(stderr=True).print(f"left out {count} record(s): {why}")
+    if not rows:
+        raise UserError("no measurement to judge" + (f" ({'; '.join(skipped)})" if skipped else ""))
+    verdict = verdict_record(rows, topo)
+    if out:
+        with RecordWriter(out) as writer:
+            writer.write(verdict)
+    if fmt == "json":
+        click.echo(dumps(verdict))
+    else:
+        shown_rows = [{**r.as_dict(), "where": f"{r.ranks} x {r.nodes}"} for r in rows]
+        print_table(shown_rows, COLUMNS, title=f"judged against {topo.name} (ceilings: the datasheet's; util over "
+                                              "the highest ceiling of the algorithms NCCL may have run)")
+        for r in rows:
+            if r.klass not in UNJUDGED:
+                console().print(f"{r.collective} {format_size(r.size_bytes)} ({r.ranks} x {r.nodes}): {r.klass}: "
+                                f"{r.line}")
+        aside = [format_size(r.size_bytes) for r in rows if r.klass in UNJUDGED]
+        if aside:
+            console().print(f"not judged (latency-bound, or the busbw still rises): {', '.join(aside)}")
+        console().print(("PASS: " if verdict["passed"] else "FAIL: ") + verdict["reason"])
+    sys.exit(0 if verdict["passed"] else 1)

@@ -1,0 +1,185 @@
+"""Is this number normal? Measured busbw against what the hardware delivers: the model per algorithm, the ceiling
+of each algorithm NCCL may have run, and the topology's published references (commbench/model/references.py).
+
+Per collective, size, ranks and nodes (the median busbw of the records there), one class and one line:
+
+  impossible        above every ceiling of the algorithms NCCL may have run: a wrong size, rank count or bus
+                    factor (or topology), never hardware performing as designed
+  nvls              an in-switch reduction's level (NVLS, NVLSTree, CollNet) where the model expects one
+  ring-where-nvls   a ring's level where the model expects NVLS: NVLS off (NCCL_NVLS_ENABLE, nvidia-fabricmanager,
+                    the driver)
+  ring              a ring's (or tree's) level where no NVLS is expected
+  slow              below LEVEL_SHARE of the ring's level (published, else the model's): a slow GPU or link, or
+                    below a provider's pass mark (a threshold reference)
+  latency           a size where the model's busbw is below PLATEAU of its large-size value: latency decides,
+                    and the levels above do not apply (not judged)
+  rising            a size whose busbw is below RISING of the best the records measured for that collective, ranks
+                    and nodes: the busbw still rises there (not judged; the larger sizes are)
+  unjudged          no published value, and NCCL's tuner model does not cover the collective (sendrecv, alltoall,
+                    broadcast...): util only
+
+Levels: the published range for the algorithm family at that size (within a factor of 2), else the model's
+busbw. Which algorithm ran is known only where NCCL_ALGO names one (the record's env, or --env); util is over the
+highest ceiling otherwise, and the line says which ceiling it is. NVLS's level is told apart from the ring's only
+where they differ by more than DISTINCT.
+"""
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Optional
+
+from benchcore.units import format_size
+from commbench.cases.case import TOTAL
+from commbench.cases.registry import CASES
+from commbench.model import nccl
+from commbench.model.alphabeta import Shape, predict
+from commbench.model.references import matching
+
+LEVEL_SHARE = 0.9          # at least this share of a level counts as that level (the issue's "below 0.9")
+PLATEAU = 0.75             # the model's busbw at a size over its busbw at PLATEAU_SIZE: below, latency decides
+PLATEAU_SIZE = 8 << 30
+RISING = 0.95             # a size's busbw over the best measured: below, the busbw still rises
+DISTINCT = 1.05            # NVLS's level over the ring's: below this the two are not told apart
+CEILING_SLACK = 1.005      # rounding in a log's printed busbw
+SWITCH = ("NVLS", "NVLSTree", "CollNetDirect", "CollNetChain")     # the switch reduces: "NVLS-level"
+FAILING = ("impossible", "ring-where-nvls", "slow")      # exit status 1
+
+
+@dataclass
+class Row:
+    collective: str
+    size_bytes: int
+    ranks: int
+    nodes: int
+    busbw: float
+    klass: str
+    line: str
+    util: Optional[float] = None
+    ceiling: Optional[str] = None      # "NVLS 700" : the ceiling util is over
+    model: str = ""                    # "Ring 370 · NVLS 490": the model's busbw per algorithm
+    published: str = ""                # the references' labels
+    expected: Optional[str] = None     # the model's pick
+
+    def as_dict(self):
+        return {"collective": self.collective, "size": format_size(self.size_bytes), "size_bytes": self.size_bytes,
+                "ranks": self.ranks, "nodes": self.nodes, "busbw_gbps": self.busbw, "class": self.klass,
+                "diagnosis": self.line, "link_utilization": self.util, "ceiling": self.ceiling, "model": self.model,
+                "published": self.published, "expected_algo": self.expected}
+
+
+def version_of(rec):
+    """NCCL's (major, minor) from a record's versions, None where it does not say."""
+    text = str((rec.get("versions") or {}).get("nccl") or "")
+    parts = text.split(".")
+    return (int(parts[0]), int(parts[1])) if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit() else None
+
+
+def _predict(collective, size, topo, n, nodes, env, version):
+    cfg = {"case": collective, "dtype": "float32", "op": "sum", "root": 0, "in_place": True}
+    return predict(CASES[collective], cfg, size, topo, n, nodes, "nccl", env, version)[TOTAL]
+
+
+def _per_algorithm(collective, size, topo, n, nodes, env, version):
+    """{algorithm: the model's busbw} for each algorithm NCCL may run here (NCCL_ALGO narrowing)."""
+    shape = Shape(n, max(1, n // nodes), nodes)
+    if not nccl.covers(topo, "nccl", collective):
+        return {"Ring": _predict(collective, size, topo, n, nodes, env, version).busbw_gbps}
+    here = [a for a in nccl.ALGORITHMS if nccl.offered(a, collective, shape, topo, env, version)]
+    here = nccl.allowed(env.get("NCCL_ALGO"), nccl.COLLECTIVES[collective][0], here) or here
+    return {a: _predict(collective, size, topo, n, nodes, {**env, "NCCL_ALGO": a}, version).busbw_gbps for a in here}
+
+
+def _level(refs, family, model):
+    """(low, high, label) of the published range for an algorithm family, else the model's busbw."""
+    mine = [r for r in refs if r.kind == "measured" and r.algorithm in family]
+    if mine:
+        return min(r.low for r in mine), max(r.high for r in mine), "published"
+    values = [v for a, v in model.items() if a in family and v]
+    return (max(values), max(values), "model") if values else (None, None, None)
+
+
+def _span(low, high):
+    return f"{low:.0f}" if round(low) == round(high) else f"{low:.0f}-{high:.0f}"
+
+
+def judge_one(collective, size, n, nodes, busbw, topo, env=None, version=None, best=None):
+    """The Row of one measurement: busbw GB/s of collective at size on n ranks over nodes of topo (best: the highest
+    busbw measured at any size there)."""
+    env = env or {}
+    pred = _predict(collective, size, topo, n, nodes, env, version)
+    ceilings = pred.ceilings or {"Ring": pred.peak_gbps}
+    top = max(ceilings, key=lambda a: (ceilings[a], a in SWITCH))
+    model = _per_algorithm(collective, size, topo, n, nodes, env, version)
+    expected = (pred.algo or "Ring").split("/")[0]
+    refs = matching(topo, collective, n, nodes, size)
+    base = dict(collective=collective, size_bytes=size, ranks=n, nodes=nodes, busbw=busbw,
+                util=busbw / ceilings[top], ceiling=f"{top} {ceilings[top]:.0f}", expected=expected,
+                model=" · ".join(f"{a} {v:.0f}" for a, v in model.items() if v),
+                published="; ".join(r.label() for r in refs))
+    if busbw > ceilings[top] * CEILING_SLACK:
+        return Row(**base, klass="impossible", line=(
+            f"above every known ceiling ({ceilings[top]:.0f} GB/s, {top} on {topo.name}): check the size, the rank "
+            f"count or the bus factor (and that {topo.name} is this system)"))
+    plateau = _predict(collective, max(size, PLATEAU_SIZE), topo, n, nodes, env, version).busbw_gbps
+    if pred.busbw_gbps < PLATEAU * plateau:
+        return Row(**base, klass="latency", line=(
+            f"latency-bound size (the model's busbw {pred.busbw_gbps:.0f} is under {PLATEAU} of its "
+            f"{plateau:.0f} at large sizes): not judged"))
+    if best and busbw < RISING * best:
+        return Row(**base, klass="rising", line=(
+            f"the busbw still rises here ({busbw:.0f}, the best measured {best:.0f}): judged at the larger sizes"))
+    if not nccl.covers(topo, "nccl", collective) and not refs:
+        return Row(**base, klass="unjudged", line=(
+            f"no published value, and NCCL's tuner model does not cover {collective}: util "
+            f"{busbw / ceilings[top]:.2f} of the link ({ceilings[top]:.0f} GB/s), not judged"))
+    ring_family = tuple(a for a in nccl.ALGORITHMS if a not in SWITCH)
+    ring = _level(refs, ring_family, model)
+    switch = _level(refs, SWITCH, model)
+    unnamed = [r for r in refs if r.kind == "measured" and r.algorithm is None]
+    if ring[0] is None and unnamed:
+        ring = (min(r.low for r in unnamed), max(r.high for r in unnamed), "published")
+    marks = [r for r in refs if r.kind == "threshold" and busbw < r.low]
+    if expected in SWITCH and switch[0] and ring[0] and switch[0] > ring[1] * DISTINCT:
+        if busbw >= LEVEL_SHARE * switch[0]:
+            if not marks:
+                return Row(**base, klass="nvls", line=f"NVLS-level ({busbw:.0f} vs {_span(*switch[:2])} {switch[2]})")
+        elif busbw >= LEVEL_SHARE * ring[0]:
+            return Row(**base, klass="ring-where-nvls", line=(
+                f"ring-level ({busbw:.0f} vs ring {_span(*ring[:2])} {ring[2]}) where NVLS is expected "
+                f"({_span(*switch[:2])} {switch[2]}): NVLS off? check NCCL_NVLS_ENABLE, nvidia-fabricmanager, "
+                "the driver"))
+    elif busbw >= LEVEL_SHARE * (ring[0] or math.inf) and not marks:
+        return Row(**base, klass="ring", line=f"ring/tree-level ({busbw:.0f} vs {_span(*ring[:2])} {ring[2]})"
+                   + ("" if topo.nvls else f"; {topo.name} has no NVLink SHARP"))
+    if marks:
+        line = f"under the pass mark {marks[0].low:g} GB/s ({busbw:.0f}; {marks[0].source}): a slow GPU or link"
+    else:
+        what = "published ring value" if ring[2] == "published" else "model's ring value"
+        line = f"below {LEVEL_SHARE} of the {what} ({busbw:.0f} vs {_span(*ring[:2])}): a slow GPU or link"
+    return Row(**base, klass="slow", line=line)
+
+
+def judge(records, topo, ranks=None, nodes=None, env=None):
+    """Rows, one per collective, size, ranks and nodes the records measured (their median busbw); records whose
+    collective the model does not cover, or whose ranks or nodes neither they nor the caller say, are left out
+    and counted: (rows, {reason: count})."""
+    groups, skipped = {}, {}
+    for rec in records:
+        n, m = rec.get("world_size") or ranks, rec.get("nodes") or nodes
+        why = (None if rec.get("collective") in CASES and CASES[rec["collective"]].model else "no model for it")
+        why = why or (None if n and m else "the log says no rank or node count (give --ranks and --nodes)")
+        busbw = rec.get("busbw_gbps")
+        why = why or (None if isinstance(busbw, (int, float)) and math.isfinite(busbw) else "no busbw")
+        if why:
+            skipped[why] = skipped.get(why, 0) + 1
+            continue
+        key = (rec["collective"], rec["size_bytes"], n, m)
+        mine = groups.setdefault(key, {"busbw": [], "env": dict(rec.get("env") or {}), "version": version_of(rec)})
+        mine["busbw"].append(busbw)
+    medians = {key: statistics.median(g["busbw"]) for key, g in groups.items()}
+    best = {}
+    for (c, _, n, m), value in medians.items():
+        best[c, n, m] = max(best.get((c, n, m), 0.0), value)
+    rows = [judge_one(c, size, n, m, medians[c, size, n, m], topo, {**g["env"], **(env or {})}, g["version"],
+                      best[c, n, m]) for (c, size, n, m), g in groups.items()]
+    return rows, skipped
