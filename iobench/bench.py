@@ -164,7 +164,7 @@ def _run_one(target, job, direct_ok, scratch, run_id, timeout, version, writer, 
         job = dataclasses.replace(job, options={**job.options, "direct": 0})
     jobname = f"{job.profile}.fio"
     write_new_text(scratch.path / jobname, job_file([job], [f"iobench {run_id}: {job.profile}"]), "job file")
-    runtime = float(job.options["runtime"]) if job.options.get("time_based") else None
+    runtime = float(str(job.options["runtime"]).rstrip("s")) if job.options.get("time_based") else None  # '5s'
     with progress(f"iobench: {step} {job.profile} on {target.path} ({target.mount.fs_type}, "
                   f"{target.mount.storage_class}){f' ~{runtime:g} s' if runtime else ''}", runtime):
         return _measure(target, [fio_directory(scratch.path), jobname], scratch, run_id, timeout, version, writer,
