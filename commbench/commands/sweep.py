@@ -207,6 +207,8 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
     case_opts = ReadOptions(take(kw, CaseOptionsText).parse())
     plan = build_plan(names, take(kw, MeasureOptions), case_opts, spec)
     refuse_unread(case_opts, [CASES[n] for n in names], given_fields())
+    for text in dict.fromkeys(spec.notes):   # once, as the other commands say them (emulated nodes, rounded sizes)
+        console(stderr=True).print(f"note: {text}")
     table_fn = rankstats.with_stats(lambda _: print_ranking(outcomes, found, failed, notes), show_stats, fmt)
     no_leftovers(kw)
     out_file = output_file(out or DEFAULT_OUT)

@@ -140,6 +140,16 @@ def test_allow_unknown_lets_experts_pass_anything():
     assert "NCCL_FUTURE_KNOB=7" in proc.stdout
 
 
+def test_sweep_says_once_that_its_nodes_are_emulated():
+    """--nodes 2 without an endpoint, allocation or host list: said once on stderr, as run and compare say it (sweep
+    said nothing)."""
+    proc = run_tool("commbench", "sweep", "--env", "NCCL_PROTO=LL,Simple", "--nodes", 2, "--nproc-per-node", 1,
+                    "-b", "1K", "-e", "1K", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("note: --nodes 2 without --rdzv-endpoint, a Slurm allocation or --hosts: both nodes are "
+                             "emulated on this host") == 1, proc.stderr
+
+
 def test_env_lists_the_catalogue():
     proc = run_tool("commbench", "env", env={"COLUMNS": "300"})   # headers unwrapped ("read by" over "nccl")
     assert proc.returncode == 0
