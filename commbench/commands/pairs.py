@@ -20,11 +20,11 @@ from benchcore.results import schema
 from benchcore.results.records import PLOT_SUFFIXES, new_output_option
 from benchcore.results.usable import FRACTION
 from benchcore.units import parse_size
-from commbench import history as health
 from commbench.cases import pairs_verdict as pv
 from commbench.cases.case import CaseOptions, refuse_unread
 from commbench.cases.pairs import FULL_COVERAGE_UP_TO, tournament
 from commbench.cases.registry import CASES
+from commbench.commands import history as health
 from commbench.commands.options import (MeasureOptions, Output, given_fields, launch_options, launch_specs,
                                         measure_options, no_leftovers, take)
 from commbench.planning import build_plan

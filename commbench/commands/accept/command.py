@@ -28,14 +28,16 @@ from benchcore.processes import procs
 from benchcore.progress import Reporter, quiet_option
 from benchcore.report.page import out_dir
 from benchcore.report.render import console
-from benchcore.results import thresholds
+from benchcore.results import metrics, thresholds
 from benchcore.results.read import load_many
 from benchcore.results.records import RecordWriter, new_run_id, read_records
+from commbench.commands import history
 from commbench.commands.accept import drain
 from commbench.commands.accept.gates import is_path
 from commbench.commands.accept.init import init_text
 from commbench.commands.accept.outputs import EXIT_FAIL, EXIT_PASS, Written, summary, verdict_event, write_outputs
 from commbench.commands.accept.spec import Check, load_spec
+from commbench.launch.ssh import DEFAULT_SSH, host_list
 from commbench.transports.envvars import CATALOGUE
 from iobench.cli import cli as iobench_cli
 
@@ -87,7 +89,7 @@ def validate(spec, programs):
     -> its click group): its options parsed and its plan built by the command itself, nothing started (no
     process, no env of the spec, no cluster prefix). A value the command refuses is refused here, naming the
     spec's line; so is a cluster exec program that is not there."""
-    if any(spec.clustered(c) for c in spec.checks):
+    if spec.cluster and any(spec.clustered(c) for c in spec.checks):
         program = shlex.split(spec.cluster["exec"].format(node=0))[0]
         if shutil.which(program) is None:
             raise UserError(f"{name(spec.path)}:{spec.exec_line}: cluster exec: no program {shown(program, 100)} "
@@ -95,8 +97,9 @@ def validate(spec, programs):
     for i, check in enumerate(spec.checks):
         if not check.row.dry_run:
             continue
-        args = check.args(None, *((0, spec.endpoint(i)) if spec.clustered(check) else ()))   # node 0's part
-        args = args[:args.index("--format")] + ["--dry-run"]
+        args = check.args(None, *((0, spec.endpoint(i)) if spec.cluster and spec.clustered(check) else ()))  # node 0's
+        args = args[:args.index("--format")] + (spec.host_args(check) if spec.hosts and spec.clustered(check) else [])
+        args += ["--dry-run"]
         err, why = io.StringIO(), None
         try:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
@@ -194,6 +197,18 @@ def own_verdict(result):
     return thresholds.Outcome(threshold, said is True, judged=1, message=why)
 
 
+def with_hosts(spec, hosts, ssh_command):
+    """(hosts, ssh command) for the multi-node checks: enough hosts for each; not beside a cluster exec prefix."""
+    if not hosts:
+        return [], None
+    if spec.cluster:
+        raise UserError(f"--hosts: {name(spec.path)} starts its nodes with cluster exec; give one or the other")
+    most = max((c for c in spec.checks if c.row.nodes_key), key=lambda c: c.nodes(), default=None)
+    if most and most.nodes() > len(hosts):
+        raise UserError(f"check {shown(most.name, 100)} runs on {most.nodes()} nodes; --hosts names {len(hosts)}")
+    return hosts, ssh_command
+
+
 def writable(directory):
     """directory, checked to take a new file (a read-only mount refuses here, before any check runs)."""
     probe = directory / ".accept-write-test"
@@ -268,8 +283,10 @@ def run(spec, out, baseline_path, programs, nodes=None):
     with procs.signals_blocked():
         if writer:
             written("results.jsonl", writer.close)
+        nodes_seen = history.record_accept(written, spec, results, run_id, drained, resumed)
         write_outputs(written, spec, results, records, baseline_path, baseline or [], run_id,
-                      time.monotonic() - t0, code, unknown_env(spec), drained, resumed)
+                      time.monotonic() - t0, code, unknown_env(spec), drained, resumed, nodes_seen)
+        metrics.publish(records, "commbench", spec=os.path.basename(spec.path))   # --metrics, --pushgateway
     passed = sum(r.passed for r in results)
     click.echo(f"accept: {({EXIT_PASS: 'PASS', EXIT_FAIL: 'FAIL'}).get(code, 'INTERRUPTED')}: "
                f"{passed} of {len(results)} checks passed; {name(directory)}/verdict.json, junit.xml, report.html")
@@ -302,7 +319,17 @@ def run(spec, out, baseline_path, programs, nodes=None):
               help="resume: `scontrol update State=RESUME` a node that commbench drained for a check (its reason "
                    "'commbench accept: CHECK: ...') when that check passes on it again; never a node drained by "
                    "someone else or for another check.")
-def accept(spec_path, out, baseline, dry_run, init, topology, nodes, on_fail, on_error, on_pass):
+@click.option("--history", "history_path", default=None, metavar="FILE",
+              help="Append each node's verdict of this run to FILE (JSONL; `commbench health FILE` reads it) [default: "
+                   "the spec's history:].")
+@click.option("--hosts", default=None, metavar="H1,H2,...",
+              help="Start each multi-node commbench check over ssh on its first --nodes of these hosts.")
+@click.option("--hostfile", default=None, metavar="FILE", help="The hosts of --hosts from a file, one per line.")
+@click.option("--ssh-command", default=DEFAULT_SSH, show_default=True, metavar="TEMPLATE",
+              help="How --hosts are reached: words, {host} replaced in them.")
+@metrics.metrics_options
+def accept(spec_path, out, baseline, dry_run, init, topology, nodes, on_fail, on_error, on_pass, history_path, hosts,
+           hostfile, ssh_command):
     """Cluster acceptance: run a spec's checks, judge their thresholds, write a verdict for CI and people.
 
     Writes DIR/results.jsonl (every record, each with accept_check), junit.xml (a testcase per check and
@@ -330,6 +357,9 @@ def accept(spec_path, out, baseline, dry_run, init, topology, nodes, on_fail, on
     if not spec_path:
         raise UserError("give --spec FILE (or --init --topology NAME to write one)")
     spec = load_spec(spec_path)
+    spec.history = history_path or spec.history
+    history.check(spec.history)
+    spec.hosts, spec.ssh_command = with_hosts(spec, host_list(hosts, hostfile), ssh_command)
     asked = [f"--{o} {v}" for o, v in (("on-fail", on_fail), ("on-error", on_error), ("on-pass", on_pass))
              if v != "report"]
     actions = (drain.scope(asked[0]), on_fail, on_error, on_pass) if asked else None

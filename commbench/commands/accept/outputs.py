@@ -13,6 +13,7 @@ from benchcore.report import page
 from benchcore.results import schema, thresholds
 from benchcore.results.read import measurements
 from benchcore.results.records import hostname, timestamp
+from benchcore.units import format_size
 from commbench.commands.accept import drain, report
 
 EXIT_PASS, EXIT_FAIL = 0, 1
@@ -88,8 +89,9 @@ def junit(results, spec, seconds, path):
                 ET.SubElement(case, "skipped", message=o.message)
             elif not o.passed:
                 failure = ET.SubElement(case, "failure", message=o.message, type="threshold")
-                failure.text = (f"measured: {o.measured}\nexpected: {t.op or '<='} {o.expected}\n"
-                                f"size_bytes: {o.size_bytes}\n")
+                size = format_size(o.size_bytes) if o.size_bytes else "n/a"    # values as the spec writes them
+                failure.text = (f"measured: {o.shown(o.measured)}\nexpected: {t.op or 'baseline'} "
+                                f"{o.shown(o.expected)}\nsize: {size}\n")
             cases.append(case)
     failures = sum(c.find("failure") is not None for c in cases)
     skipped = sum(c.find("skipped") is not None for c in cases)
@@ -118,7 +120,7 @@ def _lines(check):
 
 
 def write_outputs(written, spec, results, records, baseline_path, baseline, run_id, seconds, code, notes=(),
-                  drained=(), resumed=()):
+                  drained=(), resumed=(), nodes_seen=None):
     """verdict.json first (the smallest, what CI reads), junit.xml, then the report; notes: lines the report
     and verdict.json carry (env variables a spec allowed outside the catalogue or naming files); drained and
     resumed: what --on-fail/--on-error drain and --on-pass resume did, node by node."""
@@ -126,6 +128,7 @@ def write_outputs(written, spec, results, records, baseline_path, baseline, run_
     verdict = {"spec": spec.path, "run_id": run_id, "passed": code == EXIT_PASS, "exit_code": code,
                "interrupted": code not in (EXIT_PASS, EXIT_FAIL), "seconds": round(seconds, 1), "baseline": baseline_path,
                "notes": list(notes), "drained": list(drained), "resumed": list(resumed),
+               "history": {"file": nodes_seen[0], "nodes": nodes_seen[1]} if nodes_seen else None,
                "checks": [{"name": r.check.name, "kind": r.check.kind, "line": r.check.line, "ran": r.ran,
                            "passed": r.passed, "status": drain.status(r), "reason": r.reason or None,
                            "seconds": round(r.seconds, 1),
@@ -142,9 +145,9 @@ def write_outputs(written, spec, results, records, baseline_path, baseline, run_
         lead.append(f"baseline: {baseline_path} (dashed/hatched in the plots)")
     word = {EXIT_PASS: "PASS", EXIT_FAIL: "FAIL"}.get(code, "INTERRUPTED")
     written("the report (report.md, report.html, plots)", _report, directory, spec, results, records, baseline,
-            word, lead)
+            word, lead, nodes_seen)
 
 
-def _report(directory, spec, results, records, baseline, verdict, lead):
-    doc = report.document(directory, spec, results, records, baseline, verdict, lead, summary)
+def _report(directory, spec, results, records, baseline, verdict, lead, nodes_seen):
+    doc = report.document(directory, spec, results, records, baseline, verdict, lead, summary, nodes_seen)
     page.write_doc(directory, doc, measurements(records), "csv")

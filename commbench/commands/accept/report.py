@@ -2,6 +2,7 @@
 banner with PASS / FAIL, the spec, the cluster's hosts, the date and the suite's version; a table of the checks,
 failures first (status, measured vs expected, at which size, a link to its section); then one section per check
 with its thresholds, its measurements and its plots, each threshold drawn on the axis of the field it bounds."""
+import shlex
 from importlib import metadata
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from benchcore.units import format_size
 ORDER = {"FAIL": 0, "NOT RUN": 1, "PASS": 2}
 CHECKS = [("check", "check", None), ("status", "status", None), ("kind", "kind", None),
           ("versus", "measured vs expected", None), ("size", "at size", None)]
-OUTCOMES = [("threshold", "threshold", None), ("status", "status", None), ("measured", "measured", ".4g"),
+OUTCOMES = [("threshold", "threshold", None), ("status", "status", None), ("measured", "measured", None),
             ("expected", "expected", None), ("size", "at size", None), ("message", "detail", None)]
 
 
@@ -45,18 +46,34 @@ def _versus(result, o):
         return "no threshold judged" if result.ran else "not run (interrupted before it)"
     if o.measured is None or o.expected is None:
         return f"{o.threshold.text}: {o.message}"
-    return f"{o.threshold.text}: measured {o.measured:.4g}, expected {_expected(o)}"
+    return f"{o.threshold.text}: measured {o.shown(o.measured)}, expected {_expected(o)}"
 
 
 def _expected(o):
-    """'>= 1000'; a regression check's expected is the baseline's figure, not a bound: 'baseline 892.7'."""
+    """'>= 1,000 GB/s' in the spec's unit; a regression check's expected is the baseline's figure, not a bound:
+    'baseline 892.7 us'."""
     if o.expected is None:
         return None
-    return f"{o.threshold.op} {o.expected:.4g}" if o.threshold.op else f"baseline {o.expected:.4g}"
+    return f"{o.threshold.op or 'baseline'} {o.shown(o.expected)}"
 
 
 def _size(v):
     return format_size(v) if v else "n/a"
+
+
+HISTORY = [("node", "node", None), ("last_result", "this run", None), ("fails", "fails in its last runs", None),
+           ("flaps", "flaps", None), ("last_pass", "last pass", None), ("actions", "drained / resumed", None),
+           ("command", "its history", None)]
+
+
+def history_section(path, nodes):
+    """Each node of this run against its history: the counts, and the command that shows the whole of it."""
+    rows = [{"node": n["node"], "last_result": n["last_result"], "fails": f"{n['failures']} of {n['window']}",
+             "flaps": n["flaps"], "last_pass": n["last_pass"] or "never",
+             "actions": " / ".join(x or "-" for x in (n["drained"], n["resumed"])),
+             "command": f"commbench health {shlex.quote(path)} --node {shlex.quote(n['node'])}"} for n in nodes]
+    return page.Section("node history", "node-history", [f"history file: {path}"],
+                        [("each node of this run in the history", HISTORY, rows)])
 
 
 def _suite():
@@ -67,9 +84,10 @@ def _suite():
     return f"{version} (git {git_revision()})"
 
 
-def document(directory, spec, results, records, baseline, verdict, lead, summary):
+def document(directory, spec, results, records, baseline, verdict, lead, summary, nodes_seen=None):
     """The accept Doc (verdict: PASS, FAIL or INTERRUPTED; lead: lines before the notes; summary(result): a check's
-    one line); draws each check's plots into directory (their file names unique across checks)."""
+    one line; nodes_seen: (history file, this run's nodes' summaries) where a history is kept); draws each check's
+    plots into directory (their file names unique across checks)."""
     recs = measurements(records)
     hosts = sorted({h for r in recs for h in (r.get("hosts") or []) if isinstance(h, str)})
     passed = sum(r.passed for r in results)
@@ -82,7 +100,8 @@ def document(directory, spec, results, records, baseline, verdict, lead, summary
         rows.append({"check": page.Link(name, anchor), "status": status(result), "kind": result.check.kind,
                      "versus": _versus(result, o), "size": _size(o.size_bytes) if o else "n/a"})
         joined, mine, base = page.compared([r for r in recs if r.get("accept_check") == name], baseline)
-        outcomes = [{"threshold": x.threshold.text, "status": _outcome_status(x), "measured": x.measured,
+        outcomes = [{"threshold": x.threshold.text, "status": _outcome_status(x),
+                     "measured": x.shown(x.measured) if x.measured is not None else None,
                      "expected": _expected(x),
                      "size": _size(x.size_bytes), "message": x.message} for x in result.outcomes]
         tables = [("thresholds", OUTCOMES, outcomes)] if outcomes else []
@@ -92,6 +111,8 @@ def document(directory, spec, results, records, baseline, verdict, lead, summary
         lines = [summary(result)] + ([left_out] if left_out else [])
         sections.append(page.Section(f"{status(result)} {name} ({result.check.kind})", anchor, lines, tables,
                                            images))
+    if nodes_seen:
+        sections.append(history_section(*nodes_seen))
     notes = list(lead) + [f"{r.get('event')}: {r.get('reason')}" for r in records
                           if r.get("event") and r.get("event") != "verdict"]
     notes += page.value_notes(recs, baseline)

@@ -10,6 +10,8 @@ Top level:
   cluster:                     optional: run each node of a multi-node commbench check yourself
     exec: "scripts/netns-cluster exec {node} --"     prefix of node {node}'s command (ssh, ip netns exec)
     rdzv_endpoint: 10.213.0.1:29500                  node 0's address; the port grows by one per check
+  history: FILE                each node's verdict of every run appended there (commbench health reads it);
+                               --history overrides it
   checks: [ {name, kind, thresholds, timeout, env, allow_paths, allow_unknown_env, ...the kind's keys} ]
 
 A spec is read as hostile input: a regular UTF-8 file of bounded size, YAML with bounded aliases and nesting
@@ -21,7 +23,7 @@ most a short excerpt without control characters.
 """
 import shlex
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from benchcore import inputs
@@ -31,7 +33,7 @@ from commbench.commands.accept.gates import check_cluster, check_env
 from commbench.commands.accept.kinds import KINDS, VALUES, is_argument
 
 COMMON = ("name", "kind", "thresholds", "timeout", "env", "allow_paths", "allow_unknown_env")
-TOP = ("topology", "cluster", "checks")
+TOP = ("topology", "cluster", "checks", "history")
 DEFAULT_TIMEOUT_S = 900
 MAX_TIMEOUT_S = 7 * 86400
 MAX_CLUSTER_NODES = 1024     # one command per node is built and shown
@@ -85,9 +87,16 @@ class Spec:
     checks: list
     cluster: Optional[dict] = None
     exec_line: int = 1
+    history: Optional[str] = None
+    hosts: list = field(default_factory=list)   # accept --hosts: multi-node commbench checks start over ssh
+    ssh_command: Optional[str] = None
 
     def clustered(self, check):
-        return bool(self.cluster) and check.nodes() > 1
+        return bool(self.cluster or self.hosts) and check.nodes() > 1
+
+    def host_args(self, check):
+        """A multi-node check's share of accept --hosts: its first nodes() hosts."""
+        return ["--hosts", ",".join(self.hosts[:check.nodes()]), "--ssh-command", self.ssh_command]
 
     def endpoint(self, index):
         """The rendezvous endpoint of the index-th check under the cluster (the port grows by one per check)."""
@@ -97,6 +106,8 @@ class Spec:
     def commands(self, check, index, out):
         """[(node, argv)]: one command, or one per node under the cluster's exec prefix (node 0 writes out), the
         check's env set by `env` after the prefix (ssh starts the command with an environment of its own)."""
+        if self.hosts and self.clustered(check):   # the check's own launcher starts its nodes over ssh
+            return [(None, check.argv(out) + self.host_args(check))]
         if not self.clustered(check):
             return [(None, check.argv(out))]
         env = ["env", *(f"{k}={v}" for k, v in check.env.items())] if check.env else []
@@ -164,7 +175,10 @@ def load_spec(path):
                                              "under cluster exec")
     if cluster and int(cluster["rdzv_endpoint"].rsplit(":", 1)[1]) + len(out) - 1 > 65535:
         fail(cluster, "rdzv_endpoint", f"rdzv_endpoint's port + one per check ({len(out)}) passes 65535")
-    return Spec(str(path), out, cluster, lines.get(id(cluster), {}).get("exec", 1))
+    history = data.get("history")
+    if history is not None and not is_argument(history):
+        fail(data, "history", f"history is {_q(history)}, expected {VALUES['text'][1]}")
+    return Spec(str(path), out, cluster, lines.get(id(cluster), {}).get("exec", 1), history)
 
 
 def _check(raw, topology, fail_at, lines):

@@ -4,6 +4,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 import xml.etree.ElementTree as ET
@@ -163,11 +164,18 @@ def outcome(case):
 
 
 @pytest.fixture(scope="module")
-def localhost(tmp_path_factory):
+def history(tmp_path_factory):
+    """The health history both runs of this module append to (the passing one, then the failing one)."""
+    return tmp_path_factory.mktemp("history") / "health.jsonl"
+
+
+@pytest.fixture(scope="module")
+def localhost(tmp_path_factory, history):
     out = tmp_path_factory.mktemp("accept") / "out"
     t0 = time.monotonic()
     with host_mount_lock():
-        proc = run_tool("commbench", "accept", "--spec", LOCALHOST, "--out", out, timeout=600, cwd=ROOT)
+        proc = run_tool("commbench", "accept", "--spec", LOCALHOST, "--out", out, "--history", history, timeout=600,
+                        cwd=ROOT)
     return proc, out, time.monotonic() - t0
 
 
@@ -271,7 +279,7 @@ checks:
 
 
 @pytest.fixture(scope="module")
-def failing(localhost, tmp_path_factory):
+def failing(localhost, tmp_path_factory, history):
     """One run with a regressed baseline, an impossible threshold, a crashing check, a hanging one and one that
     passes."""
     _, good, _ = localhost
@@ -287,7 +295,7 @@ def failing(localhost, tmp_path_factory):
     spec = write_spec(tmp, FAILING.replace("{tmp}", str(tmp)))
     with host_mount_lock():
         proc = run_tool("commbench", "accept", "--spec", spec, "--out", tmp / "out", "--baseline",
-                        tmp / "baseline.jsonl", timeout=600, env=HOOKS_ON)
+                        tmp / "baseline.jsonl", "--history", history, timeout=600, env=HOOKS_ON)
     print(proc.stderr + proc.stdout)
     return proc, tmp / "out"
 
@@ -298,8 +306,9 @@ def test_an_impossible_threshold_fails_naming_measured_and_expected(failing):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     case = junit_cases(out / "junit.xml")[("impossible", "busbw >= 1000 GB/s at 1M")]
     failure = case.find("failure")
-    assert re.search(r"measured busbw_gbps [\d.e-]+, expected >= 1000 at 1M", failure.get("message"))
-    assert "size_bytes: 1048576" in failure.text and "expected: >= 1000" in failure.text
+    # in the spec's unit and form (issue 39 item 7): 1,000 GB/s, never 1e+03
+    assert re.search(r"measured busbw_gbps [\d.]+ GB/s, expected >= 1,000 GB/s at 1M", failure.get("message"))
+    assert "size: 1M" in failure.text and "expected: >= 1,000 GB/s" in failure.text and "e+" not in failure.text
     assert outcome(junit_cases(out / "junit.xml")[("impossible", "wrong == 0")]) == "pass"
     assert "FAIL impossible" in proc.stderr
 
@@ -344,7 +353,7 @@ def test_the_report_opens_with_the_verdict_and_a_row_per_check_in_a_real_browser
     assert [row[1] for row in seen["checks"]] == ["FAIL"] * 4 + ["PASS"] and all(seen["links"])
     assert len(seen["sections"]) == 5 and seen["images"] and all(width > 0 for _, width in seen["images"])
     impossible = next(row for row in seen["checks"] if row[0] == "impossible")
-    assert re.fullmatch(r"busbw >= 1000 GB/s at 1M: measured [\d.e-]+, expected >= 1000", impossible[3])
+    assert re.fullmatch(r"busbw >= 1000 GB/s at 1M: measured [\d.]+ GB/s, expected >= 1,000 GB/s", impossible[3])
     assert impossible[4] == "1M"
     md = (out / "report.md").read_text()
     assert f"## {seen['verdict']}" in md and seen["facts"] in md
@@ -420,3 +429,22 @@ def test_an_earlier_accept_run_as_baseline_is_compared_check_by_check(localhost)
     regression = next(o for o in result.outcomes if o.threshold.regression is not None)
     assert regression.passed and not regression.skipped          # the same run: no change
     assert regression.judged == len({r["size_bytes"] for r in mine if not r.get("event")})
+
+
+@pytest.mark.slow
+def test_each_run_appends_one_verdict_per_node_to_the_history_and_the_report_links_it(failing, history):
+    _, out = failing
+    entries = [json.loads(ln) for ln in history.read_text().splitlines()]
+    assert [e["result"] for e in entries] == ["pass", "fail"]   # the passing run, then this one: one node each
+    assert {e["node"] for e in entries} == {socket.gethostname()} and entries[0]["failed"] == []
+    failed = entries[1]["failed"]
+    assert [f.split(":")[0] for f in failed] == ["steady", "impossible", "crashing", "hanging"], failed
+    assert entries[1]["report"] == str(out.resolve() / "report.html") and entries[1]["source"] == "accept"
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert verdict["history"]["file"] == str(history) and verdict["history"]["nodes"][0]["flaps"] == 1
+    report = (out / "report.md").read_text()
+    assert "node history" in report and f"commbench health {history} --node {socket.gethostname()}" in report
+    shown = run_tool("commbench", "health", history, "--format", "json")
+    row = json.loads(shown.stdout)
+    assert (row["last_result"], row["failures"], row["window"], row["flaps"]) == ("fail", 1, 2, 1)
+    assert row["last_pass"] == entries[0]["time"] and row["what_failed"].startswith("impossible: ")

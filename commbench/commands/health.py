@@ -1,0 +1,60 @@
+"""`commbench health [HISTORY]`: each node's health history (commbench/commands/history.py) as a table or JSON."""
+import json
+import os
+
+import click
+
+from benchcore.errors import UserError
+from benchcore.report.render import console, print_table
+from commbench.commands.history import DEFAULT_WINDOW, HISTORY_ENV, read
+
+ORDER = {"fail": 0, "error": 1, "pass": 2}
+
+
+def _when(text):
+    return text[:16] if text else None   # minutes are enough to tell runs apart
+
+
+@click.command()
+@click.argument("history", required=False, metavar="[HISTORY]")
+@click.option("--last", "window", type=click.IntRange(1, 10000), default=DEFAULT_WINDOW, show_default=True,
+              help="Runs per node that failures and flaps count over.")
+@click.option("--node", "nodes", multiple=True, metavar="NAME", help="Only this node (repeat for more).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="json: one object per node (JSONL).")
+def health(history, window, nodes, fmt):
+    """Per node: last result, last pass, failures and flaps in the last runs, drained/resumed by commbench, what
+    failed; failing nodes first.
+
+    HISTORY is the file `accept --history` and `pairs --history` append to [default: $COMMBENCH_HISTORY].
+
+    \b
+    Example:
+      commbench accept --spec acceptance/healthcheck.yaml --history /var/lib/commbench/health.jsonl
+      commbench health /var/lib/commbench/health.jsonl --last 20
+    """
+    history = history or os.environ.get(HISTORY_ENV)
+    if not history:
+        raise UserError(f"give the history file (commbench health FILE, or {HISTORY_ENV})")
+    summaries, skipped = read(history, window)
+    if nodes:
+        missing = [n for n in nodes if n not in summaries]
+        if missing:
+            raise UserError(f"--node {missing[0]}: not in the history ({len(summaries)} nodes there)")
+        summaries = {n: summaries[n] for n in nodes}
+    rows = sorted(summaries.values(), key=lambda s: (ORDER[s["last_result"]], -s["failures"], s["node"]))
+    if fmt == "json":
+        for row in rows:
+            click.echo(json.dumps(row, separators=(",", ":")))
+    else:
+        shown = [{**r, "label": r["node"], "last_run": _when(r["last_run"]), "last_pass": _when(r["last_pass"]) or "never",
+                  "fails": f"{r['failures']}/{r['window']}", "drained": _when(r["drained"]),
+                  "resumed": _when(r["resumed"])} for r in rows]
+        print_table(shown, [("label", "node", None), ("last_result", "last", None), ("last_run", "at", None),
+                            ("last_pass", "last pass", None), ("fails", f"fails/{window}", None),
+                            ("flaps", "flaps", None), ("drained", "drained", None), ("resumed", "resumed", None),
+                            ("last_failed", "what failed (last failure)", None)],
+                    title=f"node health: {len(rows)} nodes, {sum(s['runs'] for s in rows)} verdicts")
+    if skipped:
+        console(stderr=True).print(f"note: {skipped} lines of the history are not node verdicts; skipped",
+                                   markup=False)

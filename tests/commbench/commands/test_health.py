@@ -1,0 +1,77 @@
+"""`commbench health`: a node's history read back. The history written by real runs is checked where they run
+(accept: tests/commbench/commands/test_accept.py; pairs over ssh: tests/netns/test_ssh.py); here the reader's
+counts on a history written line by line as accept writes it (commbench.history.entry), and its refusals."""
+import json
+import os
+
+import pytest
+
+from commbench.commands import history
+from tests.conftest import assert_one_line_error, run_tool
+
+RUNS = {   # node -> its results, oldest first, and what commbench did to it in Slurm on that run
+    "n1": ["pass", "fail", "pass", "fail", "fail"],
+    "n2": ["pass"] * 12,
+    "n3": ["pass", "error", "fail", "pass"],
+}
+ACTIONS = {("n1", 3): "drained", ("n3", 2): "drained", ("n3", 3): "resumed"}
+
+
+@pytest.fixture
+def written(tmp_path):
+    path = tmp_path / "health.jsonl"
+    for node, results in RUNS.items():
+        for i, result in enumerate(results):
+            failed = [] if result == "pass" else [f"node-all_reduce: run {i} {result}"]
+            e = history.entry(node, result, failed, ["node-all_reduce"], f"run{i}", "accept", "healthcheck.yaml",
+                              ACTIONS.get((node, i)), None)
+            history.append(path, [{**e, "time": f"2026-12-0{1 + i // 9}T0{i % 9}:00:00+00:00"}])
+    with open(path, "a") as f:
+        f.write("not a verdict\n" + json.dumps({"history": 1, "node": "n9", "result": "maybe"}) + "\n")
+    return path
+
+
+def health(*args):
+    return run_tool("commbench", "health", *args, timeout=60)
+
+
+def test_json_counts_per_node(written):
+    done = health(written, "--format", "json", "--last", 4)
+    assert done.returncode == 0, done.stderr
+    rows = {r["node"]: r for r in map(json.loads, done.stdout.splitlines())}
+    assert list(rows) == ["n1", "n3", "n2"]          # failing first
+    n1, n2, n3 = rows["n1"], rows["n2"], rows["n3"]
+    assert (n1["last_result"], n1["failures"], n1["window"], n1["runs"]) == ("fail", 3, 4, 5)
+    assert n1["flaps"] == 2 and n1["last_pass"] == "2026-12-01T02:00:00+00:00"   # fail pass fail fail
+    assert n1["drained"] == "2026-12-01T03:00:00+00:00" and n1["resumed"] is None
+    assert n1["what_failed"] == "node-all_reduce: run 4 fail"
+    assert (n2["failures"], n2["flaps"], n2["window"], n2["runs"]) == (0, 0, 4, 12) and n2["what_failed"] is None
+    assert n2["last_pass"] == "2026-12-02T02:00:00+00:00"
+    assert (n3["last_result"], n3["failures"], n3["errors"], n3["flaps"]) == ("pass", 1, 1, 2)   # error not a flap
+    assert n3["resumed"] == "2026-12-01T03:00:00+00:00" and n3["last_failed"] == "node-all_reduce: run 2 fail"
+    assert "2 lines of the history are not node verdicts" in done.stderr
+
+
+def test_table_and_one_node(written):
+    done = health(written, "--node", "n1")
+    assert done.returncode == 0, done.stderr
+    assert "n1" in done.stdout and "n2" not in done.stdout and "3/5" in done.stdout
+    assert "2026-12-01T03:00" in done.stdout and "node-all_reduce: run 4 fail" in done.stdout
+    env = run_tool("commbench", "health", env={history.HISTORY_ENV: str(written)})
+    assert env.returncode == 0 and "n3" in env.stdout
+
+
+@pytest.mark.parametrize("args, needle", [
+    ([], "give the history file"), (["/nonexistent/h.jsonl"], "no such file"), (["/"], "is a directory"),
+    (["--node", "n7", "HIST"], "--node n7: not in the history")])
+def test_refusals(written, args, needle):
+    assert_one_line_error(health(*[str(written) if a == "HIST" else a for a in args]), needle)
+
+
+def test_a_history_that_is_a_symlink_is_never_appended_through(tmp_path):
+    target = tmp_path / "elsewhere"
+    target.write_text("")
+    os.symlink(target, tmp_path / "h.jsonl")
+    done = run_tool("commbench", "pairs", "--nodes", 2, "--size", "1K", "--history", tmp_path / "h.jsonl")
+    assert_one_line_error(done, "symbolic link")
+    assert target.read_text() == ""
