@@ -32,7 +32,7 @@ def written(tmp_path):
 
 
 def health(*args):
-    return run_tool("commbench", "health", *args, timeout=60)
+    return run_tool("commbench", "health", *args, timeout=60, env={"COLUMNS": "200"})   # no cell wrapped
 
 
 def test_json_counts_per_node(written):
