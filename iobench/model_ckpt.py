@@ -118,15 +118,17 @@ def run(path, layout, processes, writes, reads, timeout, keep, writer, run_id, s
 
 
 def print_model(records):
-    rows = [dict(r, moved="n/a" if r.get("bytes_moved_ratio") is None else f"{r['bytes_moved_ratio']:.2f}",
+    rows = [dict(r, label=r["rw"], moved="n/a" if r.get("bytes_moved_ratio") is None else f"{r['bytes_moved_ratio']:.2f}",
                  bw=r["bw_mbps"] if r.get("bw_mbps") is not None else f"({r['served_by']})",
                  spread=f"{r['bw_mbps_min']:,.0f}-{r['bw_mbps_max']:,.0f}") for r in records if r.get("model")]
-    print_table(rows, [("rw", "phase", None), ("repeats", "ckpts", "d"), ("size_bytes", "bytes", ",d"),
-                       ("numjobs", "ranks", "d"), ("files", "files", "d"), ("duration_s", "slowest rank s", ".2f"),
+    first = rows[0] if rows else {}
+    print_table(rows, [("label", "phase", None), ("repeats", "ckpts", "d"), ("numjobs", "ranks", "d"),
+                       ("files", "files", "d"), ("duration_s", "slowest rank s", ".2f"),
                        ("min_rank_mbps", "min rank MB/s", ",.0f"), ("bw", "aggregate MB/s", ",.0f"),
-                       ("spread", "aggregate range", None), ("moved", "moved x", None), ("served_by", "served by", None),
+                       ("spread", "range MB/s", None), ("moved", "moved x", ".2f"), ("served_by", "served by", None),
                        ("wrong", "#wrong", "d")],
-                 title=f"{records[0]['model']} checkpoint on {records[0]['mount']}" if rows else "model checkpoint")
+                title=f"{first['model']} checkpoint, {first['size_bytes'] / 1e6:,.0f} MB, on {first['mount']}"
+                if rows else "model checkpoint")
     out = console()
     for r in rows[:1]:
         out.print(f"layout: TP={r['tp']} PP={r['pp']} DP={r['dp']} ZeRO-{r['zero']}, {r['layout_ranks']} layout ranks "

@@ -238,6 +238,26 @@ checks:
 RATE = 400_000_000   # bit/s on every node's link during the pairs test; the slow node gets a third
 
 
+def test_iobench_template_writes_one_model_checkpoint_from_two_nodes(cluster, cephfs_mount, capsys):
+    """iobench.sbatch with MODEL: both nodes' ranks write and read one llama3-8b checkpoint (1/5000 scale) on the real
+    CephFS, rendezvous on the first node; node 0's records name both hosts."""
+    out_dir = cephfs_mount.path / f"slurm-model-{os.getpid()}"
+    out_dir.mkdir()
+    job = cluster.sbatch("--exclusive=user", "--partition=debug", str(ROOT / "scripts/slurm/iobench.sbatch"),
+                         env={"IOBENCH": str(BIN / "iobench"), "MOUNTS": str(out_dir), "OUTDIR": str(out_dir),
+                              "MODEL": "llama3-8b", "SCALE": "0.0002",
+                              "ARGS_MODEL": "--ranks 1 --writes 1 --reads 1"})
+    end = cluster.wait_job(job, timeout=180)
+    log = (cluster.work / f"iobench-{job}.log").read_text()
+    assert end[1] == 0, log
+    recs = records(out_dir / f"iobench-{job}.jsonl")
+    assert [r["rw"] for r in recs] == ["write", "read"] and all(r["numjobs"] == 2 for r in recs), recs
+    assert sorted(recs[0]["per_host_mbps"]) == cluster.job_nodes(job) and recs[0]["served_by"] == "storage"
+    assert "iobench: llama3-8b on 2 nodes" in log
+    with capsys.disabled():
+        print(f"\n[iobench.sbatch MODEL job {job} log]\n" + "\n".join(log.splitlines()[-8:]))
+
+
 def shape_node(cluster, node, bits):
     """Both directions of one node's link: its eth0 (upload) and its switch port (download); None: unshaped."""
     netns.shape(cluster.nodes[node], netns.IFNAME, bits)
