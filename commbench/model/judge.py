@@ -138,7 +138,8 @@ def judge_one(collective, size, n, nodes, busbw, topo, env=None, version=None, b
     unnamed = [r for r in refs if r.kind == "measured" and r.algorithm is None]
     if ring[0] is None and unnamed:
         ring = (min(r.low for r in unnamed), max(r.high for r in unnamed), "published")
-    marks = [r for r in refs if r.kind == "threshold" and busbw < r.low]
+    chosen = env.get("NCCL_ALGO") or env.get("NCCL_NVLS_ENABLE") == "0"     # a pass mark presumes the defaults
+    marks = [] if chosen else [r for r in refs if r.kind == "threshold" and busbw < r.low]
     if expected in SWITCH and switch[0] and ring[0] and switch[0] > ring[1] * DISTINCT:
         if busbw >= LEVEL_SHARE * switch[0]:
             if not marks:
@@ -151,12 +152,11 @@ def judge_one(collective, size, n, nodes, busbw, topo, env=None, version=None, b
     elif busbw >= LEVEL_SHARE * (ring[0] or math.inf) and not marks:
         return Row(**base, klass="ring", line=f"ring/tree-level ({busbw:.0f} vs {_span(*ring[:2])} {ring[2]})"
                    + ("" if topo.nvls else f"; {topo.name} has no NVLink SHARP"))
-    if marks:
-        line = f"under the pass mark {marks[0].low:g} GB/s ({busbw:.0f}; {marks[0].source}): a slow GPU or link"
-    else:
+    mark = f"under the pass mark {marks[0].low:g} GB/s of {marks[0].source}" if marks else ""
+    if ring[0] and busbw < LEVEL_SHARE * ring[0]:
         what = "published ring value" if ring[2] == "published" else "model's ring value"
-        line = f"below {LEVEL_SHARE} of the {what} ({busbw:.0f} vs {_span(*ring[:2])}): a slow GPU or link"
-    return Row(**base, klass="slow", line=line)
+        mark = f"below {LEVEL_SHARE} of the {what} ({busbw:.0f} vs {_span(*ring[:2])})" + (f", {mark}" if mark else "")
+    return Row(**base, klass="slow", line=f"{mark or f'{busbw:.0f} is slow'}: a slow GPU or link")
 
 
 def judge(records, topo, ranks=None, nodes=None, env=None):
