@@ -166,15 +166,24 @@ def options():
                               "this host).")]
 
 
-def publish(records, tool):
+def metrics_options(fn):
+    """options() as one decorator."""
+    for option in reversed(options()):
+        fn = option(fn)
+    return fn
+
+
+def publish(records, tool, spec=None):
     """Write and push the metrics of records as --metrics and --pushgateway asked (nothing when neither was
-    given, or outside a click command)."""
+    given, or outside a click command). spec: the acceptance spec whose checks' verdicts these are (a label)."""
     ctx = click.get_current_context(silent=True)
     if ctx is None:
         return
     path, url = ctx.meta.get("benchcore.metrics.metrics"), ctx.meta.get("benchcore.metrics.pushgateway")
     if not path and not url:
         return
+    if spec:
+        records = [{**r, "spec": spec} if r.get("event") == "verdict" and "accept_check" in r else r for r in records]
     text = exposition(records, tool)
     if path:
         files.replace_output(path, text, "--metrics")

@@ -57,8 +57,8 @@ def run_pairs(prefix, logdir, port, name):
     spec's cluster exec): (exit code, verdict.json, the records, pairs' own verdict record)."""
     spec = logdir / f"{name}.yaml"
     spec.write_text(SPEC.format(endpoint=f"{netns.node_addr(0)}:{port}"))
-    proc = run_tool("commbench", "accept", "--spec", spec, "--out", logdir / name, timeout=400, cwd=ROOT,
-                    env={"NETNS_CLUSTER_PREFIX": prefix})
+    proc = run_tool("commbench", "accept", "--spec", spec, "--out", logdir / name, "--metrics",
+                    logdir / f"{name}.prom", timeout=400, cwd=ROOT, env={"NETNS_CLUSTER_PREFIX": prefix})
     print(proc.stderr + proc.stdout)
     recs = read_records(logdir / name / "results.jsonl")
     (found,) = [r for r in recs if r.get("event") == "verdict" and r.get("check") == "pairs"]
@@ -83,6 +83,12 @@ def test_the_slow_node_is_named_and_only_it(quad):
     assert accused["node"] == slow and slow not in accused["peers"] and accused["pairings"] >= 3, accused
     assert accused["median_ratio"] < 0.5 and accused["confidence"] > 0.99, accused
     assert [v["host"] for v in found["node_verdicts"] if not v["passed"]] == [slow]
+    # accept --metrics: the check failed, node 3 bad and the other seven fine, as node_exporter's textfile reads it
+    prom = (logdir / "slow.prom").read_text().splitlines()
+    assert 'commbench_check_passed{check="links",spec="slow.yaml"} 0.0' in prom
+    assert 'commbench_check_passed{check="pairs",spec=""} 0.0' in prom
+    bad = {ln.split('host="')[1].split('"')[0]: ln.rsplit(" ", 1)[1] for ln in prom if ln.startswith("commbench_bad_node{")}
+    assert bad == {netns.ns_name(prefix, i): "1.0" if i == 3 else "0.0" for i in range(NODES)}, bad
     # accept judges pairs' verdict and the links against their median: both fail, naming node 3
     assert code == 1 and verdict["checks"][0]["reason"] is None
     judged = outcomes(verdict)

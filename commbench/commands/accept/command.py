@@ -286,7 +286,7 @@ def run(spec, out, baseline_path, programs, nodes=None):
         nodes_seen = history.record_accept(written, spec, results, run_id, drained, resumed)
         write_outputs(written, spec, results, records, baseline_path, baseline or [], run_id,
                       time.monotonic() - t0, code, unknown_env(spec), drained, resumed, nodes_seen)
-        metrics.publish(records, "commbench", spec=os.path.basename(spec.path))   # --metrics, --pushgateway
+    metrics.publish(records, "commbench", spec=os.path.basename(spec.path))   # --metrics, --pushgateway
     passed = sum(r.passed for r in results)
     click.echo(f"accept: {({EXIT_PASS: 'PASS', EXIT_FAIL: 'FAIL'}).get(code, 'INTERRUPTED')}: "
                f"{passed} of {len(results)} checks passed; {name(directory)}/verdict.json, junit.xml, report.html")
