@@ -224,6 +224,10 @@ def fit_repeats(ctx, shared, cases):
     plan = ctx.plan
     least, most = plan.fit_repeats
     ctx.plan = dataclasses.replace(plan, iters=1, warmup=1, repeats=1, time_budget=None, fit_repeats=None)
+    startup = _agree(ctx, time.time() - plan.launched_at, "max")
+    if startup >= plan.time_budget:   # nothing is left to measure in: no calibration
+        raise BudgetTooSmall(f"--time-budget {plan.time_budget:g} s is too small: the start-up alone took "
+                             f"{startup:.1f} s")
     steps, loops, t0 = ctx.plan.steps(), 0.0, time.perf_counter()
     try:
         for st in steps:
@@ -239,11 +243,11 @@ def fit_repeats(ctx, shared, cases):
     def cost(iters):   # one pass at iters iterations, warm-up (fit_budget's runs of 1, 2, 4, ...) about half as many
         return fixed + (iters + max(1, iters // 2)) * loops
     if left < least * cost(1):
-        need = math.ceil(plan.time_budget - left + least * cost(1))
-        raise BudgetTooSmall(f"--time-budget {plan.time_budget:g} s is too small: {left:.1f} s were left after the start-up, "
-                       f"and one pass over the {len(steps)} measurements at 1 iteration takes {wall:.1f} s; "
-                       f"{least} passes (the least that gives a spread) need about {need} s in all (or fewer sizes "
-                       "or configs)")
+        need = math.ceil(startup + wall + least * cost(1))
+        raise BudgetTooSmall(f"--time-budget {plan.time_budget:g} s is too small: the start-up took {startup:.1f} s "
+                             f"and a pass over the {len(steps)} measurements at 1 iteration {wall:.1f} s; with "
+                             f"{least} more (the least that gives a spread) it needs about {need} s (or fewer sizes "
+                             "or configs)")
     repeats = max(least, min(most, int(left // cost(plan.iters))))
     fields = {"repeats": repeats, "seconds": round(wall, 2), "time_budget_s": plan.time_budget}
     return dataclasses.replace(plan, repeats=repeats, fit_repeats=None), fields
