@@ -40,6 +40,13 @@ def verdict_record(rows, topo, run_id=None):
                         passed=not failing, rows=[r.as_dict() for r in rows])
 
 
+def run_verdict(records, topology_text):
+    """run --judge: the verdict record of a run's measurements on the topology it named ([] where none is judged)."""
+    topo = resolve(topology_text)
+    rows, _ = judge(read.measurements(records), topo)
+    return [verdict_record(rows, topo, records[0].get("run_id"))] if rows else []
+
+
 @click.command("judge")
 @click.argument("files", nargs=-1, required=True)
 @click.option("--topology", required=True, metavar="FILE|NAME", help="The system the numbers came from.")

@@ -167,6 +167,8 @@ def judge(records, topo, ranks=None, nodes=None, env=None):
     for rec in records:
         n, m = rec.get("world_size") or ranks, rec.get("nodes") or nodes
         why = (None if rec.get("collective") in CASES and CASES[rec["collective"]].model else "no model for it")
+        why = why or (None if rec.get("backend") in (None, "nccl") else "not an NCCL run (the judge knows GPU systems)")
+        why = why or (None if topo.gpus_per_node else f"topology {topo.name} has no GPUs")
         why = why or (None if n and m else "the log says no rank or node count (give --ranks and --nodes)")
         busbw = rec.get("busbw_gbps")
         why = why or (None if isinstance(busbw, (int, float)) and math.isfinite(busbw) else "no busbw")

@@ -92,10 +92,10 @@ def test_every_example_spec_is_valid(spec):
 def test_init_writes_a_valid_spec_with_the_topologys_numbers(tmp_path):
     proc = run_tool("commbench", "accept", "--init", "--topology", "dgx-h100", "--nodes", "2")
     assert proc.returncode == 0, proc.stderr
-    assert "inter-node tier: link peak" in proc.stdout and "400.0 GB/s busbw" in proc.stdout
+    assert "inter-node tier: its ceiling" in proc.stdout and "is 750.0 GB/s busbw" in proc.stdout   # NVLSTree's
     spec = accept_spec.load_spec(write_spec(tmp_path, proc.stdout))
-    assert {c.kind for c in spec.checks} == {"commbench", "iobench", "checkpoint"}
-    assert all(c.values.get("topology") == "dgx-h100" for c in spec.checks if c.kind == "commbench")
+    assert {c.kind for c in spec.checks} == {"commbench", "iobench", "checkpoint", "expected"}
+    assert all(c.values.get("topology") == "dgx-h100" for c in spec.checks if c.kind in ("commbench", "expected"))
 
 
 def help_options(*command):
@@ -113,7 +113,8 @@ COMMANDS = {"commbench": [({"collective": "all_reduce"}, ("commbench", "run"), {
             "selftest-link": [({}, ("commbench", "selftest", "link"), set())],
             "selftest-model": [({}, ("commbench", "selftest", "model"), set())],
             "overlap": [({"pattern": "ddp"}, ("commbench", "overlap"), set())],
-            "pairs": [({"nodes": 2}, ("commbench", "pairs"), set())]}
+            "pairs": [({"nodes": 2}, ("commbench", "pairs"), set())],
+            "expected": [({"collective": "all_reduce"}, ("commbench", "run"), set())]}
 
 
 def test_every_option_a_check_kind_uses_is_one_its_command_has():

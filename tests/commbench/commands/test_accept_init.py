@@ -1,5 +1,6 @@
 """`commbench accept --init` (issue 25, item 4): each threshold is a stated margin under the model, written with its
-margin and reason; the bandwidth check starts where the model reaches 0.9 of the link peak."""
+margin and reason; the bandwidth check starts where the model reaches 0.9 of its busbw at 16G (issue 40: an NVLS
+run's ceiling is not its level), and the published references give their own thresholds with their sources."""
 import pytest
 
 from benchcore.units import parse_size, size_range
@@ -33,12 +34,12 @@ def test_init_thresholds_are_stated_margins_under_the_model(tmp_path):
     checks = {c.name: c for c in accept_spec.load_spec(path).checks}
 
     bw = checks["all_reduce-bandwidth"]
-    (busbw,) = [t for t, _ in bw.thresholds if t.field == "busbw_gbps"]
+    (busbw,) = [t for t, _ in bw.thresholds if t.field == "busbw_gbps" and t.reference == "model"]
     assert (busbw.reference, busbw.op, busbw.at_op) == ("model", ">=", ">=") and busbw.value < 1
     start, end = parse_size(bw.values["min_bytes"]), parse_size(bw.values["max_bytes"])
     assert busbw.at_bytes == start
-    util = [model(s).busbw_gbps / model(s).peak_gbps for s in (start // 2, start)]
-    assert util[0] < 0.9 <= util[1]          # where the model first reaches 0.9 of the link peak
+    level = [model(s).busbw_gbps / model(16 << 30).busbw_gbps for s in (start // 2, start)]
+    assert level[0] < 0.9 <= level[1]        # where the model first reaches 0.9 of its busbw at 16G
     for size in size_range(start, end, 2):   # at every size it runs: the margin x the model's busbw there
         pred = model(size)
         assert busbw.applies(record(pred, size))
@@ -68,3 +69,18 @@ def test_options_of_init_and_of_a_run_are_never_silently_ignored(tmp_path, args,
     """`--init --out spec.yaml` wrote nothing and said nothing; --topology beside --spec was ignored."""
     assert_one_line_error(run_tool("commbench", "accept", *args, cwd=tmp_path), needle)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("topo, nodes, line, source", [
+    ("dgx-h100", 1, "busbw >= 460 at 16G", "azurehpc-health-checks/blob/main/conf/nd96isr_h100_v5.conf"),
+    ("dgx-b200", 1, "busbw >= 754 at 8G", "stas00/ml-engineering"),          # 0.9 x the published NVLS 838
+    ("dgx-h100", 2, "busbw >= 387 at 8G", "NVIDIA/nccl/issues/1221"),        # 0.9 x NVLSTree's 430 on 2 nodes
+    ("pcie-l40s-8", 1, "Published: none for this system", None)])
+def test_init_thresholds_come_from_the_published_references_with_their_source(tmp_path, topo, nodes, line, source):
+    proc = run_tool("commbench", "accept", "--init", "--topology", topo, "--nodes", str(nodes))
+    assert proc.returncode == 0, proc.stderr
+    assert line in proc.stdout and (source is None or source in proc.stdout)
+    path = tmp_path / "spec.yaml"
+    path.write_text(proc.stdout)
+    checks = {c.name: c for c in accept_spec.load_spec(path).checks}
+    assert checks["all_reduce-expected-level"].kind == "expected"
