@@ -28,6 +28,13 @@ def slurm_job():
     return env.get("SLURM_JOB_ID") or None
 
 
+def allocation_nodes():
+    """How many nodes the Slurm allocation of slurm_job() has (SLURM_JOB_NUM_NODES; SLURM_NNODES on older Slurm);
+    0 outside one."""
+    text = (os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or "") if slurm_job() else ""
+    return int(text) if text.isascii() and text.isdigit() and len(text) < 8 else 0
+
+
 @dataclass
 class LaunchSpec:
     nodes: int
@@ -64,7 +71,7 @@ def resolve_spec(spec):
     """spec (as the options gave it) checked, its defaults filled in (nodes, ranks per node, launcher): the spec."""
     job = slurm_job()
     resolve_hosts(spec)
-    allocation = int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or 0) if job else 0
+    allocation = allocation_nodes()
     if spec.nodes is None:
         spec.nodes = allocation if allocation and spec.launcher in ("auto", "slurm") else 1
     elif allocation and spec.launcher in ("auto", "slurm") and spec.nodes != allocation:

@@ -31,6 +31,7 @@ from benchcore.errors import UserError
 from benchcore.results import thresholds
 from commbench.commands.accept.gates import check_cluster, check_env
 from commbench.commands.accept.kinds import KINDS, VALUES, is_argument
+from commbench.launch.spec import allocation_nodes
 
 COMMON = ("name", "kind", "thresholds", "timeout", "env", "allow_paths", "allow_unknown_env")
 TOP = ("topology", "cluster", "checks", "history")
@@ -201,9 +202,12 @@ def _check(raw, topology, fail_at, lines):
         valid, what, _ = VALUES[kind.options[key][1]]
         if not valid(value):
             fail(key, f"check {_q(name)}: {key} is {_q(value)}, expected {what}")
+    if kind.nodes_key in kind.required and kind.nodes_key not in values and allocation_nodes():
+        values[kind.nodes_key] = allocation_nodes()      # how many nodes: the Slurm allocation's, as it says
     for key in kind.required:
         if key not in values:
-            fail(None, f"check {_q(name)}: kind {raw['kind']} needs {key}")
+            fail(None, f"check {_q(name)}: kind {raw['kind']} needs {key}"
+                 + (" (or a Slurm allocation, whose node count it takes)" if key == kind.nodes_key else ""))
     if kind.one_of and sum(k in values for k in kind.one_of) != 1:
         fail(None, f"check {_q(name)}: give exactly one of {', '.join(kind.one_of)}")
     if "repeats" in values and "collective" in values:
