@@ -4,6 +4,8 @@ list. The launcher runs inside node 0 (the host namespace has no route to the no
 also the first host. Every launch ends with no process of it left on any node and no plan left in a temp dir.
 """
 import glob
+import json
+import os
 import shutil
 import signal
 import tempfile
@@ -11,7 +13,9 @@ import time
 
 import pytest
 
+from benchcore.emulate import netns
 from benchcore.emulate.netns import parse_rate
+from benchcore.processes import procs
 from tests.conftest import BIN, read_records
 from tests.netns.conftest import errors, needs_netns
 from tests.netns.sshd import needs_sshd, ssh_nodes
@@ -49,28 +53,23 @@ def commbench(nodes, *args, hosts=None, node=0, **kw):
                      **kw)
 
 
-def test_two_and_four_hosts(clean, tmp_path):
-    """2 hosts from --hosts, 4 from --hostfile: records from every host, the interface each chose, busbw near the
-    shaped rate."""
-    out2, out4 = tmp_path / "two.jsonl", tmp_path / "four.jsonl"
-    done = commbench(clean, "run", "--collective", "all_reduce", "-b", "1M", "-e", "16M", "-f", 16, *QUICK,
-                     "--out", out2, hosts=clean.hosts(2))
-    assert done.returncode == 0, done.stderr
+def test_four_hosts_from_a_hostfile(clean, tmp_path):
+    """4 hosts from --hostfile (2 hosts: the accept check below): records from every host, the interface each
+    chose, busbw near the shaped rate."""
+    out = tmp_path / "four.jsonl"
     hostfile = tmp_path / "hosts"
     hostfile.write_text("# the module's nodes\n" + "".join(f"{h} slots=1\n" for h in clean.hosts()))
-    done4 = clean.run(0, [BIN / "commbench", "run", "--collective", "all_reduce", "-b", "1M", "-e", "16M", "-f", 16,
-                          *QUICK, "--hostfile", hostfile, "--ssh-command", clean.ssh_command, "--out", out4])
-    assert done4.returncode == 0, done4.stderr
-    print(done4.stdout)
-    for out, n in ((out2, 2), (out4, 4)):
-        recs = read_records(out)
-        assert [r["size_bytes"] for r in recs] == [1 << 20, 16 << 20]
-        for rec in recs:
-            assert rec["launcher"] == "ssh" and rec["nodes"] == n and rec["world_size"] == n and rec["wrong"] == 0
-            assert rec["hosts"] == clean.hosts(n)
-            assert rec["env"]["GLOO_SOCKET_IFNAME"] == "eth0"
-        rate = parse_rate(RATE) / 8e9
-        assert 0.3 * rate < recs[-1]["busbw_gbps"] < 1.05 * rate, (n, recs[-1]["busbw_gbps"], rate)
+    done = clean.run(0, [BIN / "commbench", "run", "--collective", "all_reduce", "-b", "1M", "-e", "16M", "-f", 16,
+                         *QUICK, "--hostfile", hostfile, "--ssh-command", clean.ssh_command, "--out", out])
+    assert done.returncode == 0, done.stderr
+    print(done.stdout)
+    recs = read_records(out)
+    assert [r["size_bytes"] for r in recs] == [1 << 20, 16 << 20]
+    for rec in recs:
+        assert rec["launcher"] == "ssh" and rec["nodes"] == 4 and rec["world_size"] == 4 and rec["wrong"] == 0
+        assert rec["hosts"] == clean.hosts() and rec["env"]["GLOO_SOCKET_IFNAME"] == "eth0"
+    rate = parse_rate(RATE) / 8e9
+    assert 0.3 * rate < recs[-1]["busbw_gbps"] < 1.05 * rate, (recs[-1]["busbw_gbps"], rate)
 
 
 def test_host_that_refuses_ssh_is_named(clean, tmp_path):
@@ -105,15 +104,12 @@ def start_long(nodes, tmp_path, hosts):
 
 
 def test_host_lost_mid_run_is_named(clean, tmp_path):
-    """Node 3's session (its ssh server process, node agent, torchrun, rank) killed after the first record."""
+    """Node 1's session (its ssh server process, node agent, torchrun, rank) killed after the first record of a
+    2-host run (fewer agents starting on this machine's 2 cores: a quicker test)."""
     before = remote_dirs()
-    proc, out = start_long(clean, tmp_path, clean.hosts())
-    import os
-
-    from benchcore.emulate import netns
-    from benchcore.processes import procs
-    listening = clean.sshds[3].pid
-    victims = [p for p in netns.ns_pids(clean.host(3)) if p != listening and procs.proc_stat(p)
+    proc, out = start_long(clean, tmp_path, clean.hosts(2))
+    listening = clean.sshds[1].pid
+    victims = [p for p in netns.ns_pids(clean.host(1)) if p != listening and procs.proc_stat(p)
                and procs.proc_name(p) != "ip"]
     for pid in victims:
         os.kill(pid, signal.SIGKILL)
@@ -121,7 +117,7 @@ def test_host_lost_mid_run_is_named(clean, tmp_path):
     err = (tmp_path / "long.err").read_text()
     assert proc.returncode not in (0, None)
     lines = errors(err)
-    assert lines and clean.host(3) in lines[0], err
+    assert lines and clean.host(1) in lines[0], err
     print(err)
     recs = [r for r in read_records(out) if not r.get("event")]
     assert 1 <= len(recs) < 9 and all(r["wrong"] == 0 for r in recs)
@@ -134,8 +130,35 @@ def test_host_lost_mid_run_is_named(clean, tmp_path):
 
 
 def test_ctrl_c_stops_every_host(clean, tmp_path):
-    proc, out = start_long(clean, tmp_path, clean.hosts())
+    proc, out = start_long(clean, tmp_path, clean.hosts(3))
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=60)
     assert proc.returncode != 0
     assert [r for r in read_records(out) if not r.get("event")]
+
+
+def test_pairs_and_accept_take_the_host_list_and_write_the_history(clean, tmp_path):
+    """pairs over 4 hosts, then an accept whose 2-node check starts over ssh on the first 2 (at least half the
+    shaped rate), both appending to one history."""
+    hist = tmp_path / "health.jsonl"
+    done = commbench(clean, "pairs", "--size", "1M", "-n", 2, "-w", 1, "--timeout", 30, "--rdzv-timeout", 30,
+                     "--history", hist, "--out", tmp_path / "pairs.jsonl")
+    assert done.returncode == 0, done.stderr
+    verdict = [r for r in read_records(tmp_path / "pairs.jsonl") if r.get("event") == "verdict"][-1]
+    assert verdict["passed"] is True and verdict["bad_nodes"] == [] and verdict["bad_links"] == []
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"history: {hist}\nchecks:\n  - name: ar\n    kind: commbench\n    collective: all_reduce\n"
+                    "    nodes: 2\n    min_bytes: 4M\n    max_bytes: 4M\n    iters: 3\n    thresholds:\n"
+                    "      - wrong == 0\n"
+                    f"      - busbw >= {0.5 * parse_rate(RATE) / 8e9:.4f} GB/s\n")   # half the shaped rate
+    done = clean.run(0, [BIN / "commbench", "accept", "--spec", spec, "--out", tmp_path / "acc", "--hosts",
+                         ",".join(clean.hosts()), "--ssh-command", clean.ssh_command])
+    assert done.returncode == 0, done.stdout + done.stderr
+    recs = [r for r in read_records(tmp_path / "acc" / "results.jsonl") if not r.get("event")]
+    assert recs and all(r["launcher"] == "ssh" and r["hosts"] == clean.hosts(2) for r in recs)
+    entries = [json.loads(ln) for ln in hist.read_text().splitlines()]
+    assert [(e["source"], e["node"], e["result"]) for e in entries] == \
+        [("pairs", h, "pass") for h in clean.hosts()] + [("accept", h, "pass") for h in clean.hosts(2)]
+    shown = clean.run(0, [BIN / "commbench", "health", hist], env={**os.environ, "COLUMNS": "200"})
+    print(shown.stdout)
+    assert shown.returncode == 0 and all(h in shown.stdout for h in clean.hosts())
