@@ -140,9 +140,7 @@ def run_plan(rounds, output, table_fn, label="measuring", plot_fn=None, judge=No
     if spec.dry_run:
         for part_spec, part in parts:
             execute(part_spec, part)
-        budget = sum(p.time_budget or 0 for _, p in parts)
-        if budget:   # a comment line: what the dry run prints stays a script a shell runs
-            click.echo(f"# estimated duration: about {budget:g} s (--time-budget), start-ups included")
+        click.echo(dry_run_estimate([p for _, p in parts]), err=True)   # stdout stays the script a shell runs
         return
     writer = RecordWriter(path) if path else None
     sink = Derived(writer, derive) if writer and derive else writer
@@ -195,6 +193,18 @@ def run_plan(rounds, output, table_fn, label="measuring", plot_fn=None, judge=No
                              time.monotonic() - started):
         click.echo(line, err=True)
     return records
+
+
+def dry_run_estimate(plans):
+    """The line a dry run ends with, on stderr: the duration a time budget sets, else what a run will do, whose
+    duration only a run tells here (no model of this machine's times)."""
+    budget = sum(p.time_budget or 0 for p in plans)
+    if budget:
+        return f"estimated duration: about {budget:g} s (--time-budget), start-ups included"
+    steps = sum(len(p.steps()) for p in plans)
+    counts = "/".join(dict.fromkeys(f"{p.warmup} warm-up + {p.iters}" for p in plans))
+    return (f"estimated duration: not known before a run: {len(plans)} launch(es), {steps} measurements of "
+            f"{counts} iterations each")
 
 
 def budget_lines(records, budget, took):

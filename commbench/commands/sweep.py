@@ -27,7 +27,7 @@ from commbench.commands.sweep_resume import backend_of, fingerprint, measured_op
 from commbench.launch.execute import EXIT_TERM, Terminated, execute, on_sigterm
 from commbench.output import render
 from commbench.planning import build_plan
-from commbench.runner import budget_lines, launches, step_text
+from commbench.runner import budget_lines, dry_run_estimate, launches, step_text
 from commbench.transports.envvars import read_by, split_values, validate
 
 BASELINE = "baseline"
@@ -230,9 +230,8 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
     if budget and todo:   # each run's share; the fingerprint above holds what is measured, not the share
         plan = dataclasses.replace(plan, time_budget=budget / len(todo))
     if spec.dry_run:
-        if budget:
-            click.echo(f"# estimated duration: about {budget:g} s (--time-budget: {len(todo)} config runs of "
-                       f"{budget / len(todo):.1f} s each, start-ups included)")
+        click.echo(dry_run_estimate([plan] * len(todo)) + (f" ({len(todo)} config runs of {budget / len(todo):.1f} s "
+                                                            "each)" if budget else ""), err=True)
         for config, _ in todo[:len(configs)]:
             for part_spec, part in launches(dataclasses.replace(spec, env=dict(config)), plan):
                 execute(part_spec, part)
