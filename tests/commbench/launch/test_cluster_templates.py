@@ -147,3 +147,20 @@ def test_every_option_a_template_uses_is_in_the_clis_help(name):
     assert used, name
     have = help_options(TEMPLATES[name], sub)
     assert used <= have, (name, used - have)
+
+
+def test_accept_sbatch_passes_what_to_do_on_fail_error_and_pass_from_its_environment(tmp_path):
+    """ON_FAIL, ON_ERROR and ON_PASS reach accept's --on-fail, --on-error and --on-pass (report by default): the
+    template run as Slurm runs it, its program echo, which prints the command line it was given."""
+    def command(**env):
+        done = subprocess.run(["bash", str(SCRIPTS / "slurm/accept.sbatch"), "spec.yaml"], capture_output=True,
+                              text=True, timeout=30, cwd=tmp_path,
+                              env={"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "7", "COMMBENCH": "/bin/echo", **env})
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()
+    words = command()
+    assert words[:3] == ["accept", "--spec", "spec.yaml"] and words[words.index("--out") + 1] == f"{tmp_path}/accept-7"
+    assert [words[words.index(o) + 1] for o in ("--on-fail", "--on-error", "--on-pass")] == ["report"] * 3
+    words = command(ON_FAIL="drain", ON_ERROR="drain", ON_PASS="resume", BASELINE="old.jsonl")
+    assert [words[words.index(o) + 1] for o in ("--on-fail", "--on-error", "--on-pass", "--baseline")] == [
+        "drain", "drain", "resume", "old.jsonl"]
