@@ -302,10 +302,13 @@ def torch_ckpt(path, size, ranks, ckpt_formats, repeats, fio_ceiling, out, fmt, 
                    "--node-rank; node 0 serves the rendezvous at --rdzv-endpoint and makes the records.")
 @click.option("--node-rank", type=click.IntRange(min=0), default=0, show_default=True, help="This node's rank.")
 @click.option("--rdzv-endpoint", default=None, help="HOST:PORT of node 0 (an address of node 0 the others reach).")
+@click.option("--fio/--no-fio", "fio_same", default=True, show_default=True,
+              help="Run fio's same workload (the same files, sizes and processes, fsync per file) just before each "
+                   "checkpoint, for the ratio (one node only).")
 @click.option("--dry-run", is_flag=True, help="Print the layout (files and sizes) and run nothing.")
 @output_options
 def model_ckpt_cmd(path, model_name, tp, pp, dp, zero, scale, ranks, writes, reads, drop, nodes, node_rank,
-                   rdzv_endpoint, dry_run, out, fmt, timeout, keep, keep_json, concurrent, wait):
+                   rdzv_endpoint, fio_same, dry_run, out, fmt, timeout, keep, keep_json, concurrent, wait):
     """Write and read a model-shaped checkpoint as a training job does (MLPerf Storage v2's checkpointing).
 
     \b
@@ -315,7 +318,9 @@ def model_ckpt_cmd(path, model_name, tp, pp, dp, zero, scale, ranks, writes, rea
       (node 0)  iobench model-ckpt /mnt/cephfs --model llama3-8b --nodes 2 --rdzv-endpoint node0:29600
       (node 1)  iobench model-ckpt /mnt/cephfs --model llama3-8b --nodes 2 --node-rank 1 --rdzv-endpoint node0:29600
     """
-    refuse_given(["keep_json"], "keeps fio's JSON: model-ckpt runs no fio")
+    refuse_given(["keep_json"], "keeps fio's JSON: model-ckpt keeps only its figures")
+    if nodes > 1 and fio_same:
+        bench.say("model-ckpt: fio's same workload runs on one node only; over several nodes none runs")
     if nodes > 1 and not rdzv_endpoint:
         raise UserError(f"--nodes {nodes} needs --rdzv-endpoint HOST:PORT (node 0's address): each node runs this "
                         f"command with its --node-rank")
@@ -341,7 +346,7 @@ def model_ckpt_cmd(path, model_name, tp, pp, dp, zero, scale, ranks, writes, rea
     run_id = new_run_id()
     records = model_ckpt.run(path, layout, ranks, writes, reads, timeout, keep, open_writer(out), run_id,
                              bench.Sharing(concurrent, wait), drop,
-                             (nodes, node_rank, rdzv_endpoint) if nodes > 1 else None)
+                             (nodes, node_rank, rdzv_endpoint) if nodes > 1 else None, fio_same and nodes == 1)
     if records:
         emit(records, fmt, model_ckpt.print_model)
     metrics.publish(records, "iobench")

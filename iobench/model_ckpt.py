@@ -5,8 +5,9 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from benchcore.files import write_new_text
 from benchcore.report.render import console, print_table
-from iobench import bench, moved
+from iobench import bench, model_fio, moved
 from iobench.ranks import run_ranks
 from iobench.safety import ScratchDir, sigterm_as_interrupt
 
@@ -29,9 +30,10 @@ def aggregate(ranks):
                               for h, rs in hosts.items()}}
 
 
-def space_needed(layout, writes):
-    """Every checkpoint written stays until the reads are done: writes x the layout, 1% and 1 MiB for metadata."""
-    return int(layout.total_bytes * 1.01 * writes) + (1 << 20)
+def space_needed(layout, writes, fio):
+    """Every checkpoint written stays until the reads are done: writes x the layout (twice with fio's copies), 1%
+    and 1 MiB for metadata."""
+    return int(layout.total_bytes * 1.01 * writes * (2 if fio else 1)) + (1 << 20)
 
 
 def records_from(result, target, layout, run_id):
@@ -52,6 +54,11 @@ def records_from(result, target, layout, run_id):
         counted = served in ("storage", "unproven")   # a cache's or memory's speed is never the storage's
         bw = statistics.median(f["aggregate_mbps"] for f in figures)
         hosts = sorted({r[3] for p in phases for r in p["ranks"]})
+        fio = [p["fio"]["bytes"] / p["fio"]["seconds"] / 1e6 if p.get("fio") and p["fio"]["seconds"] else None
+               for p in phases]
+        paired = [f["aggregate_mbps"] / b for f, b in zip(figures, fio) if b]
+        fio_moved = [p["fio"]["moved"]["bytes"] / p["fio"]["bytes"] for p in phases
+                     if p.get("fio") and "bytes" in p["fio"]["moved"] and p["fio"]["bytes"]]
         records.append(bench.record(
             run_id, target, profile=f"{layout.model}-ckpt", rw=direction, direction=direction,
             model=layout.model, tp=layout.tp, pp=layout.pp, dp=layout.dp, zero=layout.zero, scale=layout.scale,
@@ -64,7 +71,11 @@ def records_from(result, target, layout, run_id):
             per_host_mbps={h: statistics.median(f["per_host_mbps"][h] for f in figures) for h in hosts},
             bytes_moved_ratio=ratio, served_by=served, byte_counter=result["counter"],
             served_reason=reason,
-            wrong=sum(p["wrong"] for p in phases), torch_version=result["torch_version"]))
+            wrong=sum(p["wrong"] for p in phases), torch_version=result["torch_version"],
+            torch_cpu_s=result["cpu_s"][direction],
+            **({"fio_profile": "model-ckpt-fio", "fio_bw_mbps": statistics.median(b for b in fio if b),
+                "ratio_to_fio": statistics.median(paired), "ratio_min": min(paired), "ratio_max": max(paired),
+                "fio_moved_ratio": statistics.median(fio_moved) if fio_moved else None} if paired else {})))
     return records
 
 
@@ -85,11 +96,11 @@ def worker_args(layout, writes, reads, timeout, how):
 
 
 def run(path, layout, processes, writes, reads, timeout, keep, writer, run_id, sharing=bench.Sharing(), drop=True,
-        nodes=None):
+        nodes=None, fio=True):
     """The checkpoints on `processes` ranks of this node in a private directory on the mount of `path`; records.
     nodes (count, this node's rank, endpoint): node 0 makes the directory, runs the rendezvous and makes the records;
     the others' ranks write into node 0's directory (shared storage) and this returns no records there."""
-    target, = bench.check_targets([path], space_needed(layout, writes), run_id, writer)
+    target, = bench.check_targets([path], space_needed(layout, writes, fio), run_id, writer)
     first = not nodes or nodes[1] == 0
     stack, _ = bench.locks([target], run_id, sharing)
     where = f"node {nodes[1]} of {nodes[0]}, " if nodes else ""
@@ -99,14 +110,20 @@ def run(path, layout, processes, writes, reads, timeout, keep, writer, run_id, s
         here = scratch.path if first else Path(scratch)
         data = here / "checkpoints"
         result_file = here / "result.json" if first else None
+        jobs = []
         if first:
             data.mkdir()
+            for direction in ("write", "read") if fio else ():
+                jobs += [f"--fio-{direction}", here / f"fio-{direction}.fio"]
+                write_new_text(jobs[-1], model_fio.job_text(layout, processes, direction,
+                                                           how.startswith("O_DIRECT")), "fio job file")
         with bench.progress(f"iobench: {where}{layout.describe()} on {target.path}: {writes} writes, then {reads} "
                             f"reads, by {processes} torch ranks" + (" on each node" if nodes else "")):
             result = run_ranks("iobench.model_worker", ["--dir", data if first else "", "--result", result_file or "",
-                                                        *worker_args(layout, writes, reads, timeout, how)],
-                               processes, timeout * (writes + reads), here, result_file, "model-ckpt",
-                               f" (--timeout {timeout} s for each of {writes + reads} checkpoints)", nodes)
+                                                        *worker_args(layout, writes, reads, timeout, how), *jobs],
+                               processes, timeout * (writes + reads) * (2 if jobs else 1), here, result_file, "model-ckpt",
+                               f" (--timeout {timeout} s for each of {writes + reads} checkpoints"
+                               + (" and fio's run beside each)" if jobs else ")"), nodes)
     if not first:
         bench.say(f"model-ckpt: node {nodes[1]}'s ranks finished; node 0 makes the records")
         return []
@@ -120,20 +137,25 @@ def run(path, layout, processes, writes, reads, timeout, keep, writer, run_id, s
 def print_model(records):
     rows = [dict(r, label=r["rw"], moved="n/a" if r.get("bytes_moved_ratio") is None else f"{r['bytes_moved_ratio']:.2f}",
                  bw=r["bw_mbps"] if r.get("bw_mbps") is not None else f"({r['served_by']})",
-                 spread=f"{r['bw_mbps_min']:,.0f}-{r['bw_mbps_max']:,.0f}") for r in records if r.get("model")]
+                 ratios=f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f}" if r.get("ratio_min") else None)
+            for r in records if r.get("model")]
     first = rows[0] if rows else {}
-    print_table(rows, [("label", "phase", None), ("repeats", "ckpts", "d"), ("numjobs", "ranks", "d"),
-                       ("files", "files", "d"), ("duration_s", "slowest rank s", ".2f"),
+    print_table(rows, [("label", "phase", None), ("duration_s", "slowest rank s", ".2f"), ("torch_cpu_s", "torch CPU s", ".2f"),
                        ("min_rank_mbps", "min rank MB/s", ",.0f"), ("bw", "aggregate MB/s", ",.0f"),
-                       ("spread", "range MB/s", None), ("moved", "moved x", ".2f"), ("served_by", "served by", None),
-                       ("wrong", "#wrong", "d")],
-                title=f"{first['model']} checkpoint, {first['size_bytes'] / 1e6:,.0f} MB, on {first['mount']}"
+                       ("fio_bw_mbps", "fio MB/s", ",.0f"),
+                       ("ratio_to_fio", "x fio", ".2f"), ("ratios", "x fio range", None),
+                       ("moved", "moved x", ".2f"), ("served_by", "served by", None), ("wrong", "#wrong", "d")],
+                title=f"{first['model']} checkpoint: {first['size_bytes'] / 1e6:,.0f} MB in {first['files']} files by "
+                      f"{first['numjobs']} ranks, on {first['mount']}, medians of {first['repeats']} checkpoints"
                 if rows else "model checkpoint")
     out = console()
     for r in rows[:1]:
         out.print(f"layout: TP={r['tp']} PP={r['pp']} DP={r['dp']} ZeRO-{r['zero']}, {r['layout_ranks']} layout ranks "
                   f"written by {r['numjobs']} processes, scale {r['scale']:g}; aggregate = all bytes over first start "
-                  f"to last end (range: over the checkpoints); moved x = bytes counted / the payload, by: "
+                  f"to last end; fio: the same files, sizes and processes, each file "
+                  f"fsynced at close, just before each checkpoint; x fio: aggregate over fio's median (range: per "
+                  f"checkpoint); torch CPU s: the slowest rank's torch.save (load) of its files to (from) memory, "
+                  f"no storage: what torch adds to the I/O fio does; moved x = bytes counted / the payload, by: "
                   f"{r['byte_counter']} (below {moved.MIN_MOVED}: a cache served it, and no storage figure is given)")
     for r in rows:
         if r.get("served_reason") or r["served_by"] == "cache":

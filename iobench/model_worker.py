@@ -25,21 +25,24 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from benchcore.errors import UserError
 from benchcore.files import write_new_text
 from benchcore.processes.torchrun import rank_sum
-from iobench import models, moved
+from iobench import model_fio, models, moved
+from iobench.fio import run_fio
+from iobench.profiles import fio_directory
 from iobench.torch_worker import broadcast, drop_cache, fsync_dir
 
 DTYPES = {"model": torch.bfloat16, "optim": torch.float32}
-MAX_TENSOR_BYTES = 64 << 20
 ALIGN = 4096
+CPU_SAMPLE_BYTES = 256 << 20
 
 
 def tensors(shard):
     """A shard's state dict: tensors of at most 64 MiB, 16-bit for model states and fp32 for optimizer states,
     random (nothing compresses); the same shard always gives the same bits."""
     dtype = DTYPES[shard.kind]
-    elements, per = max(1, shard.nbytes // dtype.itemsize), MAX_TENSOR_BYTES // dtype.itemsize
+    elements, per = max(1, shard.nbytes // dtype.itemsize), models.MAX_TENSOR_BYTES // dtype.itemsize
     gen = torch.Generator().manual_seed(shard.rank * 2 + (shard.kind == "optim"))
     return {f"{shard.kind}.{i}": torch.randn(min(per, elements - offset), generator=gen).to(dtype)
             for i, offset in enumerate(range(0, elements, per))}
@@ -104,6 +107,52 @@ def moved_on_nodes(counter, samples, direction):
     return next(m for m in per_node if "bytes" not in m)
 
 
+def same_with_fio(args, kind, directory, counter):
+    """Rank 0: fio's run of the same files (model_fio) beside this checkpoint, in a directory of its own; its
+    bytes, the slowest process's seconds and the bytes the counter saw; {'error': ...} when it failed; None
+    without a job file."""
+    job = args.fio_write if kind == "write" else args.fio_read
+    if not job:
+        return None
+    where = directory.parent / f"fio-{directory.name}"
+    if kind == "write":
+        where.mkdir()
+    elif not args.no_drop and not args.direct_read:
+        drop_cache(where)
+    before = counter.sample() if counter else None
+    try:
+        data = run_fio([fio_directory(where), job], args.timeout, cwd=where, what=f"fio's {kind} of {where}")
+    except UserError as exc:
+        return {"error": str(exc)}
+    after = counter.sample() if counter else None
+    nbytes, seconds = model_fio.figures(data, kind)
+    return {"bytes": nbytes, "seconds": seconds, "moved": counter.moved(before, after, kind) if counter else {}}
+
+
+def cpu_seconds(mine):
+    """(torch.save's, torch.load's) seconds for this rank's files in memory, no storage: what torch spends beyond
+    the I/O (serialisation, checksums, allocation). Timed on at most CPU_SAMPLE_BYTES of them, scaled to all."""
+    sample, total = [], sum(t.numel() * t.element_size() for _, state in mine for t in state.values())
+    for shard, state in mine:
+        sample.append(state)
+        if sum(t.numel() * t.element_size() for st in sample for t in st.values()) >= CPU_SAMPLE_BYTES:
+            break
+    sampled = sum(t.numel() * t.element_size() for st in sample for t in st.values())
+    start = time.perf_counter()
+    blobs = []
+    for state in sample:
+        blob = io.BytesIO()
+        torch.save(state, blob)
+        blobs.append(blob.getvalue())
+    saved = time.perf_counter() - start
+    start = time.perf_counter()
+    for blob in blobs:
+        torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True)
+    loaded = time.perf_counter() - start
+    scale = total / sampled if sampled else 0
+    return saved * scale, loaded * scale
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dir", default="", help="where the checkpoints go (global rank 0's is every rank's)")
@@ -119,6 +168,8 @@ def main():
     parser.add_argument("--timeout", type=int, default=600)
     parser.add_argument("--no-drop", action="store_true", help="read without dropping the page cache first")
     parser.add_argument("--direct-read", action="store_true", help="read with O_DIRECT (a client cache no drop reaches)")
+    parser.add_argument("--fio-write", default="", help="fio's job file of the same writes (rank 0 runs it first)")
+    parser.add_argument("--fio-read", default="", help="fio's job file of the same reads")
     args = parser.parse_args()
 
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
@@ -129,6 +180,8 @@ def main():
     mine = [(shard, tensors(shard)) for shard in layout.shards if shard.rank % world == rank]
     my_bytes = sum(t.numel() * t.element_size() for _, state in mine for t in state.values())
     payload = rank_sum(my_bytes)
+    cpu = [None] * world
+    dist.all_gather_object(cpu, cpu_seconds(mine))
     counter = moved.counter_for(root) if local else None
     phases = []
     for i in range(args.writes + args.reads):
@@ -137,6 +190,13 @@ def main():
         if kind == "write" and rank == 0:
             directory.mkdir()
         dist.barrier()
+        fio_run = same_with_fio(args, kind, directory, counter) if rank == 0 else None
+        failed, = broadcast([fio_run.get("error") if fio_run else None])
+        if failed:
+            if rank == 0:
+                write_new_text(args.result, json.dumps({"error": failed}), "result")
+            dist.destroy_process_group()
+            return
         if kind == "read" and local and not args.no_drop and not args.direct_read:
             drop_cache(directory)
         reader = functools.partial(read, direct=args.direct_read and not args.no_drop)
@@ -148,11 +208,14 @@ def main():
         if rank == 0:
             phases.append({"phase": kind, "index": i if kind == "write" else i - args.writes,
                            "ranks": [g[0] for g in gathered], "wrong": wrong,
-                           "moved": moved_on_nodes(counter, [g[1] for g in gathered if g[1]], kind)})
+                           "moved": moved_on_nodes(counter, [g[1] for g in gathered if g[1]], kind),
+                           "fio": fio_run})
     if rank == 0 and args.result:
         write_new_text(args.result, json.dumps({"phases": phases, "payload_bytes": payload, "world_size": world,
                                                 "files": len(layout.shards), "torch_version": torch.__version__,
-                                                "counter": counter.describe()}), "result")
+                                                "counter": counter.describe(),
+                                                "cpu_s": {"write": max(c[0] for c in cpu),
+                                                          "read": max(c[1] for c in cpu)}}), "result")
     dist.barrier()
     dist.destroy_process_group()
 

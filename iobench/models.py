@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from benchcore.errors import UserError
 
+MAX_TENSOR_BYTES = 64 << 20   # the largest tensor of a file's state dict: what torch writes or reads in one call
 WEIGHT_BYTES = 2       # fp16/bf16 weights
 OPTIMIZER_BYTES = 12   # fp32 master weights + Adam's exp_avg and exp_avg_sq
 

@@ -32,11 +32,6 @@ EXTENSIONS = {
         "timed_apart": "a case with phases: each phase and the total timed in loops of their own (a phase alone, back "
                        "to back, as nccl-tests times a collective), so the phases need not add up to the total, which "
                        "also holds what passes between them (a rank waiting for the next phase's peers)",
-        "emulated": "the nodes were all started on one host (no --rdzv-endpoint, Slurm allocation or host list gave "
-                    "real ones): `nodes` counts emulated nodes, whose traffic never leaves the host",
-        "timed_apart": "a case with phases: each phase and the total timed in loops of their own (a phase alone, back "
-                       "to back, as nccl-tests times a collective), so the phases need not add up to the total, which "
-                       "also holds what passes between them (a rank waiting for the next phase's peers)",
         "agg_iters": "operations per timed iteration (nccl-tests -m)",
         "time_source": "cuda_events, cuda_graph (nccl-tests -G) or cpu (perf_counter; nccl-tests -C on GPUs)",
         "command": "the command line that made the run, as typed",
@@ -60,8 +55,6 @@ EXTENSIONS = {
                             "measurement crosses has no ceiling (a reference rate, or none for this transport)",
         "predicted_time_reason": "why predicted_time_us is null where link_peak_gbps stands: the topology lacks "
                                  "the backend's own cost per collective call (Gloo, MPI: topo --calibrate measures it)",
-        "predicted_time_reason": "why predicted_time_us is null where link_peak_gbps stands: the topology lacks "
-                                 "the backend's own cost per collective call (Gloo, MPI: topo --calibrate measures it)",
         "predicted_algo": "NCCL's algorithm/protocol pick by its own tuning model (Tree/LL, Ring/Simple, ...) behind "
                           "predicted_time_us; null where NCCL's tuner does not decide (Gloo, MPI, point-to-point)",
     },
@@ -72,7 +65,7 @@ EXTENSIONS = {
         "fsync_lat_p999_us": "fsync latency P99.9", "mount_point": "mount point holding the path",
         "device": "backing device", "direct_requested": "the profile asked for O_DIRECT",
         "suite_revision": "git revision of the suite", "ckpt_format": "torch-ckpt: checkpoint format",
-        "bw_gbps": "torch-ckpt: GB/s", "fio_profile": "torch-ckpt: the fio profile compared with",
+        "bw_gbps": "torch-ckpt before issue 39: bw_mbps / 1000 (no longer written: iobench reports MB/s only)", "fio_profile": "torch-ckpt: the fio profile compared with",
         "fio_bw_mbps": "torch-ckpt: that profile's median MB/s", "ratio_to_fio": "torch-ckpt: median bw over fio's median",
         "tensors": "torch-ckpt: tensors written", "wrong": "torch-ckpt: tensors read back wrong",
         "file_bytes": "torch-ckpt: bytes on disk", "cache_drop": "torch-ckpt: how the page cache was dropped",
@@ -85,8 +78,8 @@ EXTENSIONS = {
         "file_lat_mean_us": "one-write-per-file jobs: mean time per file in one job (create+write+fsync+close)",
         "repeats": "torch-ckpt: times each format was written and read (bw_mbps is their median)",
         "bw_mbps_min": "torch-ckpt: slowest repeat's MB/s", "bw_mbps_max": "torch-ckpt: fastest repeat's MB/s",
-        "ratio_min": "torch-ckpt: lowest ratio of one repeat to fio's run in the same repeat",
-        "ratio_max": "torch-ckpt: highest ratio of one repeat to fio's run in the same repeat",
+        "ratio_min": "torch-ckpt, model-ckpt: lowest ratio of one repeat to fio's run in the same repeat",
+        "ratio_max": "torch-ckpt, model-ckpt: highest ratio of one repeat to fio's run in the same repeat",
         "repeat": "torch-ckpt: which repeat a fio reference run belongs to (it ran just before that repeat's checkpoints)",
         "concurrent": "another iobench run measured the same mount at the same time (--concurrent)",
         "device_read_bytes": "bytes the mount's block device(s) read during the timed run (sysfs; others' I/O counts too)",
@@ -107,6 +100,9 @@ EXTENSIONS = {
                      "why)",
         "byte_counter": "what counted the bytes moved (block device, NFS client, ceph-fuse client) or why none did",
         "served_reason": "why no counter could prove the bytes moved",
+        "torch_cpu_s": "model-ckpt: the slowest rank's torch.save (write) or torch.load (read) of its files to or from "
+                       "memory, no storage (serialisation, checksums, allocation), timed once beside the run",
+        "fio_moved_ratio": "model-ckpt: bytes the counter saw during fio's same run / fio's bytes (median)",
     },
 }
 
