@@ -113,6 +113,8 @@ def print_collective_tables(records, out=None):
               "# Avg bus bandwidth    : n/a")
     for why in dict.fromkeys(r["link_peak_reason"] for r in recs if r.get("link_peak_reason")):
         out.print(f"# util, model us n/a  : {why}")
+    for why in dict.fromkeys(r["predicted_time_reason"] for r in recs if r.get("predicted_time_reason")):
+        out.print(f"# model us n/a        : {why}")
 
 
 # --format nccl-tests: the plain text of nccl-tests (src/util.cu), one block per collective or strategy label.

@@ -2,16 +2,19 @@
 model adds it once per collective call on Gloo and MPI, and a calibrated topology without it gives the model's time
 n/a with the reason while the link peak and util stand. `topo --calibrate` measuring it, and the prediction against a
 measured small all_reduce: tests/commbench/model/test_ceilings.py (one calibration per module)."""
+import io
 from dataclasses import replace
 
 import pytest
 import yaml
+from rich.console import Console
 
 from benchcore.results import schema
 from commbench.cases.case import TOTAL
 from commbench.cases.registry import CASES
 from commbench.model import alphabeta as model
 from commbench.model import topology
+from commbench.output import print_collective_tables
 from tests.conftest import assert_one_line_error, run_tool
 
 CFG = {"dtype": "float32", "op": "sum", "root": 0, "in_place": True}
@@ -86,6 +89,18 @@ def test_a_calibrated_file_without_the_cost_gives_the_time_na_with_the_reason_an
     # a topology whose ceilings are not calibrated has per-step latencies only (a tc-shaped link's): as before
     assert predicted("all_reduce", 1024, tiers_only(old), "gloo").time_us > 2 * old.intra_latency_us
     assert predicted("all_reduce", 1024, tiers_only(old), "gloo").time_reason is None
+
+
+def test_a_run_s_table_says_why_the_model_s_time_is_na(files):
+    _, old = files
+    fields = model.record_fields(old, CASES["all_reduce"], {**CFG, "case": "all_reduce"}, TOTAL, 8, 2, 1, "gloo",
+                                 0.0001)
+    rec = schema.measurement("commbench", run_id="r", collective="all_reduce", size_bytes=8, count=2, dtype="float32",
+                             op="sum", in_place=True, blocking=True, time_us=90.0, algbw_gbps=0.0001,
+                             busbw_gbps=0.0001, wrong=0, world_size=2, nodes=1, backend="gloo", **fields)
+    text = io.StringIO()
+    print_collective_tables([rec], Console(file=text, width=200))
+    assert "# model us n/a        : topology localhost has no per_op_us.gloo" in text.getvalue()
 
 
 def test_the_model_command_shows_the_cost_and_the_reason(tmp_path):
