@@ -53,6 +53,8 @@ def topo(as_json, link, calibrate, out):
         click.echo(f"GPUs: none: {found['why_no_gpus']}; CPU and network topology only")
     else:
         print_gpus(found["gpus"])
+        for note in found["notes"]:
+            click.echo(note)
     cpu = found["cpu"]
     click.echo(f"CPU: {cpu['model']}, {cpu['cpus']} CPUs; NUMA " +
                ", ".join(f"{k}: cpus {v}" for k, v in cpu["numa_nodes"].items()))

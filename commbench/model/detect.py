@@ -31,6 +31,17 @@ ANCESTOR = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}  # N
 TCP_HEADERS, ETH_HEADER, WIRE_EXTRA = 52, 14, 24
 LOOPBACK_TYPE = "772"   # ARPHRD_LOOPBACK
 TOLERANCE = 0.10        # rates within 10 % match a file
+# GPU model from NVML's product name (or a topology file's gpu text): (pattern, model, form, NVLink generation, links
+# per GPU where it has a switch baseboard). Order matters: GB200 before B200, the PCIe/NVL cards before their SXM kin.
+# Names as NVML reports them: "NVIDIA H100 80GB HBM3" (SXM5), "NVIDIA H100 PCIe", "NVIDIA H100 NVL" (PCIe card with
+# NVLink bridges), "NVIDIA H200" / "H200 NVL", "NVIDIA B200", "NVIDIA GB200", "NVIDIA A100-SXM4-80GB", "NVIDIA L40S".
+GPU_MODELS = ((r"GB200", "GB200", "superchip", 5, 18), (r"H200 NVL", "H200-NVL", "pcie", 4, None),
+              (r"H100 (PCIe|NVL)", "H100-PCIe", "pcie", 4, None), (r"A100.*PCIE", "A100-PCIe", "pcie", 3, None),
+              (r"B200", "B200", "sxm", 5, 18), (r"H200", "H200", "sxm", 4, 18),
+              (r"H100[- ](SXM|80GB HBM3|94GB HBM2e)", "H100-SXM", "sxm", 4, 18), (r"A100-SXM", "A100-SXM", "sxm", 3, 12),
+              (r"L40S", "L40S", "pcie", None, None))
+FABRIC_STATES = {0: "not supported", 1: "not started", 2: "in progress", 3: "completed"}   # NVML_GPU_FABRIC_STATE_*
+NVLINK_SWITCH = 2                                                                           # NVML_NVLINK_DEVICE_TYPE_SWITCH
 
 
 def _read(path):
@@ -42,6 +53,11 @@ def _read(path):
 
 def _text(value):
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def gpu_model(name):
+    """(model, form, NVLink generation, links) of a GPU's product name, or None where GPU_MODELS knows none."""
+    return next((row[1:] for row in GPU_MODELS if re.search(row[0], name or "", re.I)), None)
 
 
 def cpu_list(masks, word_bits=64):
@@ -100,7 +116,14 @@ def _gpu(nvml, index, h, sys_root):
     words = (os.cpu_count() + 63) // 64
     affinity = _try(nvml.nvmlDeviceGetCpuAffinity, h, words)
     gen, width = _try(nvml.nvmlDeviceGetMaxPcieLinkGeneration, h), _try(nvml.nvmlDeviceGetMaxPcieLinkWidth, h)
+    fabric = _try(nvml.nvmlDeviceGetGpuFabricInfo, h) if hasattr(nvml, "nvmlDeviceGetGpuFabricInfo") else None
+    remote = [_try(nvml.nvmlDeviceGetNvLinkRemoteDeviceType, h, x["link"]) for x in links if x["active"]] \
+        if hasattr(nvml, "nvmlDeviceGetNvLinkRemoteDeviceType") else []
     return {"index": index, "name": _text(nvml.nvmlDeviceGetName(h)),
+            "fabric_state": FABRIC_STATES.get(getattr(fabric, "state", None)),
+            "fabric_ok": None if fabric is None or getattr(fabric, "state", 0) in (0, None) else
+            getattr(fabric, "state", None) == 3 and getattr(fabric, "status", 1) == 0,
+            "nvswitch": (NVLINK_SWITCH in remote) if any(r is not None for r in remote) else None,
             "memory_bytes": nvml.nvmlDeviceGetMemoryInfo(h).total,
             "pci_bus": bus, "numa_node": numa, "cpu_affinity": cpu_list(affinity) if affinity else None,
             "pcie": f"Gen{gen} x{width}" if gen and width else None,
@@ -211,8 +234,19 @@ def detect(link=None, nvml=None, sys_root=SYS, tc=tc_rate_bits):
     if gpu and gpu["gpus"]:
         g = gpu["gpus"]
         nv = all(p.startswith("NV") for row in gpu["paths"] for p in row if p != "X")
-        fields["intra_node.fabric"] = ("nvswitch" if len(g) > 2 else "nvlink") if nv and len(g) > 1 else "pcie"
-        fields["intra_node.per_gpu_gbps"] = min(x["nvlink_gbps"] if nv else (x["pcie_gbps"] or 0) for x in g) or None
+        seen = any(p != "?" for row in gpu["paths"] for p in row if p != "X") or len(g) == 1
+        switch = any(x["nvswitch"] for x in g) or any(x["fabric_ok"] for x in g)   # a fabric manager runs switches
+        model = gpu_model(g[0]["name"])
+        fields["intra_node.fabric"] = ("nvswitch" if len(g) > 2 or switch else "nvlink") if nv and len(g) > 1 \
+            else "pcie" if seen else {"sxm": "nvswitch", "superchip": "nvswitch", "pcie": "pcie"}.get(
+                model[1] if model else None)     # NVML said no path: an SXM board's GPUs sit on NVSwitches
+        fields["gpu"] = model[0] if model else None
+        active = [x for x in g[0]["nvlinks"] if x["active"]]
+        fields["intra_node.nvlink_links"] = len(active) or None
+        fields["intra_node.nvlink_gen"] = next((x["version"] for x in active), None)
+        inferred = not nv and fields["intra_node.fabric"] != "pcie"       # NVLink not reported: its rate unknown
+        fields["intra_node.per_gpu_gbps"] = None if inferred else \
+            min(x["nvlink_gbps"] if nv else (x["pcie_gbps"] or 0) for x in g) or None
         fields["intra_node.ceiling"] = "reported" if fields["intra_node.per_gpu_gbps"] else None
     else:
         fields["intra_node.fabric"] = "loopback"
@@ -234,12 +268,37 @@ def detect(link=None, nvml=None, sys_root=SYS, tc=tc_rate_bits):
     if nics:
         fields["inter_node.rank_to_nic"] = "rail" if gpn > 1 and nics >= gpn else "shared"
     return {"gpus": gpu, "why_no_gpus": why, "cpu": cpu_info(sys_root), "ib": ib, "net": nets,
-            "link": chosen["name"] if chosen else None, "fields": fields}
+            "link": chosen["name"] if chosen else None, "fields": fields, "notes": notes(gpu)}
 
 
-COMPARED = (("gpus_per_node", None), ("intra_node.fabric", None), ("intra_node.per_gpu_gbps", TOLERANCE),
+def notes(gpu):
+    """What the GPUs say about NVLink SHARP's prerequisites, and what NVML did not report."""
+    if not gpu or not gpu["gpus"]:
+        return []
+    g, out = gpu["gpus"], []
+    model = gpu_model(g[0]["name"])
+    states = sorted({x["fabric_state"] for x in g if x["fabric_state"]})
+    if any(x["fabric_ok"] is False for x in g):
+        out.append(f"fabric manager: state {', '.join(states)}: the NVSwitch fabric is not ready, so NVLink and NVLS "
+                   "are unavailable (is nvidia-fabricmanager running, at the driver's version?)")
+    elif any(x["fabric_ok"] for x in g):
+        out.append("fabric manager: state completed, status success (the NVSwitch fabric is up)")
+    else:
+        out.append("fabric manager: not reported (NVML reports the fabric state on Hopper and later)")
+    if not any(x["nvlinks"] for x in g):
+        expect = f"; a {model[0]} has {model[3]} NVLink{model[2]} links" if model and model[3] else ""
+        out.append(f"NVLink: not reported by NVML{expect}")
+    if model is None:
+        out.append(f"GPU model: {g[0]['name']!r} is none this project knows (commbench/model/detect.py GPU_MODELS)")
+    elif model[1] == "pcie":
+        out.append(f"GPU model: {model[0]} is a PCIe card: no NVSwitch, no NVLink SHARP")
+    return out
+
+
+COMPARED = (("gpu", None), ("gpus_per_node", None), ("intra_node.fabric", None), ("intra_node.per_gpu_gbps", TOLERANCE),
             ("inter_node.nics_per_node", None), ("inter_node.per_nic_gbps", TOLERANCE))
-ATTR = {"gpus_per_node": "gpus_per_node", "intra_node.fabric": "fabric", "intra_node.per_gpu_gbps": "intra_gbps",
+ATTR = {"gpu": "gpu", "gpus_per_node": "gpus_per_node", "intra_node.nvlink_links": "nvlink_links",
+        "intra_node.nvlink_gen": "nvlink_gen", "intra_node.fabric": "fabric", "intra_node.per_gpu_gbps": "intra_gbps",
         "inter_node.nics_per_node": "nics_per_node", "inter_node.per_nic_gbps": "nic_gbps",
         "inter_node.payload_fraction": "payload_fraction", "inter_node.rank_to_nic": "rank_to_nic",
         "inter_node.fabric": "inter_fabric", "intra_node.ceiling": "intra_ceiling",
@@ -251,6 +310,8 @@ def differences(fields, topo):
     out = []
     for key, tol in COMPARED:
         have, want = fields.get(key), getattr(topo, ATTR[key])
+        if key == "gpu":
+            want = (gpu_model(want) or (None,))[0]
         if have is None:
             continue
         if tol is None and have != want or tol is not None and abs(have - want) > tol * want:

@@ -187,8 +187,8 @@ class FakeNVML:
     class NVMLError(Exception):
         pass
 
-    def __init__(self, gpus=8, links=18, nvlink=True):
-        self.gpus, self.links, self.nvlink, self.calls = gpus, links, nvlink, []
+    def __init__(self, gpus=8, links=18, nvlink=True, name="NVIDIA H100 80GB HBM3"):
+        self.gpus, self.links, self.nvlink, self.name, self.calls = gpus, links, nvlink, name, []
 
     def nvmlInit(self):
         self.calls.append("init")
@@ -203,7 +203,7 @@ class FakeNVML:
         return i
 
     def nvmlDeviceGetName(self, h):
-        return "NVIDIA H100 80GB HBM3"
+        return self.name
 
     def nvmlDeviceGetMemoryInfo(self, h):
         return type("Mem", (), {"total": 80 << 30})()
@@ -270,7 +270,7 @@ def test_fake_nvml_and_infiniband_sysfs_match_dgx_h100(tmp_path):
 
 
 def test_fake_pcie_node_with_fewer_nics_is_unknown_naming_what_differs(tmp_path):
-    nvml = FakeNVML(links=0, nvlink=False)
+    nvml = FakeNVML(links=0, nvlink=False, name="NVIDIA L40S")
     found = detect.detect(nvml=nvml, sys_root=fake_sys(tmp_path, ports=2, rate="200 Gb/sec (4X HDR)",
                                                        link_layer="Ethernet"), tc=lambda name: None)
     assert found["gpus"]["paths"][0][1:5] == ["NODE", "NODE", "NODE", "SYS"]
