@@ -96,7 +96,7 @@ def records_from(result, target, run_id, ranks, fio_records):
             records.append(bench.record(
                 run_id, target, profile=PROFILE_NAMES[res["ckpt_format"]], rw=direction, numjobs=ranks, direct=0,
                 size_bytes=res["payload_bytes"], runtime_s=median(res[f"{direction}_s"]), bw_mbps=bw,
-                direction=direction, ckpt_format=res["ckpt_format"], bw_gbps=bw / 1e3, repeats=len(bws),
+                direction=direction, ckpt_format=res["ckpt_format"], repeats=len(bws),
                 bw_mbps_min=min(bws), bw_mbps_max=max(bws), fio_profile=ref, fio_bw_mbps=ceiling,
                 ratio_to_fio=bw / ceiling if ceiling else None,
                 ratio_min=min(paired) if paired else None, ratio_max=max(paired) if paired else None,
@@ -162,22 +162,21 @@ def print_torch(records):
     torch_rows = [r for r in records if r.get("ckpt_format")]
     fio_rows = [r for r in records if not r.get("ckpt_format") and not r.get("event")]
     if fio_rows:
-        bench_out = [dict(r, label=r["profile"], bw_gbps=r["bw_mbps"] / 1e3, from_device=from_device(r))
-                     for r in fio_rows]
+        bench_out = [dict(r, label=r["profile"], from_device=from_device(r)) for r in fio_rows]
         print_table(bench_out, [("label", "fio reference", None), ("repeat", "repeat", "d"), ("numjobs", "jobs", "d"),
-                                ("bw_gbps", "GB/s", ".3f"), ("lat_p99_us", "I/O lat P99 us", ".1f"), DEVICE_COLUMN],
+                                ("bw_mbps", "MB/s", ".1f"), ("lat_p99_us", "I/O lat P99 us", ".1f"), DEVICE_COLUMN],
                     title="fio reference (same bytes, buffered, durable write, read after a cache drop)")
     torch_rows = [dict(r, label=f"{r['ckpt_format']} {r['rw']}", from_device=from_device(r),
                        spread=f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f}" if r.get("ratio_min") else None)
                   for r in torch_rows]
     print_table(torch_rows, [("label", "checkpoint", None), ("numjobs", "ranks", "d"), ("repeats", "reps", "d"),
-                             ("bw_gbps", "GB/s median", ".3f"), ("ratio_to_fio", "ratio to fio", ".2f"),
+                             ("bw_mbps", "MB/s median", ".1f"), ("ratio_to_fio", "ratio to fio", ".2f"),
                              ("spread", "ratio range", None), DEVICE_COLUMN, ("tensors", "tensors", "d"),
                              ("wrong", "wrong", "d")],
                 title="torch checkpoint (durable write incl. directory fsync; buffered read after a cache drop)")
     out = console()
     for mount in dict.fromkeys(r["mount"] for r in torch_rows + fio_rows):
-        out.print(f"{mount}: ratio = median GB/s over fio's median (write: shard-write, read: restore-read-buffered); "
+        out.print(f"{mount}: ratio = median MB/s over fio's median (write: shard-write, read: restore-read-buffered); "
                   f"range: lowest..highest ratio of one repeat to fio's run just before it; device x: bytes the "
                   f"mount's device moved in that direction during the timed run / the payload (sysfs)")
         short = [r["runtime_s"] for r in torch_rows + fio_rows if r["mount"] == mount and r.get("runtime_s")]

@@ -26,14 +26,15 @@ from benchcore.errors import UserError
 from benchcore.importers import fio_json as fiojson
 from benchcore.inputs import finite, shown
 from benchcore.results import diff, schema, stats, usable
-from benchcore.results.read import TOOL, group_of, identity, label, measurements
-from benchcore.units import format_size, parse_size
+from benchcore.results.read import group_of, identity, label, measurements
+from benchcore.units import format_size, human, number, parse_size, unit_of
 from benchcore.vocabulary import ALIASES
 
 # A field's unit from its name's ending; the units a value may be written in, as factors to that unit.
 UNITS = {"_us": {"us": 1, "ms": 1e3, "s": 1e6},
          "_gbps": {"gb/s": 1, "mb/s": 1e-3, "gbit/s": 1 / 8},
          "_mbps": {"mb/s": 1, "gb/s": 1e3}, "_s": {"s": 1, "ms": 1e-3, "us": 1e-6}}
+SPELLED = {"gb/s": "GB/s", "mb/s": "MB/s", "gbit/s": "Gbit/s"}     # a unit as messages print it (others: as is)
 OPS = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, "<": lambda a, b: a < b,
        "==": lambda a, b: a == b}
 HIGHER = (">=", ">")   # for these the worst thing is the lowest measured / expected
@@ -41,7 +42,11 @@ COMBINE = {"wrong": max}   # how repeats of one thing combine (default: their me
 
 
 def _unit_of(name):
-    return next((end for end in UNITS if name.endswith(end)), None)
+    """The UNITS key of a field: its ending, or a unit followed by what the figure is (time_us_p99); a rate per
+    second (files_per_s) takes no unit."""
+    if name.endswith("_per_s"):
+        return None
+    return next((end for end in UNITS if name.endswith(end) or f"{end}_" in name), None)
 
 
 def _model_value(rec, name):
@@ -84,6 +89,16 @@ class Threshold:
     at_op: Optional[str] = None
     at_bytes: Optional[int] = None
     regression: Optional[float] = None   # 0.05 = 5 %
+    unit: Optional[str] = None           # the unit the spec wrote VALUE in (ms, gb/s): messages print values in it
+
+    def shown(self, value):
+        """value (in the field's unit) as the spec wrote its bound: in the spec's unit (100 ms, 1 GB/s,
+        1,000,000 MB/s), else in the field's own (time_us <= 50: 50 us); never an exponent."""
+        if value is None or self.field is None:
+            return "n/a" if value is None else number(value)
+        if self.unit:
+            return f"{number(value / UNITS[_unit_of(self.field)][self.unit])} {SPELLED.get(self.unit, self.unit)}"
+        return f"{number(value)} {unit_of(self.field)}".rstrip()
 
     def expected(self, rec, medians=None):
         """The value this record must reach, in the field's unit (None: the record lacks the reference);
@@ -139,7 +154,7 @@ def parse(text, tool):
             raise UserError(f"threshold {quoted}: {name} cannot be compared with the {reference}")
     at = parse_size(m.group("size"), f"threshold {quoted}: size") if m.group("size") else None
     return Threshold(text, name, m.group("op"), value, reference, m.group("group"),
-                     m.group("at_op") or "==" if at else None, at)
+                     m.group("at_op") or "==" if at else None, at, unit=m.group("unit") and m.group("unit").lower())
 
 
 @dataclass
@@ -155,15 +170,17 @@ class Outcome:
     judged: int = 0
     marks: list = field(default_factory=list)     # [(record, expected)] for plots
     missed: list = field(default_factory=list)    # the records that missed it (their hosts: what drain names)
+    figure: Optional[str] = None    # the field measured and expected are of when not the threshold's (regression)
+
+    def shown(self, value):
+        """measured or expected as a person reads them: in the unit the spec wrote (100 ms), else the field's own;
+        a regression's in its metric's (45.24 ms, 1,200 MB/s)."""
+        return human(value, self.figure) if self.figure else self.threshold.shown(value)
 
     def as_dict(self):
         return {"threshold": self.threshold.text, "passed": self.passed, "skipped": self.skipped,
                 "message": self.message, "measured": self.measured, "expected": self.expected,
                 "size_bytes": self.size_bytes, "judged": self.judged}
-
-
-def _fmt(v):
-    return f"{v:.6g}" if isinstance(v, (int, float)) else str(v)
 
 
 def _what(name):
@@ -238,11 +255,12 @@ def judge(threshold, records, baseline=None):
     size = rec.get("size_bytes")
     where = f" at {format_size(size)}" if size else ""
     what = _what(t.field)
-    message = (f"{what} {_fmt(measured)} {'' if bad else 'meets '}{t.op} {_fmt(expected)}"
-               f"{f' ({_fmt(t.value)} x {t.reference})' if t.reference else ''}{where} ({label(rec)})")
+    factor = f" ({number(t.value)} x {t.reference})" if t.reference else ""
+    message = f"{what} {t.shown(measured)} {'' if bad else 'meets '}{t.op} {t.shown(expected)}{factor}{where} " \
+              f"({label(rec)})"
     if bad:
-        message = f"measured {what} {_fmt(measured)}, expected {t.op} {_fmt(expected)}" \
-                  f"{f' ({_fmt(t.value)} x {t.reference})' if t.reference else ''}{where} ({label(rec)}); " \
+        message = f"measured {what} {t.shown(measured)}, expected {t.op} {t.shown(expected)}{factor}{where} " \
+                  f"({label(rec)}); " \
                   f"{len(bad)} of {len(rows)} missed"
     return Outcome(t, not bad, message=message, measured=measured, expected=expected, size_bytes=size,
                    judged=len(rows), marks=[(r, e) for r, _, e in rows], missed=[r for r, _, _ in bad])
@@ -270,14 +288,12 @@ def _regression(threshold, records, baseline):
         return Outcome(threshold, True, judged=len(lines),
                        message=f"no regression beyond {threshold.regression:.0%} and the spread in {len(lines)} rows")
     ln = max(worse, key=lambda ln: ln.speed)
-    unit = TOOL[ln.tool].unit
     size = next((r.get("size_bytes") for r in measurements(records) if label(r) == ln.label), None)
-    return Outcome(threshold, False, judged=len(lines), measured=stats.geometric_mean(ln.new),
-                   expected=stats.geometric_mean(ln.base), size_bytes=size,
+    now, then = stats.geometric_mean(ln.new), stats.geometric_mean(ln.base)
+    return Outcome(threshold, False, judged=len(lines), measured=now, expected=then, size_bytes=size, figure=ln.metric,
                    message=f"{len(worse)} of {len(lines)} rows regressed; worst {ln.label}: measured "
-                           f"{_fmt(stats.geometric_mean(ln.new))} {unit}, baseline "
-                           f"{_fmt(stats.geometric_mean(ln.base))} {unit} ({ln.speed:.2f}x slower; {ln.basis}: "
-                           f"{ln.sure})")
+                           f"{human(now, ln.metric)}, baseline {human(then, ln.metric)} ({ln.speed:.2f}x slower; "
+                           f"{ln.basis}: {ln.sure})")
 
 
 def plot_marks(outcomes):

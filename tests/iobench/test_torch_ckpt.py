@@ -61,6 +61,7 @@ def check_round_trip(proc, data, out):
         r["profile"] for r in recs]
     for rec in torch_recs:
         assert rec["wrong"] == 0 and rec["tensors"] == 8 and rec["numjobs"] == 2 and rec["repeats"] == 2
+        assert "bw_gbps" not in rec                # MB/s only, as every iobench record
         assert rec["size_bytes"] == 16 << 20 and rec["file_bytes"] >= 16 << 20
         fio = [r["bw_mbps"] for r in fio_recs if r["profile"] == rec["fio_profile"]]
         assert rec["fio_bw_mbps"] == pytest.approx(sum(fio) / 2)  # the median of two
@@ -114,13 +115,26 @@ def test_bad_format_and_size(tool, tmp_path):
 
 
 
+def test_the_tables_speak_mb_s_as_the_rest_of_iobench(capsys):
+    """torch-ckpt printed GB/s where ckpt, run and fio print MB/s (issue 39 item 7): one bandwidth unit per tool; its
+    records carry bw_mbps alone (records_from wrote bw_gbps beside it)."""
+    common = dict(mount="/mnt/x", numjobs=2, repeats=3, size_bytes=1 << 30, runtime_s=2.0)
+    fio = dict(common, profile="shard-write", rw="write", repeat=0, bw_mbps=700.0)
+    ckpt = dict(common, profile="torch-save", ckpt_format="torch-save", rw="write", bw_mbps=612.5, ratio_to_fio=0.875,
+                ratio_min=0.8, ratio_max=0.9, tensors=8, wrong=0)
+    print_torch([fio, ckpt])
+    text = capsys.readouterr().out
+    assert "GB/s" not in text and "MB/s" in text and "612.5" in text and "700.0" in text
+    assert "ratio = median MB/s over fio's median" in " ".join(text.split())
+
+
 @pytest.mark.parametrize("runtime, said", [(0.4, True), (2.5, False)])
 def test_short_runs_are_said_to_widen_the_range(capsys, runtime, said):
     """Under the table: a timed run under a second is mostly the storage's noise (1G on the loop XFS here gives
     ranges within +-15 %, 256M twice that: scripts/bench-iobench torch-ckpt)."""
     common = dict(mount="/mnt/x", numjobs=2, repeats=3, size_bytes=1 << 30)
     fio = dict(common, profile="shard-write", rw="write", repeat=0, bw_mbps=700.0, runtime_s=runtime + 0.1)
-    ckpt = dict(common, profile="torch-save", ckpt_format="torch-save", rw="write", bw_gbps=0.6, ratio_to_fio=0.86,
+    ckpt = dict(common, profile="torch-save", ckpt_format="torch-save", rw="write", bw_mbps=600.0, ratio_to_fio=0.86,
                 ratio_min=0.8, ratio_max=0.9, runtime_s=runtime, tensors=8, wrong=0)
     print_torch([fio, ckpt])
     text = capsys.readouterr().out
