@@ -4,7 +4,7 @@ import time
 import pytest
 
 from benchcore.errors import UserError
-from benchcore.units import format_size, parse_size, size_list
+from benchcore.units import format_size, human, number, parse_size, size_list
 
 
 @pytest.mark.parametrize("text,n", [("8", 8), ("1K", 1024), ("64M", 64 << 20), ("1G", 1 << 30), ("2T", 2 << 40),
@@ -44,3 +44,18 @@ def test_size_list():
     assert size_list("512K, 1M,2M") == [512 << 10, 1 << 20, 2 << 20]
     with pytest.raises(UserError):
         size_list("1M,huge")
+
+
+@pytest.mark.parametrize("value, field, shown", [
+    (45240.0, "time_us", "45.24 ms"), (1e5, "time_us", "100 ms"), (812.34, "time_us", "812.3 us"),
+    (2.5e7, "time_us", "25 s"), (123.0, "time_us_p99", "123 us"), (0.5, "end_fsync_s", "500 ms"),
+    (1e6, "bw_mbps", "1,000,000 MB/s"), (1.0, "busbw_gbps", "1 GB/s"), (0.003141, "busbw_gbps", "0.003141 GB/s"),
+    (1816.45, "busbw_gbps", "1,816 GB/s"), (12345.678, "iops", "12,346"), (0, "wrong", "0"), (None, "time_us", "n/a")])
+def test_values_read_as_a_person_writes_them_never_as_an_exponent(value, field, shown):
+    """Issue 39 item 7: diff printed 4.524e+04 us, verdicts `expected <= 1e+05` for a 100 ms bound."""
+    assert human(value, field) == shown
+
+
+def test_an_absurd_value_read_back_stays_short():
+    """A record read back with 1e308 us is shown in a few characters, not 300 digits."""
+    assert len(human(1e308, "time_us")) < 20 and number(1e-308) == "1e-308"
