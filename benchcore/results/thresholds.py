@@ -241,7 +241,8 @@ def judge(threshold, records, baseline=None):
                        message=f"measured {t.field} is {why}{f' at {format_size(size)}' if size else ''} "
                                f"({label(rec)}): not a usable measurement; {len(unusable)} of "
                                f"{len(rows) + len(unusable) + lacking} have none")
-    why = next((r["link_peak_reason"] for r, _, _ in things if r.get("link_peak_reason")), None)
+    why = next((w for r, _, _ in things for w in (r.get("link_peak_reason"), t.reference == "model" and
+                                                 r.get("predicted_time_reason")) if w), None)
     if not rows and lacking and t.reference in ("link peak", "model") and why:
         return Outcome(t, True, skipped=True, message=f"n/a: {why}")   # no ceiling here: nothing to judge against
     if not rows:

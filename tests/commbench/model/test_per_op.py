@@ -9,7 +9,7 @@ import pytest
 import yaml
 from rich.console import Console
 
-from benchcore.results import schema
+from benchcore.results import schema, thresholds
 from commbench.cases.case import TOTAL
 from commbench.cases.registry import CASES
 from commbench.model import alphabeta as model
@@ -101,6 +101,9 @@ def test_a_run_s_table_says_why_the_model_s_time_is_na(files):
     text = io.StringIO()
     print_collective_tables([rec], Console(file=text, width=200))
     assert "# model us n/a        : topology localhost has no per_op_us.gloo" in text.getvalue()
+    out = thresholds.judge(thresholds.parse("time <= 1.5 x model at 8", "commbench"), [rec])  # skipped, saying why
+    assert out.skipped and out.passed and "no per_op_us.gloo" in out.message
+    assert not thresholds.judge(thresholds.parse("busbw >= 2 x link peak at 8", "commbench"), [rec]).passed
 
 
 def test_the_model_command_shows_the_cost_and_the_reason(tmp_path):
