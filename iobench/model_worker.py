@@ -153,7 +153,7 @@ def cpu_seconds(mine):
     return saved * scale, loaded * scale
 
 
-def main():
+def arguments():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dir", default="", help="where the checkpoints go (global rank 0's is every rank's)")
     parser.add_argument("--model", required=True)
@@ -170,7 +170,11 @@ def main():
     parser.add_argument("--direct-read", action="store_true", help="read with O_DIRECT (a client cache no drop reaches)")
     parser.add_argument("--fio-write", default="", help="fio's job file of the same writes (rank 0 runs it first)")
     parser.add_argument("--fio-read", default="", help="fio's job file of the same reads")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main():
+    args = arguments()
 
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
     rank, world, host = dist.get_rank(), dist.get_world_size(), socket.gethostname()
