@@ -52,8 +52,15 @@ def _iobench(rec):
 
 
 def _measured(field, labels):
-    """Samples of a measurement field: (labels, value) per record that has it."""
-    return lambda recs: [(labels(r), r[field]) for r in recs if not r.get("event") and r.get(field) is not None]
+    """Samples of a measurement field: (labels, value) per record that has it; a pairs record one for each end."""
+    def samples(recs):
+        out = []
+        for r in recs:
+            if not r.get("event") and r.get(field) is not None:
+                out += [(labels({**r, "host": h}), r[field]) for h in (r.get("host"), r.get("peer_host")) if h] \
+                    if r.get("peer_host") else [(labels(r), r[field])]
+        return out
+    return samples
 
 
 def _checks(recs):
@@ -85,7 +92,7 @@ COMMBENCH_LABELS = ("collective", "strategy", "size_bytes", "in_place", "dtype",
 IOBENCH_LABELS = ("mount", "fs_type", "profile", "direction", "host")
 FAMILIES = (
     Family("commbench_busbw_gbps", "commbench", "Bus bandwidth (nccl-tests' busbw) in GB/s (1e9 bytes/s); median of "
-           "the run's records with these labels (pairs: host is one end, over its pairings)", COMMBENCH_LABELS,
+           "the run's records with these labels (pairs: host is either end, over its pairings)", COMMBENCH_LABELS,
            _measured("busbw_gbps", _commbench)),
     Family("commbench_check_passed", "commbench", "A check's verdict in the last run: 1 passed, 0 failed",
            ("check", "spec"), _checks),

@@ -62,7 +62,8 @@ class Stack:
         p = self.ports
         argv = {"node": ["--web.listen-address", f"127.0.0.1:{p['node']}", "--collector.disable-defaults",
                          "--collector.textfile", "--collector.textfile.directory", self.textfiles],
-                "push": ["--web.listen-address", f"127.0.0.1:{p['push']}"],
+                "push": ["--web.listen-address", f"127.0.0.1:{p['push']}",   # Debian's default: /var/lib/prometheus
+                         "--persistence.file", self.root / "pushgateway.data"],
                 "prometheus": ["--config.file", self.root / "prometheus.yml", "--storage.tsdb.path", self.root / "tsdb",
                                "--web.listen-address", f"127.0.0.1:{p['prometheus']}"]}
         for key, args in argv.items():
@@ -187,6 +188,14 @@ def test_label_values_are_escaped_and_equal_labels_are_one_sample():
     assert 'host="a\\"b\\\\c\\nd"' in sample and sample.endswith("} 2.0")   # the median of the three
     assert 'size_bytes="1024"' in sample and "run_id" not in sample
     assert metrics.exposition(recs, "iobench") == ""
+
+
+def test_a_pairs_link_counts_for_both_its_ends():
+    recs = [{"collective": "sendrecv", "size_bytes": 8, "busbw_gbps": bw, "host": a, "peer_host": b}
+            for a, b, bw in (("n0", "n1", 4.0), ("n0", "n2", 2.0), ("n1", "n2", 1.0))]
+    samples = [ln for ln in metrics.exposition(recs, "commbench").splitlines() if not ln.startswith("#")]
+    got = {ln.split('host="')[1].split('"')[0]: float(ln.rsplit(" ", 1)[1]) for ln in samples}
+    assert got == {"n0": 3.0, "n1": 2.5, "n2": 1.5}   # each node's median over the links it is on
 
 
 def test_the_metrics_file_is_replaced_whole_and_never_through_a_link(tmp_path):
