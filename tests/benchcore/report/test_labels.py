@@ -27,7 +27,7 @@ def rsag(repeats=2):
 
 
 def test_phases_and_repeats_are_columns_and_one_run_is_no_column():
-    (section,) = page.sections(rsag())
+    (section,) = page.sections(page.compared(rsag())[0])
     caption, columns, rows = section.tables[0]
     keys = [k for k, _, _ in columns]
     assert "phase" in keys and "repeat" in keys and "run" not in keys and caption == "run r1"
