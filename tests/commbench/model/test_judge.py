@@ -121,3 +121,11 @@ def test_every_reference_has_a_source_and_a_plausible_value(name):
         if ref.algorithm:
             shape = Shape(ranks, ranks // ref.nodes, ref.nodes)
             assert nccl.offered(ref.algorithm, ref.collective, shape, topo, {"NCCL_COLLNET_ENABLE": "1"}), ref
+
+
+def test_bad_input_to_judge_is_one_line(tmp_path):
+    missing = run_tool("commbench", "judge", tmp_path / "none.log", "--topology", "dgx-h100")
+    assert missing.returncode == 2 and missing.stderr.strip().endswith("no measurement to judge")
+    assert "Traceback" not in missing.stderr
+    bad = run_tool("commbench", "judge", LOGS / REAL[0][0], "--topology", "dgx-h100", "--env", "ALGO")
+    assert bad.returncode == 2 and "--env 'ALGO': expected NCCL_NAME=VALUE" in bad.stderr
