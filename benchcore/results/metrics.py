@@ -52,13 +52,22 @@ def _iobench(rec):
 
 
 def _measured(field, labels):
-    """Samples of a measurement field: (labels, value) per record that has it; a pairs record one for each end."""
+    """Samples of a measurement field: (labels, value) per record that has it. A pairs link (a record with a
+    peer_host) is the best of its pairings (other load only ever slows one), a sample for each of its ends."""
     def samples(recs):
-        out = []
+        out, links = [], {}
         for r in recs:
-            if not r.get("event") and r.get(field) is not None:
-                out += [(labels({**r, "host": h}), r[field]) for h in (r.get("host"), r.get("peer_host")) if h] \
-                    if r.get("peer_host") else [(labels(r), r[field])]
+            if r.get("event") or r.get(field) is None:
+                continue
+            if not r.get("peer_host"):
+                out.append((labels(r), r[field]))
+                continue
+            key = (tuple(sorted((r["host"], r["peer_host"]))),
+                   tuple(sorted((k, v) for k, v in labels(r).items() if k != "host")))
+            best = links.get(key)
+            links[key] = (r[field], r) if best is None or r[field] > best[0] else best
+        for (ends, _), (value, r) in sorted(links.items(), key=lambda kv: kv[0]):
+            out += [(labels({**r, "host": h}), value) for h in ends]
         return out
     return samples
 
@@ -92,7 +101,8 @@ COMMBENCH_LABELS = ("collective", "strategy", "size_bytes", "in_place", "dtype",
 IOBENCH_LABELS = ("mount", "fs_type", "profile", "direction", "host")
 FAMILIES = (
     Family("commbench_busbw_gbps", "commbench", "Bus bandwidth (nccl-tests' busbw) in GB/s (1e9 bytes/s); median of "
-           "the run's records with these labels (pairs: host is either end, over its pairings)", COMMBENCH_LABELS,
+           "the run's records with these labels (pairs: each node over its links, a link the best of its pairings)",
+           COMMBENCH_LABELS,
            _measured("busbw_gbps", _commbench)),
     Family("commbench_check_passed", "commbench", "A check's verdict in the last run: 1 passed, 0 failed",
            ("check", "spec"), _checks),

@@ -190,12 +190,13 @@ def test_label_values_are_escaped_and_equal_labels_are_one_sample():
     assert metrics.exposition(recs, "iobench") == ""
 
 
-def test_a_pairs_link_counts_for_both_its_ends():
+def test_a_pairs_link_is_its_best_pairing_and_counts_for_both_its_ends():
     recs = [{"collective": "sendrecv", "size_bytes": 8, "busbw_gbps": bw, "host": a, "peer_host": b}
-            for a, b, bw in (("n0", "n1", 4.0), ("n0", "n2", 2.0), ("n1", "n2", 1.0))]
+            for a, b, bw in (("n0", "n1", 4.0), ("n0", "n2", 2.0), ("n1", "n2", 1.0), ("n2", "n1", 0.5))]
     samples = [ln for ln in metrics.exposition(recs, "commbench").splitlines() if not ln.startswith("#")]
     got = {ln.split('host="')[1].split('"')[0]: float(ln.rsplit(" ", 1)[1]) for ln in samples}
-    assert got == {"n0": 3.0, "n1": 2.5, "n2": 1.5}   # each node's median over the links it is on
+    # each node's median over the links it is on, a link the best of its pairings (n1-n2 met twice: 1.0)
+    assert got == {"n0": 3.0, "n1": 2.5, "n2": 1.5}
 
 
 def test_the_metrics_file_is_replaced_whole_and_never_through_a_link(tmp_path):
