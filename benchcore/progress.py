@@ -114,9 +114,9 @@ class Reporter:
         done, total = sum(self.weights[:self.index]), sum(self.weights)
         if done > 0 and self.first_step_at is not None:
             return (time.monotonic() - self.first_step_at) / done * (total - done)
-        if self.expect_s:
-            return max(0.0, self.expect_s - (time.monotonic() - self.started))
-        return None
+        if self.expect_s and time.monotonic() - self.started < self.expect_s:
+            return self.expect_s - (time.monotonic() - self.started)
+        return None   # nothing measured yet, or past the estimate given
 
     def line(self):
         """`[7/24] overlap ddp R=1 16M repeat 2/3, 3m10s elapsed, ~5m left`."""

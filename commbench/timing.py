@@ -229,11 +229,20 @@ def fit_repeats(ctx, shared, cases):
         raise BudgetTooSmall(f"--time-budget {plan.time_budget:g} s is too small: the start-up alone took "
                              f"{startup:.1f} s")
     steps, loops, t0 = ctx.plan.steps(), 0.0, time.perf_counter()
+    room = (plan.time_budget - startup) / (least + 1)   # this pass and `least` more must fit
     try:
-        for st in steps:
+        for done, st in enumerate(steps, 1):
             case = cases[st.cfg["case"]]
             loops += sum(r["time_us"] for r in measure_case(ctx, case, st.cfg, st.run, shared.get(case.name))) \
                 * 1e-6 * plan.agg_iters
+            spent = _agree(ctx, time.perf_counter() - t0, "max")
+            if spent > room and done < len(steps):   # the pass alone overruns its room: said now, not at its end
+                need = math.ceil(startup + (least + 1) * spent / done * len(steps))
+                raise BudgetTooSmall(f"--time-budget {plan.time_budget:g} s is too small: the start-up took "
+                                     f"{startup:.1f} s and {done} of the {len(steps)} measurements at 1 iteration "
+                                     f"{spent:.1f} s; {least + 1} passes over them (a calibration and the least that "
+                                     f"gives a spread) need at least {need} s (the sizes grow; or fewer sizes or "
+                                     "configs)")
     finally:
         ctx.plan, ctx.measured = plan, 0
     wall, loops = _agree(ctx, time.perf_counter() - t0, "max"), _agree(ctx, loops, "max")
