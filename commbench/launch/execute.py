@@ -30,7 +30,7 @@ from benchcore.processes import procs
 from benchcore.results.records import hostname, new_output
 from commbench.launch import failure, local, mpirun, slurm, ssh, torchrun
 from commbench.launch.channel import Channel
-from commbench.launch.liveness import ADDR_ENV, CHANNEL, EXIT_HANG, STATUS_ENV, WORKER_NAME
+from commbench.launch.liveness import ADDR_ENV, CHANNEL, EXIT_HANG, REMOTE_STATUS, STATUS_ENV, WORKER_NAME
 
 STOP_GRACE_S = 5   # a rank stopped past --hang-timeout + this is killed (rank 0's watchdog reports it first)
 AGENT_GRACE_S = 5  # an agent still running this long after one of its ranks failed is stuck: stopped
@@ -110,15 +110,16 @@ def on_sigterm(signum, frame):
     raise Terminated()
 
 
-def rank_status(logdir):
-    """{rank: {rank, pid, host, done}} that this node's ranks keep in the launch directory."""
+def rank_status(logdir, remote=False):
+    """{rank: {rank, pid, host, done}} that this node's ranks keep in the launch directory; remote: what the ssh
+    links keep there of the ranks on the hosts (progress only: those pids are other machines')."""
     out = {}
-    for f in Path(logdir).glob("rank*.json"):
+    for f in Path(logdir, *([REMOTE_STATUS] if remote else [])).glob("rank*.json"):
         try:
             st = json.loads(f.read_text())
         except (OSError, ValueError):
             continue
-        if st.get("host") == hostname():
+        if remote or st.get("host") == hostname():
             out[st["rank"]] = st
     return out
 
@@ -251,11 +252,12 @@ class Supervisor:
     def _progress(self, shown):
         """Note the measurements every rank finished (once one is, the stall limit is --timeout + 60 s) and tell
         shown the step the lowest rank here announced."""
-        done = min((st["done"] for st in self.ranks.values()), default=0)  # every rank does every step
+        ranks = {**rank_status(self.logdir, remote=True), **self.ranks} if self.spec.launcher == "ssh" else self.ranks
+        done = min((st["done"] for st in ranks.values()), default=0)  # every rank does every step
         if done != self.seen:
             self.seen, self.last_change = done, time.monotonic()
             self.stall_limit = self.spec.timeout + 60
-        first = self.ranks[min(self.ranks)] if self.ranks else {}
+        first = ranks[min(ranks)] if ranks else {}
         at = (first.get("step"), first.get("repeats"))
         if shown and at[0] is not None and at != self.at:
             self.at = at

@@ -40,6 +40,7 @@ STATUS_ENV = "COMMBENCH_STATUS_DIR"       # the launch directory: status files a
 ADDR_ENV = "COMMBENCH_LOCAL_ADDR"
 RECORD_NODE_ENV = "COMMBENCH_RECORD_NODE"  # "1" on the node whose local rank 0 hands records back
 CHANNEL = "records.jsonl"                  # in the launch directory, appended per record
+REMOTE_STATUS = "hosts"                    # in it: status files of ranks on other hosts (ssh), progress only
 WORKER_NAME = "commbench-rank"             # every worker's process name (ps, /proc/<pid>/comm)
 
 

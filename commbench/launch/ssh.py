@@ -21,6 +21,7 @@ import re
 import select
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -31,9 +32,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from benchcore.errors import UserError
-from benchcore.files import open_append
+from benchcore.files import open_append, replace_text
 from benchcore.inputs import read_text, shown
-from commbench.launch.liveness import CHANNEL
+from commbench.launch.liveness import CHANNEL, REMOTE_STATUS
 
 DEFAULT_SSH = "ssh -o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=5 -o ServerAliveCountMax=3 {host}"
 HOST = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}@)?[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}")
@@ -151,6 +152,8 @@ def link(desc):
             for line in lines:
                 if line == b"ready":
                     started = True
+                elif line.startswith(b"S {") and logdir:   # a rank's status there: the launch's progress here
+                    _status_here(logdir, line[2:])
                 elif line.startswith(b"{") and channel:
                     channel.write(line.decode(errors="replace") + "\n")
                     channel.flush()
@@ -167,6 +170,17 @@ def link(desc):
             with open_append(logdir / FAILED_MARK, "ssh failure mark") as f:
                 f.write(desc["host"] + "\n")
     return code
+
+
+def _status_here(logdir, data):
+    """A remote rank's status file, kept under the launch directory's REMOTE_STATUS (execute reads its progress
+    there; its pid is the host's, never acted on here)."""
+    try:
+        rank = int(json.loads(data)["rank"])
+    except (ValueError, KeyError, TypeError):
+        return
+    (logdir / REMOTE_STATUS).mkdir(exist_ok=True)
+    replace_text(logdir / REMOTE_STATUS / f"rank{rank}.json", data.decode(errors="replace"))
 
 
 def _hang_up(proc):
@@ -223,8 +237,7 @@ def node():
 def _follow(agent, stdin, work, procs):
     """Print the channel's records until torchrun ends (its exit status) or stdin ends (everything stopped)."""
     from commbench.launch.liveness import WORKER_NAME
-    offset = 0
-    eof = False
+    offset, sent, eof = 0, {}, False
     while True:
         done = agent.poll() is not None
         if not eof and select.select([stdin], [], [], 0.2)[0]:
@@ -232,6 +245,7 @@ def _follow(agent, stdin, work, procs):
         elif eof or done:
             time.sleep(0.0 if done else 0.2)
         offset = _forward(work / CHANNEL, offset)
+        _forward_status(work, sent)
         if done:
             return agent.returncode
         if eof:
@@ -242,6 +256,22 @@ def _follow(agent, stdin, work, procs):
                     procs.kill(pid, signal.SIGKILL)
             _forward(work / CHANNEL, offset)
             return 128 + signal.SIGTERM
+
+
+def _forward_status(work, sent):
+    """Each rank status file here that changed, as one 'S {...}' line on stdout (the launcher's progress)."""
+    for f in work.glob("rank*.json"):
+        try:
+            text = json.dumps(json.loads(f.read_text()), separators=(",", ":"))
+        except (OSError, ValueError):
+            continue
+        if text and sent.get(f.name) != text:
+            sent[f.name] = text
+            try:
+                sys.stdout.write(f"S {text}\n")
+                sys.stdout.flush()
+            except BrokenPipeError:
+                pass
 
 
 def _statuses(work):
@@ -275,4 +305,8 @@ def _forward(path, offset):
 if __name__ == "__main__":
     if sys.argv[1:2] == ["link"]:
         sys.exit(link(json.loads(sys.argv[2])))
-    sys.exit(node())
+    try:
+        sys.exit(node())
+    except UserError as exc:   # no route to the rendezvous host from here, ...: one line, naming this host
+        print(f"commbench-ssh: on {socket.gethostname()}: {exc}", file=sys.stderr, flush=True)
+        sys.exit(2)

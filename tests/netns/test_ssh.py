@@ -6,6 +6,7 @@ also the first host. Every launch ends with no process of it left on any node an
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -130,7 +131,12 @@ def test_host_lost_mid_run_is_named(clean, tmp_path):
 
 
 def test_ctrl_c_stops_every_host(clean, tmp_path):
+    """Ctrl-C once the progress names a step the hosts' ranks reached (their status comes back over ssh)."""
     proc, out = start_long(clean, tmp_path, clean.hosts(3))
+    deadline = time.monotonic() + 30
+    while not re.search(r"\[\d+/\d+\] all_reduce \d+M", (tmp_path / "long.err").read_text()):
+        assert time.monotonic() < deadline and proc.poll() is None, (tmp_path / "long.err").read_text()
+        time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=60)
     assert proc.returncode != 0
