@@ -17,7 +17,7 @@ import pytest
 from benchcore.emulate import netns
 from benchcore.emulate.netns import parse_rate
 from benchcore.processes import procs
-from tests.conftest import BIN, read_records
+from tests.conftest import BIN, HOOKS_ON, read_records
 from tests.netns.conftest import errors, needs_netns
 from tests.netns.sshd import needs_sshd, ssh_nodes
 
@@ -91,6 +91,19 @@ def test_host_that_refuses_ssh_is_named(clean, tmp_path):
     assert took < 25, took   # the other hosts' agents were stopped, not left waiting for the rendezvous
 
 
+def test_a_hang_is_diagnosed_as_with_the_other_launchers(clean, tmp_path):
+    """Rank 1 stops (alive) before timed operation 3: rank 0's watchdog names it, exit 4, nothing left behind."""
+    done = clean.run(0, ["env", *(f"{k}={v}" for k, v in HOOKS_ON.items()), "COMMBENCH_TEST_STALL=1:3",
+                         BIN / "commbench", "run", "--collective", "all_reduce", "-b", "1M", "-e", "1M", "-n", 10,
+                         "-w", 1, "--timeout", 20, "--hang-timeout", 6, "--rdzv-timeout", 30, "--hosts",
+                         ",".join(clean.hosts(2)), "--ssh-command", clean.ssh_command, "--out", tmp_path / "h.jsonl"])
+    assert done.returncode == 4, done.stderr
+    lines = errors(done.stderr)
+    assert lines[0].startswith("error: hang: no progress for 6 s"), done.stderr
+    assert f"error: rank 1 on {clean.host(1)}: never entered operation 3" in done.stderr
+    assert [r["event"] for r in read_records(tmp_path / "h.jsonl") if r.get("event")] == ["hang"]
+
+
 def start_long(nodes, tmp_path, hosts):
     out = tmp_path / "long.jsonl"
     err = open(tmp_path / "long.err", "w")
@@ -147,8 +160,8 @@ def test_pairs_and_accept_take_the_host_list_and_write_the_history(clean, tmp_pa
     """pairs over 4 hosts, then an accept whose 2-node check starts over ssh on the first 2 (at least half the
     shaped rate), both appending to one history."""
     hist = tmp_path / "health.jsonl"
-    done = commbench(clean, "pairs", "--size", "1M", "-n", 2, "-w", 1, "--timeout", 30, "--rdzv-timeout", 30,
-                     "--history", hist, "--out", tmp_path / "pairs.jsonl")
+    done = commbench(clean, "pairs", "--size", "1M", "--rounds", 1, "-n", 2, "-w", 1, "--timeout", 30,
+                     "--rdzv-timeout", 30, "--history", hist, "--out", tmp_path / "pairs.jsonl")
     assert done.returncode == 0, done.stderr
     verdict = [r for r in read_records(tmp_path / "pairs.jsonl") if r.get("event") == "verdict"][-1]
     assert verdict["passed"] is True and verdict["bad_nodes"] == [] and verdict["bad_links"] == []
