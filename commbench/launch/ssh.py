@@ -149,6 +149,7 @@ def link(desc):
                 break
             pending += data
             *lines, pending = pending.split(b"\n")
+            pending = pending if len(pending) <= MAX_HEADER else b""   # a line past any record's size: dropped
             for line in lines:
                 if line == b"ready":
                     started = True
