@@ -89,7 +89,8 @@ def confirm_partners(shared, j, min_fraction):
     if shared["confirm"] is None:
         np = pv.np
         seen = shared["seen"]
-        P = np.array([[-1 if p is None else p for p, _ in row] for row in seen], dtype=np.int64).reshape(-1, shared["n"])
+        P = np.array([[-1 if p is None else p for p, _ in row] for row in seen], dtype=np.int64)
+        P = P.reshape(-1, shared["n"])
         W = np.array([[np.nan if b is None else b for _, b in row] for row in seen], dtype=float).reshape(P.shape)
         C = pv.confirm_schedule(shared["n"], pv.find_suspects(P, W, min_fraction))
         shared["confirm"] = [[None if p < 0 else int(p) for p in row] for row in C]

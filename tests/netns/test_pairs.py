@@ -88,7 +88,8 @@ def test_the_slow_node_is_named_and_only_it(quad):
     passed = [ln for ln in prom if ln.startswith("commbench_check_passed{")]
     assert passed == ['commbench_check_passed{check="links",spec="slow.yaml"} 0.0',   # accept's check, and pairs'
                       'commbench_check_passed{check="pairs",spec="slow.yaml"} 0.0'], passed   # own verdict in it
-    bad = {ln.split('host="')[1].split('"')[0]: ln.rsplit(" ", 1)[1] for ln in prom if ln.startswith("commbench_bad_node{")}
+    bad = {ln.split('host="')[1].split('"')[0]: ln.rsplit(" ", 1)[1] for ln in prom
+           if ln.startswith("commbench_bad_node{")}
     assert bad == {netns.ns_name(prefix, i): "1.0" if i == 3 else "0.0" for i in range(NODES)}, bad
     # accept judges pairs' verdict and the links against their median: both fail, naming node 3
     assert code == 1 and verdict["checks"][0]["reason"] is None

@@ -121,8 +121,8 @@ def test_a_commbench_run_reaches_prometheus_through_the_textfile_and_the_pushgat
     assert stat.S_IMODE(prom.stat().st_mode) == 0o644   # no temp file left; the collector (another user) reads it
     for job, selector in (("node", 'job="node"'), ("commbench_run", 'job="commbench_run",instance!=""')):
         found = stack.query(f"commbench_busbw_gbps{{{selector}}}", len(want))
-        got = {(s["metric"]["collective"], int(s["metric"]["size_bytes"]), s["metric"]["in_place"]): float(s["value"][1])
-               for s in found}
+        got = {(s["metric"]["collective"], int(s["metric"]["size_bytes"]), s["metric"]["in_place"]):
+               float(s["value"][1]) for s in found}
         assert got == want, (job, found)
         labels = found[0]["metric"]
         assert labels["backend"] == "gloo" and labels["world_size"] == "2" and labels["dtype"] == "float32", labels

@@ -98,6 +98,7 @@ def test_random_rounds_as_measured_across_4_netns_nodes():
     W = measured(P, lambda a, b: seen[tuple(sorted((hosts[a], hosts[b])))])
     sus = pv.find_suspects(P, W, 0.7)
     assert sus.nodes == [3] and sus.links == [] and sus.good == [0, 1, 2]
+    assert sus.healthy == .0474   # the median link without d's: d's third is told as a third, not 0.45
 
 
 def test_the_simulation_meets_its_target_at_1024_nodes():
