@@ -302,13 +302,16 @@ def torch_ckpt(path, size, ranks, ckpt_formats, repeats, fio_ceiling, out, fmt, 
                    "--node-rank; node 0 serves the rendezvous at --rdzv-endpoint and makes the records.")
 @click.option("--node-rank", type=click.IntRange(min=0), default=0, show_default=True, help="This node's rank.")
 @click.option("--rdzv-endpoint", default=None, help="HOST:PORT of node 0 (an address of node 0 the others reach).")
+@click.option("--ckpt-format", "fmt_ckpt", type=click.Choice(list(model_ckpt.PROFILES)), default="torch-save",
+              show_default=True, help="torch.save (a file per layout rank's model and optimizer states) or "
+                                      "torch.distributed.checkpoint (a file per rank).")
 @click.option("--fio/--no-fio", "fio_same", default=True, show_default=True,
               help="Run fio's same workload (the same files, sizes and processes, fsync per file) just before each "
                    "checkpoint, for the ratio (one node only).")
 @click.option("--dry-run", is_flag=True, help="Print the layout (files and sizes) and run nothing.")
 @output_options
 def model_ckpt_cmd(path, model_name, tp, pp, dp, zero, scale, ranks, writes, reads, drop, nodes, node_rank,
-                   rdzv_endpoint, fio_same, dry_run, out, fmt, timeout, keep, keep_json, concurrent, wait):
+                   rdzv_endpoint, fmt_ckpt, fio_same, dry_run, out, fmt, timeout, keep, keep_json, concurrent, wait):
     """Write and read a model-shaped checkpoint as a training job does (MLPerf Storage v2's checkpointing).
 
     \b
@@ -346,7 +349,7 @@ def model_ckpt_cmd(path, model_name, tp, pp, dp, zero, scale, ranks, writes, rea
     run_id = new_run_id()
     records = model_ckpt.run(path, layout, ranks, writes, reads, timeout, keep, open_writer(out), run_id,
                              bench.Sharing(concurrent, wait), drop,
-                             (nodes, node_rank, rdzv_endpoint) if nodes > 1 else None, fio_same and nodes == 1)
+                             (nodes, node_rank, rdzv_endpoint) if nodes > 1 else None, fio_same and nodes == 1, fmt_ckpt)
     if records:
         emit(records, fmt, model_ckpt.print_model)
     metrics.publish(records, "iobench")

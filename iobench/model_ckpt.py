@@ -12,6 +12,8 @@ from iobench.ranks import run_ranks
 from iobench.safety import ScratchDir, sigterm_as_interrupt
 
 DEFAULT_WRITES = DEFAULT_READS = 10   # MLPerf Storage v2's num_checkpoints_write / _read
+# checkpoint format (model_worker.FORMATS) -> the profile (and threshold group) of its records
+PROFILES = {"torch-save": "{}-ckpt", "dcp": "{}-dcp"}
 
 
 def aggregate(ranks):
@@ -36,7 +38,7 @@ def space_needed(layout, writes, fio):
     return int(layout.total_bytes * 1.01 * writes * (2 if fio else 1)) + (1 << 20)
 
 
-def records_from(result, target, layout, run_id):
+def records_from(result, target, layout, run_id, fmt="torch-save"):
     """One record per direction: the median over its checkpoints of each phase figure, the range of the aggregate,
     and bytes moved / payload; a direction the counter says a cache served reports no storage throughput."""
     payload = result["payload_bytes"]
@@ -60,7 +62,8 @@ def records_from(result, target, layout, run_id):
         fio_moved = [p["fio"]["moved"]["bytes"] / p["fio"]["bytes"] for p in phases
                      if p.get("fio") and "bytes" in p["fio"]["moved"] and p["fio"]["bytes"]]
         records.append(bench.record(
-            run_id, target, profile=f"{layout.model}-ckpt", rw=direction, direction=direction,
+            run_id, target, profile=PROFILES[fmt].format(layout.model), rw=direction, direction=direction,
+            ckpt_format=fmt,
             model=layout.model, tp=layout.tp, pp=layout.pp, dp=layout.dp, zero=layout.zero, scale=layout.scale,
             layout_ranks=layout.ranks, numjobs=result["world_size"], files=result["files"], size_bytes=payload,
             repeats=len(phases), duration_s=statistics.median(f["duration_s"] for f in figures) if counted else None,
@@ -88,15 +91,15 @@ def cache_drop(target, drop):
     return "posix_fadvise DONTNEED on every node"
 
 
-def worker_args(layout, writes, reads, timeout, how):
+def worker_args(layout, writes, reads, timeout, how, fmt):
     """The worker's arguments: it computes the same layout on every node."""
-    return ["--model", layout.model, "--tp", layout.tp, "--pp", layout.pp, "--dp", layout.dp, "--zero", layout.zero,
+    return ["--format", fmt, "--model", layout.model, "--tp", layout.tp, "--pp", layout.pp, "--dp", layout.dp, "--zero", layout.zero,
             "--scale", repr(layout.scale), "--writes", writes, "--reads", reads, "--timeout", timeout] + \
         (["--no-drop"] if how.startswith("none") else ["--direct-read"] if how.startswith("O_DIRECT") else [])
 
 
 def run(path, layout, processes, writes, reads, timeout, keep, writer, run_id, sharing=bench.Sharing(), drop=True,
-        nodes=None, fio=True):
+        nodes=None, fio=True, fmt="torch-save"):
     """The checkpoints on `processes` ranks of this node in a private directory on the mount of `path`; records.
     nodes (count, this node's rank, endpoint): node 0 makes the directory, runs the rendezvous and makes the records;
     the others' ranks write into node 0's directory (shared storage) and this returns no records there."""
@@ -115,19 +118,19 @@ def run(path, layout, processes, writes, reads, timeout, keep, writer, run_id, s
             data.mkdir()
             for direction in ("write", "read") if fio else ():
                 jobs += [f"--fio-{direction}", here / f"fio-{direction}.fio"]
-                write_new_text(jobs[-1], model_fio.job_text(layout, processes, direction,
-                                                           how.startswith("O_DIRECT")), "fio job file")
+                write_new_text(jobs[-1], model_fio.job_text(layout, processes, direction, how.startswith("O_DIRECT"),
+                                                           fmt), "fio job file")
         with bench.progress(f"iobench: {where}{layout.describe()} on {target.path}: {writes} writes, then {reads} "
                             f"reads, by {processes} torch ranks" + (" on each node" if nodes else "")):
             result = run_ranks("iobench.model_worker", ["--dir", data if first else "", "--result", result_file or "",
-                                                        *worker_args(layout, writes, reads, timeout, how), *jobs],
+                                                        *worker_args(layout, writes, reads, timeout, how, fmt), *jobs],
                                processes, timeout * (writes + reads) * (2 if jobs else 1), here, result_file, "model-ckpt",
                                f" (--timeout {timeout} s for each of {writes + reads} checkpoints"
                                + (" and fio's run beside each)" if jobs else ")"), nodes)
     if not first:
         bench.say(f"model-ckpt: node {nodes[1]}'s ranks finished; node 0 makes the records")
         return []
-    records = [dict(r, cache_drop=how) for r in records_from(result, target, layout, run_id)]
+    records = [dict(r, cache_drop=how) for r in records_from(result, target, layout, run_id, fmt)]
     for rec in records:
         if writer:
             writer.write(rec)
@@ -154,7 +157,7 @@ def print_model(records):
                   f"written by {r['numjobs']} processes, scale {r['scale']:g}; aggregate = all bytes over first start "
                   f"to last end; fio: the same files, sizes and processes, each file "
                   f"fsynced at close, just before each checkpoint; x fio: aggregate over fio's median (range: per "
-                  f"checkpoint); torch CPU s: the slowest rank's torch.save (load) of its files to (from) memory, "
+                  f"checkpoint); torch CPU s: the slowest rank's torch.save (load) of its files to (from) memory (also for dcp), "
                   f"no storage: what torch adds to the I/O fio does; moved x = bytes counted / the payload, by: "
                   f"{r['byte_counter']} (below {moved.MIN_MOVED}: a cache served it, and no storage figure is given)")
     for r in rows:

@@ -15,17 +15,27 @@ def call_bytes(nbytes, direct):
     return max(ALIGN, bs // ALIGN * ALIGN) if direct else bs
 
 
-def job_text(layout, processes, direction, direct=False):
+def files(layout, processes, fmt):
+    """{process: [(file name, bytes)]} as model_worker writes them: torch-save, each layout rank's files of that
+    process; dcp, one file per process holding all of them (its FileSystemWriter with one thread)."""
+    out = {}
+    for p in range(processes):
+        mine = [(s.name, s.nbytes) for s in layout.shards if s.rank % processes == p]
+        out[p] = mine if fmt == "torch-save" else [(f"__{p}_0.distcp", sum(n for _, n in mine))]
+    return out
+
+
+def job_text(layout, processes, direction, direct=False, fmt="torch-save"):
     """The job file: the layout's files as process p of `processes` writes (reads) them in model_worker."""
     lines = ["[global]", "thread=1", "ioengine=psync", "iodepth=1", f"rw={direction}"]
     lines += ["fsync_on_close=1", "create_on_open=1", "fallocate=none"] if direction == "write" else \
         ["direct=1" if direct else "invalidate=1"]
-    for p in range(processes):
+    for p, mine in files(layout, processes, fmt).items():
         previous = None
-        for shard in (s for s in layout.shards if s.rank % processes == p):
-            bs = call_bytes(shard.nbytes, direct)
-            name = f"p{p}.{shard.name}"
-            lines += ["", f"[{name}]", f"filename={shard.name}", f"bs={bs}", f"size={max(bs, shard.nbytes // bs * bs)}"]
+        for filename, nbytes in mine:
+            bs = call_bytes(nbytes, direct)
+            name = f"p{p}.{filename}"
+            lines += ["", f"[{name}]", f"filename={filename}", f"bs={bs}", f"size={max(bs, nbytes // bs * bs)}"]
             if previous:
                 lines.append(f"wait_for={previous}")
             previous = name

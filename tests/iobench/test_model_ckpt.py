@@ -111,12 +111,14 @@ def test_storage_cache_and_memory_on_real_mounts(tool, loop_xfs, tmpfs, tmp_path
         assert cached["cache_mbps"] > 0 and "no storage throughput" in done.stdout
     finally:
         shutil.rmtree(data)
-    mem = tmpfs("mem", size="128M")
-    done = tool("iobench", "model-ckpt", mem, *common[:-2], "--writes", "1", "--reads", "1", "--out", out,
-                timeout=300)
+    mem = tmpfs("mem", size="128M")   # and torch.distributed.checkpoint: a file per rank, fio's likewise
+    done = tool("iobench", "model-ckpt", mem, *common[:-2], "--writes", "1", "--reads", "1", "--ckpt-format", "dcp",
+                "--out", out, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert {r["served_by"] for r in read_records(out)[-2:]} == {"memory"}
-    assert all(r["bw_mbps"] is None for r in read_records(out)[-2:])
+    dcp = read_records(out)[-2:]
+    assert {r["served_by"] for r in dcp} == {"memory"} and all(r["bw_mbps"] is None for r in dcp)
+    assert {(r["profile"], r["ckpt_format"], r["files"], r["wrong"]) for r in dcp} == {("llama3-8b-dcp", "dcp", 2, 0)}
+    assert all(r["fio_bw_mbps"] > 0 for r in dcp)
 
 
 CACHED = """\
