@@ -42,6 +42,7 @@ class Context:
         self.plan = plan
         self.position = Position()   # where this rank is; the worker shares its Liveness's
         self.measured = 0            # measurements taken so far (a time budget shares what is left among the rest)
+        self.overhead_s = 0.0        # a measurement's cost beside its timed loops, where a time budget measured it
         backend = plan.backend
         if backend == "auto":
             backend = "nccl" if torch.cuda.is_available() else "gloo"

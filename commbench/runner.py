@@ -86,7 +86,7 @@ def step_text(plan, step):
 class Followed:
     """The launches of a command on one Reporter (benchcore.progress): every launch's steps (Plan.steps) in turn;
     shown(i) is what launch i's Supervisor tells of the step its ranks announce. A step's weight is its payload plus
-    FIXED_BYTES; under a time budget every measurement gets an equal share, so an equal weight."""
+    FIXED_BYTES (under a time budget too: its iterations are capped by -n, so larger payloads still take longer)."""
 
     def __init__(self, title, plans, enabled=True, reporter=None):
         self.plans = list(plans)
@@ -95,8 +95,7 @@ class Followed:
         self.reporter = reporter or Reporter(title, self._weights(), expect_s=budget, enabled=enabled)
 
     def _weights(self):
-        return [1 if p.time_budget else st.run + FIXED_BYTES for p, steps in zip(self.plans, self.steps)
-                for st in steps]
+        return [st.run + FIXED_BYTES for steps in self.steps for st in steps]
 
     def shown(self, i):
         def at(step, repeats):
@@ -208,19 +207,22 @@ def dry_run_estimate(plans):
 
 
 def budget_lines(records, budget, took):
-    """'time budget 30 s: 3-20 iterations per measurement, 2 repeats per size, from a 1.2 s calibration; ran 31 s':
-    what a time budget scaled, from its launches' time_budget events and the iterations the measurements ran."""
+    """What a time budget scaled, from its launches' time_budget events and the iterations the measurements ran:
+    'time budget 90 s: 3 repeats per size, the first at 1 iteration (the calibration, 26.5 s), then 2-20 iterations
+    per measurement; the run took 92 s' (p2p: 'time budget 20 s: 3-10000 iterations per measurement; ...')."""
     events = [r for r in records if r.get("event") == "time_budget"]
     iters = [r["iters"] for r in records if not r.get("event") and r.get("time_budget_s")]
-    if not budget or not iters:
+    if not budget or not (iters or events):
         return []
-    lo, hi = min(iters), max(iters)
-    text = f"time budget {budget:g} s: {lo if lo == hi else f'{lo}-{hi}'} iteration{'s' if hi > 1 else ''} per measurement"
-    if events:
-        repeats = sorted({r["repeats"] for r in events})
-        text += (f", {'-'.join(map(str, repeats[::len(repeats) - 1 or 1]))} repeat{'s' if repeats[-1] > 1 else ''} "
-                 f"per size, from a {sum(r['seconds'] for r in events):.1f} s calibration")
-    return [f"{text}; the run took {took:.0f} s"]
+    fitted = f"{min(iters)}{'' if min(iters) == max(iters) else f'-{max(iters)}'} iterations per measurement" \
+        if iters else ""
+    if not events:
+        return [f"time budget {budget:g} s: {fitted}; the run took {took:.0f} s"]
+    repeats = sorted({r["repeats"] for r in events})
+    said = "-".join(map(str, dict.fromkeys([repeats[0], repeats[-1]])))
+    return [f"time budget {budget:g} s: {said} repeat{'s' if repeats[-1] > 1 else ''} per size, the first at 1 "
+            f"iteration (the calibration, {sum(r['seconds'] for r in events):.1f} s)"
+            + (f", then {fitted}" if fitted else "") + f"; the run took {took:.0f} s"]
 
 
 def measure(names, opts, table_fn=print_collective_tables, label="measuring", plot_fn=None, judge=None, reshape=None):

@@ -197,6 +197,7 @@ def fit_budget(ctx, run_once, blocking, phases):
     plan = ctx.plan
     left = plan.launched_at + plan.time_budget - time.time()
     todo = plan.cycles * plan.repeats * len(plan.sizes) * len(plan.configs) - ctx.measured
+    left -= todo * ctx.overhead_s   # what each measurement costs beside its loops (fit_repeats measured it)
     share = ctx.comm.reduce_int(int(max(left, 0) / max(todo, 1) / phases * 1e9), "min") / 1e9
     n, warm, spent = 1, 0, 0.0
     while True:
@@ -217,10 +218,10 @@ def _agree(ctx, seconds, how):
 
 
 def fit_repeats(ctx, shared, cases):
-    """(the plan to run, the fields of its time_budget event): one pass over every step at 1 iteration, then the
-    repeats that fit what is left of the launch's budget (plan.fit_repeats: compare, chunked, overlap). Every
-    measurement then fits its iterations to its share (fit_budget); the ranks agree on every figure. cases: the
-    registry (the worker's)."""
+    """(the plan to run, the fields of its time_budget event, [(step, its records)] of the first repeat): the first
+    repeat runs as the calibration (every step at 1 warm-up and 1 iteration, checked); the repeats after it are as
+    many as fit what is left of the launch's budget (plan.fit_repeats: compare, chunked, overlap), each measurement
+    then fitting its iterations to its share (fit_budget). The ranks agree on every figure. cases: the registry."""
     plan = ctx.plan
     least, most = plan.fit_repeats
     ctx.plan = dataclasses.replace(plan, iters=1, warmup=1, repeats=1, time_budget=None, fit_repeats=None)
@@ -228,38 +229,38 @@ def fit_repeats(ctx, shared, cases):
     if startup >= plan.time_budget:   # nothing is left to measure in: no calibration
         raise BudgetTooSmall(f"--time-budget {plan.time_budget:g} s is too small: the start-up alone took "
                              f"{startup:.1f} s")
-    steps, loops, t0 = ctx.plan.steps(), 0.0, time.perf_counter()
-    room = (plan.time_budget - startup) / (least + 1)   # this pass and `least` more must fit
+    steps, loops, t0, measured = ctx.plan.steps(), 0.0, time.perf_counter(), []
+    room = (plan.time_budget - startup) / least   # this pass and least - 1 more must fit
     try:
         for done, st in enumerate(steps, 1):
             case = cases[st.cfg["case"]]
-            loops += sum(r["time_us"] for r in measure_case(ctx, case, st.cfg, st.run, shared.get(case.name))) \
-                * 1e-6 * plan.agg_iters
+            measured.append((st, measure_case(ctx, case, st.cfg, st.run, shared.get(case.name))))
+            loops += sum(r["time_us"] for r in measured[-1][1]) * 1e-6 * plan.agg_iters
             spent = _agree(ctx, time.perf_counter() - t0, "max")
             if spent > room and done < len(steps):   # the pass alone overruns its room: said now, not at its end
-                need = math.ceil(startup + (least + 1) * spent / done * len(steps))
+                need = math.ceil(startup + least * spent / done * len(steps))
                 raise BudgetTooSmall(f"--time-budget {plan.time_budget:g} s is too small: the start-up took "
                                      f"{startup:.1f} s and {done} of the {len(steps)} measurements at 1 iteration "
-                                     f"{spent:.1f} s; {least + 1} passes over them (a calibration and the least that "
-                                     f"gives a spread) need at least {need} s (the sizes grow; or fewer sizes or "
-                                     "configs)")
+                                     f"{spent:.1f} s; {least} passes over them (the least that gives a spread) need "
+                                     f"at least {need} s (the sizes grow; or fewer sizes or configs)")
     finally:
-        ctx.plan, ctx.measured = plan, 0
+        ctx.plan = plan
     wall, loops = _agree(ctx, time.perf_counter() - t0, "max"), _agree(ctx, loops, "max")
     left = _agree(ctx, plan.launched_at + plan.time_budget - time.time(), "min")
     fixed = max(wall - 2 * loops, 0.0)   # what a pass costs beside its timed loops: buffers, checks, gathering
 
     def cost(iters):   # one pass at iters iterations, warm-up (fit_budget's runs of 1, 2, 4, ...) about half as many
         return fixed + (iters + max(1, iters // 2)) * loops
-    if left < least * cost(1):
-        need = math.ceil(startup + wall + least * cost(1))
+    if left < (least - 1) * cost(1):
+        need = math.ceil(startup + wall + (least - 1) * cost(1))
         raise BudgetTooSmall(f"--time-budget {plan.time_budget:g} s is too small: the start-up took {startup:.1f} s "
-                             f"and a pass over the {len(steps)} measurements at 1 iteration {wall:.1f} s; with "
-                             f"{least} more (the least that gives a spread) it needs about {need} s (or fewer sizes "
+                             f"and a pass over the {len(steps)} measurements at 1 iteration {wall:.1f} s; "
+                             f"{least} passes (the least that gives a spread) need about {need} s (or fewer sizes "
                              "or configs)")
-    repeats = max(least, min(most, int(left // cost(plan.iters))))
+    repeats = max(least, min(most, 1 + int(left // cost(plan.iters))))
+    ctx.overhead_s = fixed / len(steps)   # fit_budget leaves it to every measurement beside its share
     fields = {"repeats": repeats, "seconds": round(wall, 2), "time_budget_s": plan.time_budget}
-    return dataclasses.replace(plan, repeats=repeats, fit_repeats=None), fields
+    return dataclasses.replace(plan, repeats=repeats, fit_repeats=None), fields, measured
 
 
 def peak_memory(ctx):

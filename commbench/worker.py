@@ -32,23 +32,32 @@ EXIT_WRONG = 3
 def run_plan(ctx, emit, announce=lambda index: None, note=lambda fields: None):
     """Measure every step of the plan (Plan.steps: sizes, repeats, configs); emit(record) each; announce(i) before
     step i, outside every timed loop (the launcher shows it); returns the total wrong count. A plan whose time
-    budget chooses the repeats calibrates first (timing.fit_repeats) and note(fields) says what it chose."""
+    budget chooses the repeats runs the first as its calibration (timing.fit_repeats) and note(fields) says what it
+    chose."""
     plan, wrong = ctx.plan, 0
     names = list(dict.fromkeys(cfg["case"] for cfg in plan.configs))
     shared = {name: CASES[name].setup(ctx, [c for c in plan.configs if c["case"] == name])
               for name in names if CASES[name].setup}
+    first = []   # a time budget's calibration: the first repeat, at 1 iteration
     if plan.time_budget and plan.fit_repeats:
         announce(-1)
-        ctx.plan, fields = fit_repeats(ctx, shared, CASES)
+        ctx.plan, fields, first = fit_repeats(ctx, shared, CASES)
         plan = ctx.plan
         note(fields)
-    for i, step in enumerate(plan.steps()):
-        announce(i)
-        case = CASES[step.cfg["case"]]
-        for rec in measure_case(ctx, case, step.cfg, step.run, shared.get(case.name)):
-            wrong += rec["wrong"] or 0
+
+    def emitted(step, recs):
+        for rec in recs:
             emit({**rec, "requested_bytes": step.size, **({"cycle": step.cycle} if plan.cycles > 1 else {}),
                   **({"repeat": step.repeat} if plan.repeats > 1 else {})})
+        return sum(rec["wrong"] or 0 for rec in recs)
+    for step, recs in first:
+        wrong += emitted(step, recs)
+    for i, step in enumerate(plan.steps()):
+        if first and step.repeat == 0:
+            continue
+        announce(i)
+        case = CASES[step.cfg["case"]]
+        wrong += emitted(step, measure_case(ctx, case, step.cfg, step.run, shared.get(case.name)))
     return wrong
 
 

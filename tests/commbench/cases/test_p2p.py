@@ -53,7 +53,7 @@ def ctx(iters, started):   # 4 measurements to share a budget of 2 s
     plan = SimpleNamespace(agg_iters=1, cuda_graph=0, cpu_time=False, iters=iters, time_budget=2.0,
                            launched_at=started, cycles=1, repeats=1, sizes=[1, 2, 3, 4], configs=[{}])
     return SimpleNamespace(plan=plan, device=torch.device("cpu"), barrier=comm.barrier, position=Position(), rank=0,
-                           comm=comm, measured=0)
+                           comm=comm, measured=0, overhead_s=0.0)
 
 op = lambda a: time.sleep(0.002)   # an operation of 2 ms or more
 c = ctx(10000, time.time())
