@@ -127,3 +127,15 @@ def test_a_budget_too_small_to_measure_anything_is_one_line(side_by_side):
     assert errors == [errors[0]] and errors[0].startswith("error: --time-budget 1 s is too small: the start-up alone "
                                                           "took "), lines
     assert not [line for _, line in lines if "Traceback" in line], lines
+
+
+def test_a_dry_run_says_the_estimated_duration_on_stderr(tool):
+    budgeted = tool("commbench", "compare", "--time-budget", 60, "--dry-run")
+    assert budgeted.returncode == 0 and budgeted.stderr.splitlines()[-1] == \
+        "estimated duration: about 60 s (--time-budget), start-ups included", budgeted.stderr
+    plain = tool("commbench", "overlap", "--patterns", "ddp,pipelined,pipelined-rs", "--compute-ratio", "0.5,1,2",
+                 "-b", "4M", "-e", "64M", "-n", 7, "--dry-run")
+    measurements = 3 * 3 * 5 * 3   # patterns x compute ratios x sizes 4M..64M x the 3 repeats
+    assert plain.stderr.splitlines()[-1] == (f"estimated duration: not known before a run: 1 launch(es), "
+                                             f"{measurements} measurements of 5 warm-up + 7 iterations each")
+    assert "--plan-file" in plain.stdout.splitlines()[-1]   # stdout stays the script a shell runs
