@@ -1,10 +1,12 @@
 """`iobench model-ckpt`: model-shaped checkpoints (MLPerf Storage v2's layouts), per-rank aggregation, and the proof
 that the storage moved the bytes (cache and memory never reported as storage throughput)."""
 import shutil
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from iobench import models
+from iobench import models, moved
 from iobench.model_ckpt import aggregate
 from iobench.moved import verdict
 from tests.conftest import assert_one_line_error, host_mount_lock, read_records, run_tool
@@ -152,3 +154,16 @@ def test_a_checkpoint_check_fails_a_read_the_cache_served(tmp_path):
     recs = [r for r in read_records(tmp_path / "out" / "results.jsonl") if r.get("model")]
     assert [(r["rw"], r["served_by"]) for r in recs] == [("write", "storage"), ("read", "cache")]
     assert "min_rank_mbps is null" in (tmp_path / "out" / "junit.xml").read_text()
+
+
+def test_nfs_counter_reads_the_clients_bytes_to_and_from_the_server(monkeypatch):
+    """This kernel has no NFS client (no nfs in /proc/filesystems), so the counter reads a captured
+    /proc/self/mountstats: tests/fixtures/nfs/mountstats, two NFS mounts' lines from influxdata/telegraf's
+    plugins/inputs/nfsclient/testdata/mountstats (an NFSv3 and an NFSv4 client, as their kernels printed them).
+    `bytes:` fields 5 and 6 are what went over the wire (server read, server write), not what the page cache served
+    (fields 1-4)."""
+    monkeypatch.setattr(moved, "MOUNTSTATS", Path(__file__).parent.parent / "fixtures" / "nfs" / "mountstats")
+    v3 = moved.nfs(SimpleNamespace(mount_point="/NFS"))
+    assert v3() == (1134399088816, 407107155723)
+    assert moved.nfs(SimpleNamespace(mount_point="/mnt"))() == (627536112, 0)      # NFSv4, options over 3 lines
+    assert moved.nfs(SimpleNamespace(mount_point="/elsewhere")) is None
