@@ -60,3 +60,32 @@ def test_dry_run_shows_each_hosts_link_and_nothing_of_the_user_on_the_remote_lin
     (["--hosts", "a,b", "--ssh-command", "ssh"], "has no {host}")])
 def test_launch_option_refusals(args, needle):
     assert_one_line_error(run_tool("commbench", "run", "--dry-run", *args), needle)
+
+
+SPEC = """checks:
+  - name: ar
+    kind: commbench
+    collective: all_reduce
+    nodes: 3
+    thresholds: [wrong == 0]
+  - name: local
+    kind: commbench
+    collective: all_reduce
+    thresholds: [wrong == 0]
+"""
+
+
+def test_accept_gives_each_multi_node_check_its_share_of_the_hosts(tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC)
+    done = run_tool("commbench", "accept", "--spec", spec, "--dry-run", "--hosts", "n1,n2,n3,n4",
+                    "--ssh-command", "ssh -p 2222 {host}")
+    assert done.returncode == 0, done.stderr
+    lines = [ln for ln in done.stdout.splitlines() if not ln.startswith("#")]
+    assert shlex.split(lines[0])[-4:] == ["--hosts", "n1,n2,n3", "--ssh-command", "ssh -p 2222 {host}"]
+    assert "--hosts" not in lines[1]   # a one-node check runs here
+    assert_one_line_error(run_tool("commbench", "accept", "--spec", spec, "--dry-run", "--hosts", "n1,n2"),
+                          "check ar runs on 3 nodes; --hosts names 2")
+    spec.write_text("cluster:\n  exec: 'ssh {node} --'\n  rdzv_endpoint: n1:29500\n" + SPEC)
+    assert_one_line_error(run_tool("commbench", "accept", "--spec", spec, "--dry-run", "--hosts", "n1,n2,n3"),
+                          "give one or the other")
