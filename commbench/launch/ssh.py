@@ -68,6 +68,10 @@ def host_list(hosts, hostfile):
         if not HOST.fullmatch(h):
             raise UserError(f"{what}: {shown(repr(h), 80)} is not a host name ([user@]host: letters, digits, "
                             "'.', '-', '_'; not starting with '-')")
+    local = [h for h in names if rdzv_host(h) == "localhost" or rdzv_host(h).startswith("127.")]
+    if local and len(names) > 1:
+        raise UserError(f"{what}: {shown(local[0], 80)} names each host itself (the rendezvous is on the first host, "
+                        "which every other must reach): give names or addresses the hosts reach each other by")
     twice = sorted({h for h in names if names.count(h) > 1}) if len(set(names)) < len(names) else []
     if twice:
         raise UserError(f"{what} names {shown(twice[0], 80)} twice (one agent per host)")

@@ -20,7 +20,8 @@ def test_host_list_from_hosts_and_hostfile(tmp_path):
 
 @pytest.mark.parametrize("text, needle", [
     ("n1,-oProxyCommand=x", "is not a host name"), ("n1,a b", "is not a host name"), ("n1,$(reboot)", "is not a host"),
-    ("n1,n2,n1", "names n1 twice"), (",,", "names no host")])
+    ("n1,n2,n1", "names n1 twice"), (",,", "names no host"),
+    ("localhost,n2", "names each host itself"), ("n1,root@127.0.0.1", "names each host itself")])
 def test_bad_host_lists_are_refused(text, needle):
     with pytest.raises(UserError) as exc:
         ssh.host_list(text, None)
