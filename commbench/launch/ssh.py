@@ -163,7 +163,7 @@ def link(desc):
                     channel.write(line.decode(errors="replace") + "\n")
                     channel.flush()
         elif logdir and (logdir / FAILED_MARK).exists():   # another host's ssh failed: this launch cannot go on
-            _hang_up(proc)
+            _hang_up(proc, 1)
     code = proc.wait()
     relay.join(2)
     if code == SSH_FAILED:
@@ -188,7 +188,7 @@ def _status_here(logdir, data):
     replace_text(logdir / REMOTE_STATUS / f"rank{rank}.json", data.decode(errors="replace"))
 
 
-def _hang_up(proc):
+def _hang_up(proc, code=128 + signal.SIGTERM):
     """SIGTERM (the launcher stops this launch): close ssh's stdin, so the node agent stops everything of its own
     and ends, then ssh ends; killed past LINK_GRACE_S (a host that no longer answers)."""
     try:
@@ -196,7 +196,7 @@ def _hang_up(proc):
         proc.wait(LINK_GRACE_S)
     except (OSError, subprocess.TimeoutExpired):
         proc.kill()
-    sys.exit(128 + signal.SIGTERM)
+    sys.exit(code)
 
 
 def _relay(stream, last):
