@@ -62,7 +62,7 @@ class Reporter:
         self.stream = stream or sys.stderr
         self.every, self.index, self.text, self.extra = every, 0, title, ""
         self.started = self.first = time.monotonic()
-        self.first_step_at = None
+        self.mark = None    # (when, weight done then): the rate counts from the first step, or a resize
         self.mode = None if _state["quiet"] or not enabled else "bar" if _isatty(self.stream) else "lines"
         self._stop, self._thread, self._bar = threading.Event(), None, None
 
@@ -85,9 +85,9 @@ class Reporter:
 
     def step(self, index, text):
         """Step index is under way (every step before it is done); text says which."""
-        if self.first_step_at is None:
-            self.first_step_at = time.monotonic()   # time before it (a launch's start-up) is no step's
         self.index, self.text, self.extra = max(0, min(index, len(self.weights))), text, ""
+        if self.mark is None:   # time before it (a launch's start-up, a calibration) is no step's
+            self.mark = (time.monotonic(), sum(self.weights[:self.index]))
         self._refresh()
 
     def detail(self, text):
@@ -105,6 +105,7 @@ class Reporter:
     def resize(self, weights):
         """The steps changed (a time budget fitted the repeats): the new weights, the steps done kept."""
         self.weights = [float(w) for w in weights]
+        self.mark = None   # the steps from the next one on are the ones measured: their rate counts from there
         if self._bar:
             self._bar.update(self._task, total=len(self.weights))
         self._refresh()
@@ -112,8 +113,8 @@ class Reporter:
     def left_s(self):
         """Seconds left: the steps done's rate over the weight left; before that the estimate given, or None."""
         done, total = sum(self.weights[:self.index]), sum(self.weights)
-        if done > 0 and self.first_step_at is not None:
-            return (time.monotonic() - self.first_step_at) / done * (total - done)
+        if self.mark and done > self.mark[1]:
+            return (time.monotonic() - self.mark[0]) / (done - self.mark[1]) * (total - done)
         if self.expect_s and time.monotonic() - self.started < self.expect_s:
             return self.expect_s - (time.monotonic() - self.started)
         return None   # nothing measured yet, or past the estimate given
