@@ -72,7 +72,7 @@ NOTE = re.compile(r"overlapped ([0-9.]+) % under its (\w+) alone(.*)")
 def note_lines(records):
     """One line per kind of overlap_note (taken at the floor, not figured), however many measurements it holds:
     'note: 40 of 54 measurements overlapped 0.1-4.9 % under their communication alone (noise between phases): taken
-    at that floor, fully hidden (ddp R=0.5, ddp R=1 at 4M-64M)'."""
+    at that floor, fully hidden (ddp B=4 R=0.5, ddp B=4 R=1 at 4M-64M)'; more than 3 configs are counted."""
     totals = [r for r in records if not r.get("event") and r.get("phase") == TOTAL]
     kinds = {}
     for rec in totals:
@@ -83,8 +83,9 @@ def note_lines(records):
         under = sorted(u for u, _ in seen)
         sizes = sorted({r["size_bytes"] for _, r in seen})
         span = f"{under[0]:.1f}" + (f"-{under[-1]:.1f}" if under[-1] != under[0] else "")
-        where = ", ".join(dict.fromkeys(record_label(r) for _, r in seen)) + " at " + format_size(sizes[0]) + (
-            f"-{format_size(sizes[-1])}" if len(sizes) > 1 else "")
+        labels = list(dict.fromkeys(record_label(r) for _, r in seen))
+        where = (", ".join(labels) if len(labels) <= 3 else f"{len(labels)} pattern configs") + " at " + \
+            format_size(sizes[0]) + (f"-{format_size(sizes[-1])}" if len(sizes) > 1 else "")
         yield (f"note: {len(seen)} of {len(totals)} measurements overlapped {span} % under their {part} alone{rest} "
                f"({where})")
 
