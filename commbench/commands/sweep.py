@@ -207,13 +207,13 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
     case_opts = ReadOptions(take(kw, CaseOptionsText).parse())
     plan = build_plan(names, take(kw, MeasureOptions), case_opts, spec)
     refuse_unread(case_opts, [CASES[n] for n in names], given_fields())
-    for text in dict.fromkeys(spec.notes):   # once, as the other commands say them (emulated nodes, rounded sizes)
-        console(stderr=True).print(f"note: {text}")
     table_fn = rankstats.with_stats(lambda _: print_ranking(outcomes, found, failed, notes), show_stats, fmt)
     no_leftovers(kw)
     out_file = output_file(out or DEFAULT_OUT)
     options = measured_options(plan, spec)
     previous, settled, discarded = resumable(out_file, options) if resume and out_file else ([], set(), "")
+    for text in dict.fromkeys(spec.notes):   # once, as the other commands say them (emulated nodes, rounded sizes),
+        console(stderr=True).print(f"note: {text}")   # once what the user gave is known to be usable
     backend = backend_of(spec)
     ignored = sorted(name for name in swept if backend not in read_by(name))
     if ignored:

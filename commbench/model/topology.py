@@ -166,6 +166,15 @@ class Topology:
                 "source": self.source}
 
 
+def known_fields(key):
+    """The fields a topology may have where `key` was found: that section's, or the top level's and the sections
+    (the whole list would be a screen long)."""
+    section = key.split(".", 1)[0] if "." in key else None
+    if section in SECTIONS:
+        return ", ".join(k for k in SCHEMA if k.startswith(f"{section}."))
+    return ", ".join([k for k in SCHEMA if "." not in k] + [f"{s}.*" for s in SECTIONS])
+
+
 def validate(data, where):
     """A Topology from a file's parsed YAML; UserError naming `where` and the field otherwise."""
     if not isinstance(data, dict):
@@ -180,7 +189,7 @@ def validate(data, where):
             for k, v in flat.items()}
     for key in flat:
         if key not in SCHEMA:
-            raise UserError(f"{where}: unknown field {inputs.key(key)} (known: {', '.join(SCHEMA)})")
+            raise UserError(f"{where}: unknown field {inputs.key(key)} (known: {known_fields(key)})")
     for key, (required, valid, what) in SCHEMA.items():
         if key not in flat or flat[key] is None:
             if required:
