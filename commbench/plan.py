@@ -49,7 +49,6 @@ class Plan:
     hang_timeout: float = 60     # no progress this long on rank 0: a hang report (commbench/liveness.py)
     launcher: str = "local"
     emulated: bool = False       # several nodes all started on this machine (LaunchSpec.emulated): records say it
-    emulated: bool = False       # several nodes all started on this machine (LaunchSpec.emulated): records say it
     topology: Optional[dict] = None  # the topology in effect (commbench.model.topology.Topology.as_dict())
     command: str = ""            # the command line that made this plan, as typed
     tags: dict = field(default_factory=dict)   # fields every record carries (a sweep's config)
