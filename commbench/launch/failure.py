@@ -35,8 +35,10 @@ def reasons(logs, spec, ranks=None, killed=()):
     for log in logs:
         log.seek(0)
         lines.extend(log.read().splitlines())
-    worker = [ln[ln.index(mark) + len(mark):].strip() for mark in ("commbench-ssh:", "commbench-worker:")
-              for ln in lines if mark in ln]   # a host ssh could not reach or lost comes first
+    # a host ssh could not reach or lost comes first; ranks writing at once may share a line of the log: each
+    # mark starts a reason of its own
+    worker = [piece.strip() for mark in ("commbench-ssh:", "commbench-worker:") for ln in lines
+              for piece in ln.split(mark)[1:]]
     signalled = _signalled(lines, ranks or {}, set(killed)) + mpirun.dead_ranks(lines, ranks or {})
     if worker or signalled:
         return list(dict.fromkeys(signalled + worker))
