@@ -139,7 +139,9 @@ def diff_command(tool):
     return command
 
 
-def report_command(tool):
+def report_command(tool, judge=None):
+    """judge(records, topology) -> verdict events: the tool's own judgement of the numbers against a system, in the
+    report's notes (commbench judge's, under --topology)."""
     files, old, saved = EXAMPLES[tool]
 
     @click.command("report", help=f"""Markdown, a self-contained HTML page (images inside), PNG plots and the data
@@ -156,15 +158,22 @@ def report_command(tool):
     @click.option("--format", "fmt", type=click.Choice(["csv", "parquet"]), default="csv", show_default=True,
                   help="Format of the data file beside the report.")
     @click.option("--title", default=f"{tool} report", show_default=True)
-    def command(paths, out, baselines, fmt, title):
+    def command(paths, out, baselines, fmt, title, topology=None):
         records = _load_side(list(paths), "RESULTS")
         base = _load_side(list(baselines), "--baseline") if baselines else []
+        if topology:
+            records = records + judge(records, topology)
         written = page.write(list(paths), records, out, list(baselines), base, fmt, title)
         click.echo(f"wrote {', '.join(written)} in {out}", err=True)
+    if judge:
+        command = click.option("--topology", default=None, metavar="FILE|NAME",
+                               help="Judge the numbers against this system (as `judge`): the verdict per size in "
+                                    "the report's notes.")(command)
     return command
 
 
-def add_to(group, tool):
-    """Add import, diff and report to a CLI group."""
-    for make in (import_command, diff_command, report_command):
-        group.add_command(make(tool))
+def add_to(group, tool, judge=None):
+    """Add import, diff and report to a CLI group; judge: see report_command."""
+    group.add_command(import_command(tool))
+    group.add_command(diff_command(tool))
+    group.add_command(report_command(tool, judge))

@@ -49,7 +49,13 @@ def cli():
     """
 
 
-commands.add_to(cli, "commbench")  # import, diff, report (benchcore)
+def report_judge(records, topology):
+    """report --topology: commbench judge's verdict of the records on that system (imported when asked)."""
+    from commbench.commands.judge import report_verdict
+    return report_verdict(records, topology)
+
+
+commands.add_to(cli, "commbench", judge=report_judge)  # import, diff, report (benchcore)
 
 
 def main():

@@ -47,6 +47,17 @@ def run_verdict(records, topology_text):
     return [verdict_record(rows, topo, records[0].get("run_id"))] if rows else []
 
 
+def report_verdict(records, topology_text):
+    """report --topology: the verdict of the records on that system, or a note saying why nothing was judged."""
+    topo = resolve(topology_text)
+    rows, skipped = judge(read.measurements(records), topo)
+    if rows:
+        return [verdict_record(rows, topo, records[0].get("run_id"))]
+    why = "; ".join(f"{count} record(s): {reason}" for reason, count in skipped.items()) or "no measurement"
+    return [schema.event("commbench", "judge", f"nothing judged against {topo.name}: {why} (commbench judge takes "
+                                              "--ranks, --nodes and --env where the records do not say)")]
+
+
 @click.command("judge")
 @click.argument("files", nargs=-1, required=True)
 @click.option("--topology", required=True, metavar="FILE|NAME", help="The system the numbers came from.")
