@@ -1,4 +1,5 @@
-"""Proof that the storage moved the bytes: the counter that sees a mount's traffic below the page cache.
+"""Proof that the storage moved the bytes: the counter that sees a mount's traffic below the page cache (block
+devices, NFS, ceph-fuse, Lustre).
 
 One row per kind of file system (COUNTERS): where its bytes read and written are counted, and how. A figure whose
 counter saw less than MIN_MOVED of its payload was served by a cache (or never reached storage) and is reported as
@@ -17,7 +18,9 @@ MIN_MOVED = 0.9
 # reads go around it with O_DIRECT
 DIRECT_READ_FS = {"fuse.ceph-fuse", "fuse.ceph"}
 MOUNTSTATS = Path("/proc/self/mountstats")
-CEPH_TIMEOUT_S = 10
+CEPH_TIMEOUT_S = LFS_TIMEOUT_S = 10
+# where a Lustre client keeps its stats: /proc on older releases, debugfs on newer ones
+LUSTRE_ROOTS = (Path("/proc/fs/lustre"), Path("/sys/kernel/debug/lustre"))
 
 
 def block(mount):
@@ -85,12 +88,50 @@ def ceph_fuse(mount):
     return sample if sample() is not None else None
 
 
+def lustre_instance(mount_point):
+    """The Lustre client instance of a mount (`lfs getname MOUNT`: 'fsname-ffff8d2c4f6e5000 /mnt/lustre'), or None."""
+    try:
+        out = subprocess.run(["lfs", "getname", mount_point], capture_output=True, text=True, timeout=LFS_TIMEOUT_S,
+                             check=False).stdout.split()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out[0] if out and "-" in out[0] else None
+
+
+def lustre(mount):
+    """The Lustre client's bytes in its RPCs to the OSTs: `read_bytes` and `write_bytes` sums of every OSC of this
+    mount's client instance (osc.FSNAME-OSTxxxx-osc-INSTANCE/stats). llite's own read_bytes counts the read() calls,
+    page-cache hits included, so it proves nothing."""
+    instance = lustre_instance(mount.mount_point)
+    if not instance:
+        return None
+    fsname, _, tag = instance.rpartition("-")
+    files = [f for base in LUSTRE_ROOTS for f in sorted(base.glob(f"osc/{fsname}-OST*-osc-{tag}/stats"))]
+    if not files:
+        return None
+
+    def sample():
+        total = {"read_bytes": 0, "write_bytes": 0}
+        for stats in files:
+            try:
+                lines = stats.read_text().splitlines()
+            except OSError:
+                return None
+            for line in lines:
+                words = line.split()
+                if words and words[0] in total and "[bytes]" in words:
+                    total[words[0]] += int(words[-1])    # NAME COUNT samples [bytes] MIN MAX SUM
+        return total["read_bytes"], total["write_bytes"]
+    return sample if sample() is not None else None
+
+
 # (the counter's name, its factory: the mount -> a sampler or None); the first that finds a counter is used
 COUNTERS = (
     ("block device (sysfs diskstats)", lambda m: block(m)),
     ("NFS client (mountstats)", lambda m: nfs(m) if m.storage_class == "nfs" else None),
     ("ceph-fuse client (admin socket: objecter bytes sent, messenger bytes received)",
      lambda m: ceph_fuse(m) if m.fs_type in ("fuse.ceph-fuse", "fuse.ceph") else None),
+    ("Lustre client (its OSCs' RPC bytes)", lambda m: lustre(m) if m.fs_type == "lustre" else None),
 )
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 

@@ -1,5 +1,6 @@
 """`iobench model-ckpt`: model-shaped checkpoints (MLPerf Storage v2's layouts), per-rank aggregation, and the proof
 that the storage moved the bytes (cache and memory never reported as storage throughput)."""
+import os
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -166,3 +167,30 @@ def test_nfs_counter_reads_the_clients_bytes_to_and_from_the_server(monkeypatch)
     assert v3() == (1134399088816, 407107155723)
     assert moved.nfs(SimpleNamespace(mount_point="/mnt"))() == (627536112, 0)      # NFSv4, options over 3 lines
     assert moved.nfs(SimpleNamespace(mount_point="/elsewhere")) is None
+
+
+OSC_STATS = """snapshot_time             1716301234.123456789 secs.nsecs
+req_waittime              412 samples [usec] 61 20351 1230875 12097436735
+read_bytes                38 samples [bytes] 4096 1048576 {read}
+write_bytes               21 samples [bytes] 65536 1048576 {write}
+ost_read                  38 samples [usec] 152 41286 702319 41853106347
+"""
+
+
+def test_lustre_counter_sums_the_mounts_oscs(monkeypatch, tmp_path):
+    """This kernel has no Lustre client, so `lfs getname` and the OSC stats files are stand-ins in the form the
+    Lustre Operations Manual gives (lprocfs stats: NAME COUNT samples [UNIT] MIN MAX SUM): the bytes of this
+    mount's client instance's OSCs only, another client's (another mount of the same file system) left out."""
+    lfs = tmp_path / "bin" / "lfs"
+    lfs.parent.mkdir()
+    lfs.write_text("#!/bin/sh\necho 'scratch-ffff8d2c4f6e5000 /lus'\n")
+    lfs.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{lfs.parent}:{os.environ['PATH']}")
+    root = tmp_path / "lustre"
+    for name, read, write in (("scratch-OST0000-osc-ffff8d2c4f6e5000", 1000, 30),
+                              ("scratch-OST0001-osc-ffff8d2c4f6e5000", 2000, 40),
+                              ("scratch-OST0000-osc-ffff9aaa00000000", 10 ** 9, 10 ** 9)):   # another mount's
+        (root / "osc" / name).mkdir(parents=True)
+        (root / "osc" / name / "stats").write_text(OSC_STATS.format(read=read, write=write))
+    monkeypatch.setattr(moved, "LUSTRE_ROOTS", (root,))
+    assert moved.lustre(SimpleNamespace(mount_point="/lus"))() == (3000, 70)
