@@ -172,8 +172,8 @@ def measure_case(ctx, case, cfg, size, shared):
         stats = rank_stats(ctx, samples, timed.per_rank, timed.per_run, timed.departures) if samples else {}
         moved = timed.factors[phase] is not None   # a phase that moves no payload (compute) has no bandwidth
         algbw = size / t / 1e9 if moved else None
-        rows.append({"phase": phase, "blocking": blocking, "time_source": time_source(ctx), "time_us": t * 1e6, "time_us_min": t_min * 1e6,
-                     "time_us_max": t_max * 1e6, "algbw_gbps": algbw,
+        rows.append({"phase": phase, "blocking": blocking, "time_source": time_source(ctx), "time_us": t * 1e6,
+                     "time_us_min": t_min * 1e6, "time_us_max": t_max * 1e6, "algbw_gbps": algbw,
                      "busbw_gbps": algbw * timed.factors[phase] if moved else None, **stats, **timed.fields(phase),
                      **({"time_budget_s": plan.time_budget} if plan.time_budget else {})})
     pos.at("check")

@@ -349,7 +349,8 @@ def model_ckpt_cmd(path, model_name, tp, pp, dp, zero, scale, ranks, writes, rea
     run_id = new_run_id()
     records = model_ckpt.run(path, layout, ranks, writes, reads, timeout, keep, open_writer(out), run_id,
                              bench.Sharing(concurrent, wait), drop,
-                             (nodes, node_rank, rdzv_endpoint) if nodes > 1 else None, fio_same and nodes == 1, fmt_ckpt)
+                             (nodes, node_rank, rdzv_endpoint) if nodes > 1 else None, fio_same and nodes == 1,
+                             fmt_ckpt)
     if records:
         emit(records, fmt, model_ckpt.print_model)
     metrics.publish(records, "iobench")

@@ -70,7 +70,8 @@ def records_from(result, target, layout, run_id, fmt="torch-save"):
             duration_s_max=max(f["duration_s"] for f in figures) if counted else None,
             min_rank_mbps=statistics.median(f["min_rank_mbps"] for f in figures) if counted else None,
             bw_mbps=bw if counted else None, cache_mbps=None if counted else bw,
-            bw_mbps_min=min(f["aggregate_mbps"] for f in figures), bw_mbps_max=max(f["aggregate_mbps"] for f in figures),
+            bw_mbps_min=min(f["aggregate_mbps"] for f in figures),
+            bw_mbps_max=max(f["aggregate_mbps"] for f in figures),
             per_host_mbps={h: statistics.median(f["per_host_mbps"][h] for f in figures) for h in hosts},
             bytes_moved_ratio=ratio, served_by=served, byte_counter=result["counter"],
             served_reason=reason,
@@ -93,8 +94,9 @@ def cache_drop(target, drop):
 
 def worker_args(layout, writes, reads, timeout, how, fmt):
     """The worker's arguments: it computes the same layout on every node."""
-    return ["--format", fmt, "--model", layout.model, "--tp", layout.tp, "--pp", layout.pp, "--dp", layout.dp, "--zero", layout.zero,
-            "--scale", repr(layout.scale), "--writes", writes, "--reads", reads, "--timeout", timeout] + \
+    return ["--format", fmt, "--model", layout.model, "--tp", layout.tp, "--pp", layout.pp, "--dp", layout.dp,
+            "--zero", layout.zero, "--scale", repr(layout.scale), "--writes", writes, "--reads", reads,
+            "--timeout", timeout] + \
         (["--no-drop"] if how.startswith("none") else ["--direct-read"] if how.startswith("O_DIRECT") else [])
 
 
@@ -124,7 +126,8 @@ def run(path, layout, processes, writes, reads, timeout, keep, writer, run_id, s
                             f"reads, by {processes} torch ranks" + (" on each node" if nodes else "")):
             result = run_ranks("iobench.model_worker", ["--dir", data if first else "", "--result", result_file or "",
                                                         *worker_args(layout, writes, reads, timeout, how, fmt), *jobs],
-                               processes, timeout * (writes + reads) * (2 if jobs else 1), here, result_file, "model-ckpt",
+                               processes, timeout * (writes + reads) * (2 if jobs else 1), here, result_file,
+                               "model-ckpt",
                                f" (--timeout {timeout} s for each of {writes + reads} checkpoints"
                                + (" and fio's run beside each)" if jobs else ")"), nodes)
     if not first:
@@ -138,12 +141,14 @@ def run(path, layout, processes, writes, reads, timeout, keep, writer, run_id, s
 
 
 def print_model(records):
-    rows = [dict(r, label=r["rw"], moved="n/a" if r.get("bytes_moved_ratio") is None else f"{r['bytes_moved_ratio']:.2f}",
+    rows = [dict(r, label=r["rw"],
+                 moved="n/a" if r.get("bytes_moved_ratio") is None else f"{r['bytes_moved_ratio']:.2f}",
                  bw=r["bw_mbps"] if r.get("bw_mbps") is not None else f"({r['served_by']})",
                  ratios=f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f}" if r.get("ratio_min") else None)
             for r in records if r.get("model")]
     first = rows[0] if rows else {}
-    print_table(rows, [("label", "phase", None), ("duration_s", "slowest rank s", ".2f"), ("torch_cpu_s", "torch CPU s", ".2f"),
+    print_table(rows, [("label", "phase", None), ("duration_s", "slowest rank s", ".2f"),
+                       ("torch_cpu_s", "torch CPU s", ".2f"),
                        ("min_rank_mbps", "min rank MB/s", ",.0f"), ("bw", "aggregate MB/s", ",.0f"),
                        ("fio_bw_mbps", "fio MB/s", ",.0f"),
                        ("ratio_to_fio", "x fio", ".2f"), ("ratios", "x fio range", None),
@@ -157,7 +162,8 @@ def print_model(records):
                   f"written by {r['numjobs']} processes, scale {r['scale']:g}; aggregate = all bytes over first start "
                   f"to last end; fio: the same files, sizes and processes, each file "
                   f"fsynced at close, just before each checkpoint; x fio: aggregate over fio's median (range: per "
-                  f"checkpoint); torch CPU s: the slowest rank's torch.save (load) of its files to (from) memory (also for dcp), "
+                  f"checkpoint); torch CPU s: the slowest rank's torch.save (load) of its files to (from) memory "
+                  f"(also for dcp), "
                   f"no storage: what torch adds to the I/O fio does; moved x = bytes counted / the payload, by: "
                   f"{r['byte_counter']} (below {moved.MIN_MOVED}: a cache served it, and no storage figure is given)")
     for r in rows:

@@ -3,8 +3,9 @@ read it back --reads times, as MLPerf Storage's checkpointing workload does.
 
 The layout (iobench.models, computed here from the same arguments on every node) names every file and its bytes;
 process p of P (over every node) writes the files of layout ranks p, p+P, ... (a layout of 64 ranks runs on 8
-processes here), into global rank 0's --dir (shared storage when there are several nodes), each file a torch.save of its tensors (16-bit for
-model states, fp32 for optimizer states, random so nothing compresses), fsynced before the file counts as written;
+processes here), into global rank 0's --dir (shared storage when there are several nodes), each file a torch.save
+of its tensors (16-bit for model states, fp32 for optimizer states, random so nothing compresses), fsynced before
+the file counts as written;
 rank 0 fsyncs the directory inside the clock. Before every read the checkpoint's pages are dropped from the page
 cache on every node (posix_fadvise DONTNEED by its first rank) and every tensor read is compared exactly with what
 was written. Each process reports its start and end (time.time(): comparable across processes and, with synchronised
@@ -191,7 +192,8 @@ def arguments():
     parser.add_argument("--reads", type=int, default=10)
     parser.add_argument("--timeout", type=int, default=600)
     parser.add_argument("--no-drop", action="store_true", help="read without dropping the page cache first")
-    parser.add_argument("--direct-read", action="store_true", help="read with O_DIRECT (a client cache no drop reaches)")
+    parser.add_argument("--direct-read", action="store_true",
+                        help="read with O_DIRECT (a client cache no drop reaches)")
     parser.add_argument("--fio-write", default="", help="fio's job file of the same writes (rank 0 runs it first)")
     parser.add_argument("--fio-read", default="", help="fio's job file of the same reads")
     return parser.parse_args()

@@ -56,8 +56,9 @@ def git_revision():
 def version_option():
     """--version for a tool's click group: the suite's version and the git revision it runs from (what records carry
     as versions.suite), so a result can be traced to the code that made it."""
-    import click   # here: a rank imports this module, never click
     from importlib.metadata import version
+
+    import click  # here: a rank imports this module, never click
 
     def show(ctx, _, value):
         if value and not ctx.resilient_parsing:

@@ -47,7 +47,8 @@ def health(history, window, nodes, fmt):
         for row in rows:
             click.echo(json.dumps(row, separators=(",", ":")))
     else:
-        shown = [{**r, "label": r["node"], "last_run": _when(r["last_run"]), "last_pass": _when(r["last_pass"]) or "never",
+        shown = [{**r, "label": r["node"], "last_run": _when(r["last_run"]),
+                  "last_pass": _when(r["last_pass"]) or "never",
                   "fails": f"{r['failures']}/{r['window']}", "drained": _when(r["drained"]),
                   "resumed": _when(r["resumed"])} for r in rows]
         print_table(shown, [("label", "node", None), ("last_result", "last", None), ("last_run", "at", None),

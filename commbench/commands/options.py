@@ -244,7 +244,8 @@ def measure_options(min_bytes="8", max_bytes="256M"):
                      help="Topology file or name in topologies/ for link_peak_gbps, predicted_time_us and "
                           "link_utilization [default: detected, see commbench topo]."),
         click.option("--format", "fmt", type=click.Choice(FORMATS + ("nccl-tests",)), default="table",
-                     show_default=True, help="What goes to stdout; nccl-tests: nccl-tests' plain text, for its parsers."),
+                     show_default=True,
+                     help="What goes to stdout; nccl-tests: nccl-tests' plain text, for its parsers."),
     ])
 
 

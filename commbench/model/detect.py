@@ -1,4 +1,5 @@
-"""Topology detection (shown by `commbench topo`, commbench/commands/topo.py): GPUs through NVML, NICs from sysfs and tc, matched to topologies/.
+"""Topology detection (shown by `commbench topo`, commbench/commands/topo.py): GPUs through NVML, NICs from sysfs
+and tc, matched to topologies/.
 
 GPUs (nvidia-ml-py, imported only here and only when asked): name, memory, NVLink links with state,
 version and speed, the GPU-to-GPU path matrix as `nvidia-smi topo -m` prints it (NV# when NVLink
@@ -38,10 +39,11 @@ TOLERANCE = 0.10        # rates within 10 % match a file
 GPU_MODELS = ((r"GB200", "GB200", "superchip", 5, 18), (r"H200 NVL", "H200-NVL", "pcie", 4, None),
               (r"H100 (PCIe|NVL)", "H100-PCIe", "pcie", 4, None), (r"A100.*PCIE", "A100-PCIe", "pcie", 3, None),
               (r"B200", "B200", "sxm", 5, 18), (r"H200", "H200", "sxm", 4, 18),
-              (r"H100[- ](SXM|80GB HBM3|94GB HBM2e)", "H100-SXM", "sxm", 4, 18), (r"A100-SXM", "A100-SXM", "sxm", 3, 12),
+              (r"H100[- ](SXM|80GB HBM3|94GB HBM2e)", "H100-SXM", "sxm", 4, 18),
+              (r"A100-SXM", "A100-SXM", "sxm", 3, 12),
               (r"L40S", "L40S", "pcie", None, None))
 FABRIC_STATES = {0: "not supported", 1: "not started", 2: "in progress", 3: "completed"}   # NVML_GPU_FABRIC_STATE_*
-NVLINK_SWITCH = 2                                                                           # NVML_NVLINK_DEVICE_TYPE_SWITCH
+NVLINK_SWITCH = 2   # NVML_NVLINK_DEVICE_TYPE_SWITCH
 
 
 def _read(path):

@@ -14,9 +14,12 @@ RUN = ("run", "--collective", "all_reduce,all_gather,sendrecv", "--nproc-per-nod
 SIZES = [8, 256, 8192]
 # nccl-tests' own lines (src/util.cu writeResultHeader, without -I per-iteration columns or timestamps).
 HEADER = [
-    "#                                                              out-of-place                       in-place          ",
-    "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong ",
-    "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)         ",
+    "#                                                              out-of-place          "
+    "             in-place          ",
+    "#       size         count      type   redop    root     time   algbw   busbw  #wrong"
+    "     time   algbw   busbw  #wrong ",
+    "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)        "
+    "     (us)  (GB/s)  (GB/s)         ",
 ]
 CONFIG = re.compile(r"^# nThread 1 nGpus 1 minBytes (\d+) maxBytes (\d+) step: (\d+)\((factor|bytes)\) "
                     r"warmup iters: (\d+) iters: (\d+) agg iters: (\d+) validation: ([01]) graph: (\d+)")

@@ -148,7 +148,8 @@ def test_a_checkpoint_check_fails_a_read_the_cache_served(tmp_path):
     naming it (acceptance/localhost.yaml's checkpoint-model check is the passing case)."""
     spec = tmp_path / "spec.yaml"
     spec.write_text(CACHED.format(mount=tmp_path))
-    done = run_tool("commbench", "accept", "--spec", spec, "--out", tmp_path / "out", timeout=300)   # host_mount: locked
+    # host_mount: locked
+    done = run_tool("commbench", "accept", "--spec", spec, "--out", tmp_path / "out", timeout=300)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "FAIL cached" in done.stdout + done.stderr
     recs = [r for r in read_records(tmp_path / "out" / "results.jsonl") if r.get("model")]

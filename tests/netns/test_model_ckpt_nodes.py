@@ -17,7 +17,8 @@ def test_two_nodes_write_and_read_one_checkpoint_on_cephfs(pair, cephfs_mount, t
               "--writes", "2", "--reads", "2", "--nodes", "2", "--rdzv-endpoint", f"{pair.addr(0)}:29633")
     started = time.monotonic()
     node0 = pair.commbench(0, *common, "--out", out, program="iobench")
-    # both nodes are this host: the second run shares the mount's lock with the first (on a cluster each node has its own)
+    # both nodes are this host: the second run shares the mount's lock with the first (on a cluster each node has its
+    # own)
     node1 = pair.commbench(1, *common, "--node-rank", "1", "--concurrent", program="iobench")
     try:
         (rc0, err0, _), (rc1, err1, _) = wait_all([node0, node1], started, 300)

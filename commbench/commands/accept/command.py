@@ -334,7 +334,8 @@ def accept(spec_path, out, baseline, dry_run, init, topology, nodes, on_fail, on
 
     Writes DIR/results.jsonl (every record, each with accept_check), junit.xml (a testcase per check and
     threshold), report.md + report.html (plots with the thresholds drawn), verdict.json. Exit 0 when every
-    check passes, 1 when one fails, 2 when the run cannot be done, 130 on Ctrl-C, 143 on SIGTERM (outputs still written).
+    check passes, 1 when one fails, 2 when the run cannot be done, 130 on Ctrl-C, 143 on SIGTERM (outputs still
+    written).
 
     \b
     Example:
@@ -343,10 +344,12 @@ def accept(spec_path, out, baseline, dry_run, init, topology, nodes, on_fail, on
     """
     if init:
         if not topology:
-            raise UserError("--init needs --topology: commbench accept --init --topology dgx-h100 --nodes 2 > spec.yaml")
+            raise UserError("--init needs --topology: commbench accept --init --topology dgx-h100 --nodes 2 "
+                            "> spec.yaml")
         misplaced = given("spec_path", "out", "baseline", "dry_run", "on_fail", "on_error", "on_pass")
         if misplaced:
-            example = f"commbench accept --init --topology {shown(shlex.quote(topology), 300)} --nodes {nodes} > spec.yaml"
+            example = (f"commbench accept --init --topology {shown(shlex.quote(topology), 300)} --nodes {nodes} "
+                       f"> spec.yaml")
             raise UserError(f"{', '.join(misplaced)}: not with --init, which prints a starting spec to stdout and runs "
                             f"nothing ({example})")
         click.echo(init_text(topology, nodes), nl=False)

@@ -66,6 +66,8 @@ def init_text(topology, nodes):
     expected = (big["nccl_algo"] or "Ring").split("/")[0]
     published = _published(topo, nodes, local, expected) if topo.gpus_per_node else None
     top = published[1] if published else 0
+    published_line = published[0] if published else ("      # Published: none for this system and node count (the "
+                                                      "topology's references): the model's alone.")
     picks = lambda r: f", NCCL {r['nccl_algo']}" if r["nccl_algo"] else ""   # noqa: E731
     return f"""# Acceptance spec for {nodes} node(s) of {name}
 #   (commbench accept --init --topology {said} --nodes {nodes}).
@@ -94,7 +96,7 @@ each size ({100 - BW_MARGIN * 100:.0f} % under
       # it), for what the model leaves out (kernel and proxy overheads, NCCL's channel count, congestion); a link
       # or NIC at half its rate bounds the ring at about half the busbw, far below.
       - busbw >= {BW_MARGIN} x model at >= {format_size(start['size_bytes'])}
-{published[0] if published else "      # Published: none for this system and node count (the topology's references): the model's alone."}
+{published_line}
       - wrong == 0
       - no regression > 5 % vs baseline
 {_expected_check(topo, nodes, expected, published) if topo.gpus_per_node else ""}  - name: all_reduce-latency

@@ -125,7 +125,8 @@ KINDS = {
                         "reads": ("--reads", "whole"), "no_drop": ("--no-drop", "flag"), "wait": ("--wait", "whole"),
                         "ckpt_format": ("--ckpt-format", "text")},
                        required=("mount", "model"), dry_run=True,
-                       groups=lambda check: {f"{check.get('model')}-{'dcp' if check.get('ckpt_format') == 'dcp' else 'ckpt'}"}),
+                       groups=lambda check: {f"{check.get('model')}-"
+                                             f"{'dcp' if check.get('ckpt_format') == 'dcp' else 'ckpt'}"}),
     "selftest-link": Kind("commbench", "commbench.commands.cli", lambda check: ["selftest", "link"],
                           {"rate": ("--rate", "text"), "collective": ("--collective", "names"), **SIZES,
                            "cycles": ("-N", "whole")},

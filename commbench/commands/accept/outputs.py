@@ -97,7 +97,8 @@ def junit(results, spec, seconds, path):
     skipped = sum(c.find("skipped") is not None for c in cases)
     suite = ET.Element("testsuite", name=f"commbench accept {Path(spec.path).name}", tests=str(len(cases)),
                        failures=str(failures), errors="0", skipped=str(skipped), time=f"{seconds:.3f}",
-                       timestamp=timestamp()[:19], hostname=hostname(), id="0", package="commbench.commands.accept.command")
+                       timestamp=timestamp()[:19], hostname=hostname(), id="0",
+                       package="commbench.commands.accept.command")
     props = ET.SubElement(suite, "properties")
     ET.SubElement(props, "property", name="spec", value=spec.path)
     suite.extend(cases)
@@ -126,7 +127,8 @@ def write_outputs(written, spec, results, records, baseline_path, baseline, run_
     resumed: what --on-fail/--on-error drain and --on-pass resume did, node by node."""
     directory = written.directory
     verdict = {"spec": spec.path, "run_id": run_id, "passed": code == EXIT_PASS, "exit_code": code,
-               "interrupted": code not in (EXIT_PASS, EXIT_FAIL), "seconds": round(seconds, 1), "baseline": baseline_path,
+               "interrupted": code not in (EXIT_PASS, EXIT_FAIL), "seconds": round(seconds, 1),
+               "baseline": baseline_path,
                "notes": list(notes), "drained": list(drained), "resumed": list(resumed),
                "history": {"file": nodes_seen[0], "nodes": nodes_seen[1]} if nodes_seen else None,
                "checks": [{"name": r.check.name, "kind": r.check.kind, "line": r.check.line, "ran": r.ran,

@@ -35,8 +35,8 @@ def node_command(kinds, node, port, args, out):
         cmd = ["overlap", "--patterns", ",".join(kinds), "--repeats", "1"]
     else:
         cmd = ["run", "--collective", ",".join(kinds), "--place", "in"]
-    return [sys.executable, "-m", "commbench.commands.cli", *cmd, *sizes, *launch, *args.get("extra", ()), "--format", "json",
-            "--quiet", *(["--out", out] if node == 0 else [])]
+    return [sys.executable, "-m", "commbench.commands.cli", *cmd, *sizes, *launch, *args.get("extra", ()),
+            "--format", "json", "--quiet", *(["--out", out] if node == 0 else [])]
 
 
 def launch(kinds, port, args, out, prefix, deadline_s, passes=None):

@@ -90,8 +90,8 @@ def write(path, records):
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "commbench.commands.cli", "diff", *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+    return subprocess.run([sys.executable, "-m", "commbench.commands.cli", "diff", *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
 
 
 def test_cli_exit_status(tmp_path):

@@ -121,7 +121,8 @@ def test_every_pattern_gives_its_four_timings_exact_from_one_launch(tmp_path, ca
     for shown in (recs, longer):
         print_overlap(shown)
         text = capsys.readouterr().out
-        assert "pipelined-rs" in text and max(len(line) for line in text.splitlines() if line[:1] in "\u2503\u2502") <= 100
+        assert "pipelined-rs" in text
+        assert max(len(line) for line in text.splitlines() if line[:1] in "\u2503\u2502") <= 100
 
 
 def test_the_model_of_a_pattern_is_its_schedule_over_the_predicted_communication():

@@ -8,7 +8,8 @@ def test_report_says_the_judges_verdict_or_why_nothing_was_judged(tmp_path):
     done = run_tool("commbench", "report", LOGS / "gb200-nvl72-rack-coreweave-all_reduce.log", "--topology",
                     "gb200-nvl72", "--out", tmp_path / "rack")
     assert done.returncode == 0, done.stderr
-    assert "- verdict: every judged measurement is what gb200-nvl72 delivers" in (tmp_path / "rack/report.md").read_text()
+    assert ("- verdict: every judged measurement is what gb200-nvl72 delivers"
+            in (tmp_path / "rack/report.md").read_text())
     done = run_tool("commbench", "report", LOGS / "h100-1node-aws-p5-batch-all_reduce.log", "--topology", "dgx-h100",
                     "--out", tmp_path / "p5")
     assert done.returncode == 0, done.stderr

@@ -50,5 +50,6 @@ def test_a_pairs_check_in_a_slurm_allocation_takes_its_node_count(tmp_path, monk
     assert load_spec(spec).checks[0].nodes() == 2
     monkeypatch.setenv("SLURM_SCRIPT_CONTEXT", "prolog_slurmd")   # a node's Prolog sees a job but no allocation
     spec.write_text(PAIRS_SPEC)
-    with pytest.raises(UserError, match="kind pairs needs nodes \\(or a Slurm allocation, whose node count it takes\\)"):
+    with pytest.raises(UserError,
+                       match="kind pairs needs nodes \\(or a Slurm allocation, whose node count it takes\\)"):
         load_spec(spec)

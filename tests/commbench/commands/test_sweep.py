@@ -102,7 +102,8 @@ def test_nccl_syntax_is_accepted_and_checked():
     proc = run_tool("commbench", "sweep", "--env", 'NCCL_PROTO=^LL128,"LL,Simple"',
                     "--env", "NCCL_ALGO=allreduce:tree;ring", "--dry-run", *SMALL)
     assert proc.returncode == 0, proc.stderr
-    for shown in ("NCCL_PROTO='^LL128'", "NCCL_PROTO=LL,Simple", "NCCL_ALGO='allreduce:tree;ring'"):  # as a shell runs them
+    # as a shell runs them
+    for shown in ("NCCL_PROTO='^LL128'", "NCCL_PROTO=LL,Simple", "NCCL_ALGO='allreduce:tree;ring'"):
         assert shown in proc.stdout
     for bad, needle in (("NCCL_ALGO=allreduc:tree", "names no NCCL collective"),
                         ("NCCL_PROTO=^LL129", "must be a list of LL, LL128, Simple")):
@@ -216,7 +217,8 @@ def test_sigterm_ends_the_sweep_at_once_and_resume_runs_the_interrupted_run_agai
     assert f"error: {stopped['sweep_config']} (round {stopped['repeat']}): terminated by SIGTERM" in stderr
     assert f"--resume with the same options and --out runs the {4 - done} config runs not done" in stderr
     assert "sweep ranking" in stdout and plot.stat().st_size > 0
-    proc = run_tool("commbench", *args[1:], "--format", "json", env={**HOOKS_ON, "COMMBENCH_TEST_SLOW": "all_reduce:0.05"})
+    proc = run_tool("commbench", *args[1:], "--format", "json",
+                    env={**HOOKS_ON, "COMMBENCH_TEST_SLOW": "all_reduce:0.05"})
     assert proc.returncode == 0, proc.stderr
     assert f"resuming: {done} of 4 config runs (2 configs x 2 rounds) done, {4 - done} to run" in proc.stderr
     after = read_records(out)

@@ -75,7 +75,8 @@ def as_schema(value, kind, path="", quantity=False):
     field missing."""
     if kind.startswith("dict("):
         assert isinstance(value, dict), f"{path}: not a map ({kind})"
-        return {k: as_schema(v, kind[kind.index(",") + 1:-1].strip(), f"{path}.{k}", quantity) for k, v in value.items()}
+        return {k: as_schema(v, kind[kind.index(",") + 1:-1].strip(), f"{path}.{k}", quantity)
+                for k, v in value.items()}
     if kind.startswith("list["):
         assert isinstance(value, list), f"{path}: not a list ({kind})"
         return [as_schema(v, kind[5:-1], f"{path}[{i}]") for i, v in enumerate(value)]

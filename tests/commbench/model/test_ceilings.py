@@ -138,7 +138,7 @@ def test_calibrate_writes_ceilings_that_runs_use(calibrated, tmp_path):
     topo = topology.load(path)
     assert (topo.intra_ceiling, topo.shm_ceiling, topo.inter_fabric) == ("calibrated", "calibrated", "loopback")
     assert topo.intra_gbps > 0 and topo.shm_gbps > 0 and "wrote" in proc.stdout
-    assert f"loopback TCP, the most 1-" in path.read_text()
+    assert "loopback TCP, the most 1-" in path.read_text()
     one = gloo_run(path, tmp_path / "one.jsonl", "--nproc-per-node", "2")
     two = gloo_run(path, tmp_path / "two.jsonl", "--nodes", "2", "--nproc-per-node", "1")
     assert one.keys() == two.keys() and {r["nodes"] for r in two.values()} == {2}

@@ -173,7 +173,8 @@ def test_mpi4py_missing_names_the_fix():
 
 
 def test_mpirun_and_library_versions_agree_by_family_and_open_mpi_major():
-    assert mpirun.vendor_of("mpirun (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/") == ("Open MPI", (5, 0, 11))
+    assert (mpirun.vendor_of("mpirun (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/")
+            == ("Open MPI", (5, 0, 11)))
     assert mpirun.vendor_of("HYDRA build details:\n    Version:          4.1.2") == ("MPICH", (4, 1, 2))
     assert mpirun._agrees(("Open MPI", (5, 0, 11)), ("Open MPI", (5, 0, 3)))
     assert not mpirun._agrees(("Open MPI", (4, 1, 4)), ("Open MPI", (5, 0, 11)))
@@ -205,7 +206,8 @@ def test_rank_variables_from_mpirun_and_srun():
 def test_dead_ranks_from_mpirun_text():
     ranks = {1: {"rank": 1, "pid": 23357, "host": "vm"}}
     killed = ["prterun noticed that process rank 1 with PID 23357 on node vm exited on", "signal 9 (Killed)."]
-    assert mpirun.dead_ranks(killed, ranks) == ["rank 1 on vm (pid 23357) was killed by SIGKILL; mpirun ended every rank"]
+    assert mpirun.dead_ranks(killed, ranks) == [
+        "rank 1 on vm (pid 23357) was killed by SIGKILL; mpirun ended every rank"]
     exited = ["The first process to do so was:", "", "   Process name: [prterun-vm-23006@1,1]", "   Exit code:    17"]
     assert mpirun.dead_ranks(exited, ranks) == [
         "rank 1 on vm (pid 23357) exited with code 17 before the end of the run; mpirun ended every rank"]
@@ -261,9 +263,9 @@ def _mpi_rank_pid(rank, timeout=60):
 @pytest.mark.slow
 def test_a_rank_killed_mid_run_is_named_and_the_records_before_are_kept(tmp_path):
     out = tmp_path / "k.jsonl"
-    run = procs.spawn([sys.executable, "-m", "commbench.commands.cli", "run", "--backend", "mpi", "-b", "64K", "-e", "64M",
-                       "-f", 4, "-n", 2000, "-w", 1, "--out", out], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                      text=True)
+    run = procs.spawn([sys.executable, "-m", "commbench.commands.cli", "run", "--backend", "mpi", "-b", "64K",
+                       "-e", "64M", "-f", 4, "-n", 2000, "-w", 1, "--out", out], stdout=subprocess.PIPE,
+                      stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not (out.exists() and out.read_text().count("\n") >= 1):
