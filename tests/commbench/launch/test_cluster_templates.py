@@ -26,20 +26,27 @@ def test_every_template_is_listed():
         assert subprocess.run(["bash", "-n", str(SCRIPTS / name)], capture_output=True, timeout=30).returncode == 0
 
 
-def command_text(name):
-    """(subcommand, the rest of the command line) of the tool's command in a template."""
+def command_texts(name):
+    """[(subcommand, the rest of the command line)] of each of the tool's commands in a template; ARGS's default
+    (the options ARGS replaces) goes with the last, the template's main command (iobench.sbatch: ckpt, after the
+    MODEL form's model-ckpt)."""
     path = SCRIPTS / name
     if name.endswith(".sbatch"):
-        m = re.search(r'exec "\$\w+" (\w+)(.*?)(?:\n\'|\Z)', path.read_text(), re.S)
+        found = re.findall(r'exec "\$\w+" ([\w-]+)(.*?)(?:\n\s*\'|\Z)', path.read_text(), re.S)
     else:
         doc = yaml.safe_load(path.read_text())
         pod = (doc["spec"]["pytorchReplicaSpecs"]["Master"]["template"] if doc["kind"] == "PyTorchJob"
                else doc["spec"]["template"])
-        m = re.search(r"exec \w+ (\w+)(.*)", pod["spec"]["containers"][0]["args"][0], re.S)
-    assert m, name
-    default_args = re.search(r"^ARGS=\$\{ARGS:-(.*)\}$", path.read_text(), re.M)  # the options ARGS replaces
-    rest = m.group(2) + (" " + default_args.group(1) if default_args else "")
-    return m.group(1), re.sub(r"\$\([^)]*\)", "", rest)   # $(hostname -s): another program's options
+        found = re.findall(r"exec \w+ ([\w-]+)(.*)", pod["spec"]["containers"][0]["args"][0], re.S)
+    assert found, name
+    default_args = re.search(r"^ARGS=\$\{ARGS:-(.*)\}$", path.read_text(), re.M)
+    found[-1] = (found[-1][0], found[-1][1] + (" " + default_args.group(1) if default_args else ""))
+    return [(sub, re.sub(r"\$\([^)]*\)", "", rest)) for sub, rest in found]   # $(hostname -s): another program's
+
+
+def command_text(name):
+    """(subcommand, the rest of the command line) of a template's main command."""
+    return command_texts(name)[-1]
 
 
 @pytest.mark.parametrize("name", [n for n in TEMPLATES if n.endswith(".sbatch")])
@@ -143,11 +150,11 @@ def test_kubernetes_manifests_as_the_operator_and_the_volume_need():
 
 @pytest.mark.parametrize("name", list(TEMPLATES))
 def test_every_option_a_template_uses_is_in_the_clis_help(name):
-    sub, rest = command_text(name)
-    used = set(re.findall(r"(?<![\w$-])(--?[A-Za-z][\w-]*)", rest))
-    assert used, name
-    have = help_options(TEMPLATES[name], sub)
-    assert used <= have, (name, used - have)
+    for sub, rest in command_texts(name):
+        used = set(re.findall(r"(?<![\w$-])(--?[A-Za-z][\w-]*)", rest))
+        assert used, name
+        have = help_options(TEMPLATES[name], sub)
+        assert used <= have, (name, sub, used - have)
 
 
 def test_accept_sbatch_passes_what_to_do_on_fail_error_and_pass_from_its_environment(tmp_path):
