@@ -19,7 +19,7 @@ from benchcore import files
 from benchcore.errors import UserError
 from benchcore.processes import procs
 from benchcore.results import metrics
-from tests.conftest import assert_one_line_error, host_mount_lock, read_records, run_tool
+from tests.conftest import assert_one_line_error, read_records, run_tool
 
 BINARIES = {"prometheus": "prometheus", "node": "prometheus-node-exporter", "push": "prometheus-pushgateway"}
 needs_prometheus = pytest.mark.skipif(not all(shutil.which(b) for b in BINARIES.values()),
@@ -145,10 +145,9 @@ def test_a_commbench_run_reaches_prometheus_through_the_textfile_and_the_pushgat
 def test_an_iobench_run_reaches_prometheus(stack, tmp_path):
     data, out, prom = tmp_path / "data", tmp_path / "r.jsonl", stack.textfiles / "iobench_ckpt.prom"
     data.mkdir()
-    with host_mount_lock():
-        proc = run_tool("iobench", "ckpt", data, "--profile", "shard-write,small-random-write", "--quick", "--size",
-                        "8M", "--ranks", 2, "--wait", 120, "--out", out, "--metrics", prom, "--pushgateway",
-                        f"http://127.0.0.1:{stack.ports['push']}", timeout=300)
+    proc = run_tool("iobench", "ckpt", data, "--profile", "shard-write,small-random-write", "--quick", "--size",
+                    "8M", "--ranks", 2, "--wait", 120, "--out", out, "--metrics", prom, "--pushgateway",
+                    f"http://127.0.0.1:{stack.ports['push']}", timeout=300)   # host_mount: its fixture holds the lock
     assert proc.returncode == 0, proc.stderr
     recs = {r["profile"]: r for r in read_records(out) if not r.get("event")}
     for selector in ('job="node"', 'job="iobench_ckpt"'):
