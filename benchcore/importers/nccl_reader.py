@@ -25,7 +25,10 @@ from benchcore.importers.nccl_names import PROGRAM
 from benchcore.importers.nccl_rows import inferred
 from benchcore.importers.nccl_table import Layout, header, placement_labels, read_row
 
-COMMBENCH = re.compile(r"commbench: (\w+), (\d+) ranks on (\d+) node\(s\) \(([^)]*)\)")
+# commbench's own header: '2 ranks on 1 node (vm)', '4 ranks on 2 emulated nodes on one host (vm)' (and, before,
+# '2 ranks on 1 node(s) (vm)')
+COMMBENCH = re.compile(r"commbench: (\w+), (\d+) ranks on (\d+) (emulated )?nodes?(?:\(s\))?(?: on one host)? "
+                       r"\(([^)]*)\)")
 NTHREAD = re.compile(r"nThread (\d+) nGpus (\d+) minBytes (\d+) maxBytes (\d+).{0,200}?warmup iters: (\d+) iters: (\d+)"
                      r"(?: agg iters: (\d+))?(?: validation: (\d+))?(?: graph: (\d+))?")
 STARTING = re.compile(r"Collective test (?:starting|concluded): (\S+)")
@@ -56,7 +59,7 @@ class Context:
     env: dict = field(default_factory=dict)
     settings: dict = field(default_factory=dict)
     blocking: bool = None
-    commbench: tuple = None                       # backend, world size, nodes, hosts (commbench's own text)
+    commbench: tuple = None                       # backend, world size, nodes, hosts, emulated (commbench's text)
 
     def read_versions(self, line):
         """Take in the versions and the NCCL environment the line names; whether it named a version."""
@@ -215,8 +218,8 @@ class Reader:
             return True
         m = COMMBENCH.search(line) if "commbench: " in line else None
         if m:
-            hosts = [h.strip() for h in m.group(4).split(",")]
-            self.ctx.commbench = (m.group(1), int(m.group(2)), int(m.group(3)), hosts)
+            hosts = [h.strip() for h in m.group(5).split(",")]
+            self.ctx.commbench = (m.group(1), int(m.group(2)), int(m.group(3)), hosts, bool(m.group(4)))
         return bool(m)
 
     def _mentions(self, line):

@@ -103,6 +103,8 @@ def _records(table, source):
                   blocking=ctx.blocking if ctx.blocking else (False if settings else None), env=clipped(dict(ctx.env)),
                   hosts=hosts, versions=clipped(dict(ctx.versions)) or None, source_file=source.file,
                   source_format=FORMAT)
+    if ctx.commbench and ctx.commbench[4]:
+        common["emulated"] = True          # commbench's nodes all on one host, as its header said
     if settings:
         common.update(iters=settings["iters"], warmup=settings["warmup"], agg_iters=settings["agg_iters"])
     if layout.cpu or settings.get("graph"):   # otherwise nccl-tests times on the host around a sync

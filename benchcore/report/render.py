@@ -18,6 +18,7 @@ FORMATS = ("table", "json", "csv")
 
 PIPE_WIDTH = 100   # columns of a table piped to a file or another program (COLUMNS overrides)
 WIDE = 1000        # a table that fits no narrower: as wide as its cells
+FOLD_MIN = 12      # a text column folds its words no narrower than this
 COMPACT = dict(box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1), show_edge=False, pad_edge=False)   # print_table(compact)
 
 
@@ -53,9 +54,17 @@ def print_table(rows, columns, title=None, out=None, compact=False):
             table = _table(cells, columns, title, wrap=True, compact=compact)
             probe = Console(file=io.StringIO(), width=out.width, highlight=False, markup=False, soft_wrap=False)
             probe.print(table)
-            if "\u2026" in probe.file.getvalue():   # rich's mark of a cut cell
+            if not fits(probe.file.getvalue(), cells):
                 out.width = WIDE
     out.print(table, soft_wrap=False)
+
+
+def fits(text, cells):
+    """Whether a table printed as text shows every cell: none cut short (rich's mark) and every word of every cell
+    whole, or its first FOLD_MIN characters on one line where it folds (rich narrows a column below that, to
+    nothing, when the columns' least widths do not fit)."""
+    return "\u2026" not in text and all(word[:FOLD_MIN] in text for row in cells for cell in row
+                                         for word in cell.split())
 
 
 def _table(cells, columns, title, wrap, compact=False):
@@ -63,8 +72,9 @@ def _table(cells, columns, title, wrap, compact=False):
     for i, (key, header, fmt) in enumerate(columns):
         widest = max([len(c[i]) for c in cells] + [1])
         whole = dict(no_wrap=True, min_width=widest) if key == "label" else dict(no_wrap=True)   # cut, never wrapped
-        if wrap and fmt is None and key != "label":   # a text (a path, a sentence) wraps rather than widen the table
-            whole = dict(overflow="fold")
+        if wrap and fmt is None and key != "label":   # a text (a path, a sentence) wraps at its spaces rather than
+            longest = max([len(w) for c in cells for w in c[i].split()] + [1])   # widen the table; a word stays whole
+            whole = dict(overflow="fold", min_width=min(widest, longest, FOLD_MIN))
         if wrap:
             header = "\n".join(textwrap.wrap(header, widest, break_long_words=False, break_on_hyphens=False)) or header
         table.add_column(header, justify="left" if fmt is None else "right", **whole)

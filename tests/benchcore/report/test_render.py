@@ -32,3 +32,17 @@ def test_a_piped_table_wraps_its_texts_to_100_columns_and_never_cuts_a_name_or_n
     assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" in text and "123456789.125" in text and "\u2026" not in text
     words = " ".join(part.strip() for line in text.splitlines() for part in line.split("\u2502")[2:3])
     assert " ".join(words.split()) == meaning, text   # the sentence whole, in its column's lines
+
+
+def test_a_table_whose_columns_cannot_narrow_enough_is_printed_wider_never_with_an_empty_column(capsys, monkeypatch):
+    """At 80 columns torch-ckpt's table had its 'ratio range' column squeezed to nothing (rich narrows a column
+    below its words when the least widths do not fit); pairs --simulate lost four columns so: printed wider."""
+    monkeypatch.setenv("COLUMNS", "80")
+    rows = [{"label": "torch-save write", "ranks": 2, "reps": 3, "mbps": 600.0, "ratio": 0.86, "spread": "0.80-0.90",
+             "device": None, "tensors": 8, "wrong": 0}]
+    print_table(rows, [("label", "checkpoint", None), ("ranks", "ranks", "d"), ("reps", "reps", "d"),
+                       ("mbps", "MB/s median", ".1f"), ("ratio", "ratio to fio", ".2f"), ("spread", "ratio range", None),
+                       ("device", "device x", ".2f"), ("tensors", "tensors", "d"), ("wrong", "wrong", "d")],
+                title="torch checkpoint (durable write incl. directory fsync; buffered read after a cache drop)")
+    text = capsys.readouterr().out
+    assert "0.80-0.90" in text and "\u2502\u2502" not in text and "\u2533\u2533" not in text, text

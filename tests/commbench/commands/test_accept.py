@@ -58,7 +58,7 @@ checks:
     (("    collective: all_reduce\n", "    collective: all_reduce\n    strategy: ring\n"), 2,
      "exactly one of collective, strategy"),
     (("checks:\n", "checkz:\n"), 1, "unknown key 'checkz'"),
-    (("    kind: commbench\n", "    kind: nccl\n"), 3, "kind must be one of commbench, iobench"),
+    (("    kind: commbench\n", "    kind: nccl\n"), 3, "kind must be one of commbench, expected, iobench, checkpoint"),
 ])
 def test_a_bad_spec_is_refused_in_one_line_naming_its_line(tmp_path, edit, line, needle):
     path = write_spec(tmp_path, GOOD.replace(*edit))
@@ -352,7 +352,8 @@ def test_the_report_opens_with_the_verdict_and_a_row_per_check_in_a_real_browser
     assert "spec: " in seen["facts"] and "hosts: " in seen["facts"] and "suite: " in seen["facts"]
     assert [row[0] for row in seen["checks"]] == [c["name"] for c in verdict["checks"] if not c["passed"]] + ["storage"]
     assert [row[1] for row in seen["checks"]] == ["FAIL"] * 4 + ["PASS"] and all(seen["links"])
-    assert len(seen["sections"]) == 5 and seen["images"] and all(width > 0 for _, width in seen["images"])
+    assert len(seen["sections"]) == 6 and seen["images"] and all(width > 0 for _, width in seen["images"])
+    assert any("node history" in section for section in seen["sections"]), seen["sections"]   # --history's
     impossible = next(row for row in seen["checks"] if row[0] == "impossible")
     assert re.fullmatch(r"busbw >= 1000 GB/s at 1M: measured [\d.]+ GB/s, expected >= 1,000 GB/s", impossible[3])
     assert impossible[4] == "1M"
@@ -449,4 +450,4 @@ def test_each_run_appends_one_verdict_per_node_to_the_history_and_the_report_lin
     shown = run_tool("commbench", "health", history, "--format", "json")
     row = json.loads(shown.stdout)
     assert (row["last_result"], row["failures"], row["window"], row["flaps"]) == ("fail", 1, 2, 1)
-    assert row["last_pass"] == entries[0]["time"] and row["what_failed"].startswith("impossible: ")
+    assert row["last_pass"] == entries[0]["time"] and row["what_failed"].startswith(f"{names[0]}: ")

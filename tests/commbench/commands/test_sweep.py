@@ -214,7 +214,8 @@ def test_sigterm_ends_the_sweep_at_once_and_resume_runs_the_interrupted_run_agai
     assert {r["run_id"] for r in recs if not r.get("event")} <= ended   # no run started after the interrupted one
     done = len(configs_done(recs))
     assert len(ended) == done + 1 and 1 <= done < 4
-    assert f"error: {stopped['sweep_config']} (round {stopped['repeat']}): terminated by SIGTERM" in stderr
+    # rounds counted from 1 as the progress says them (the record's repeat from 0)
+    assert f"error: {stopped['sweep_config']} (round {stopped['repeat'] + 1}): terminated by SIGTERM" in stderr
     assert f"--resume with the same options and --out runs the {4 - done} config runs not done" in stderr
     assert "sweep ranking" in stdout and plot.stat().st_size > 0
     proc = run_tool("commbench", *args[1:], "--format", "json",

@@ -173,7 +173,8 @@ def test_fit_recovers_alpha_and_beta_of_records_the_model_made():
             for s in (1 << 20, 16 << 20, 256 << 20, 1 << 30)]
     tiers, rows = fit(recs, H100)
     assert tiers[0]["tier"] == "inter-node"
-    assert tiers[0]["alpha_us"] == pytest.approx(A_NET) and tiers[0]["gbps"] == pytest.approx(400)
+    # the node bandwidth the times were made with: the NICs' 400 GB/s at the 96 % NCCL reaches
+    assert tiers[0]["alpha_us"] == pytest.approx(A_NET) and tiers[0]["gbps"] == pytest.approx(B_NODE / 1e9) == 384
     assert all(abs(r["error"]) < 1e-9 for r in rows)
 
 
