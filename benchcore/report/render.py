@@ -54,17 +54,17 @@ def print_table(rows, columns, title=None, out=None, compact=False):
             table = _table(cells, columns, title, wrap=True, compact=compact)
             probe = Console(file=io.StringIO(), width=out.width, highlight=False, markup=False, soft_wrap=False)
             probe.print(table)
-            if not fits(probe.file.getvalue(), cells):
+            if not fits(probe.file.getvalue(), cells + [[header for _, header, _ in columns]], out.width):
                 out.width = WIDE
     out.print(table, soft_wrap=False)
 
 
-def fits(text, cells):
-    """Whether a table printed as text shows every cell: none cut short (rich's mark) and every word of every cell
-    whole, or its first FOLD_MIN characters on one line where it folds (rich narrows a column below that, to
-    nothing, when the columns' least widths do not fit)."""
-    return "\u2026" not in text and all(word[:FOLD_MIN] in text for row in cells for cell in row
-                                         for word in cell.split())
+def fits(text, cells, width):
+    """Whether a table printed as text shows every cell and header: none cut short (rich's mark), no line past the
+    width (rich crops a table whose least widths do not fit), and every word whole, or its first FOLD_MIN characters
+    on one line where it folds (rich narrows a column below that, to nothing, when the least widths do not fit)."""
+    return "\u2026" not in text and all(len(line) <= width for line in text.splitlines()) and \
+        all(word[:FOLD_MIN] in text for row in cells for cell in row for word in cell.split())
 
 
 def _table(cells, columns, title, wrap, compact=False):

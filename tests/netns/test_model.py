@@ -24,7 +24,8 @@ def test_topo_inside_a_node_reports_the_shaped_links(tmp_path):
         proc = subprocess.run([str(NETNS_CLUSTER), "exec", "--prefix", prefix, "0", "--", str(BIN / "commbench"),
                                "topo", "--json"], capture_output=True, text=True, timeout=60)
         text = subprocess.run([str(NETNS_CLUSTER), "exec", "--prefix", prefix, "1", "--", str(BIN / "commbench"),
-                               "topo"], capture_output=True, text=True, timeout=60)
+                               "topo"], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "COLUMNS": "200"})   # the table's cells whole (at 80 they wrap)
     finally:
         netns.down(prefix)
     assert proc.returncode == 0, proc.stderr

@@ -83,7 +83,8 @@ def test_compare_backends_side_by_side_and_diff_never_pools_them(tmp_path):
     only (they pooled both backends: 3 vs 6 values)."""
     out = tmp_path / "c.jsonl"
     proc = run_tool("commbench", "compare", "--backends", "gloo,mpi", "--strategies", "ring,plain", "-b", "1M",
-                    "-e", "4M", "-f", 4, "-n", 3, "-w", 1, "--repeats", 2, "--out", out)
+                    "-e", "4M", "-f", 4, "-n", 3, "-w", 1, "--repeats", 2, "--out", out,
+                    env={"COLUMNS": "200"})   # the header whole on one line (at 80 columns it wraps)
     assert proc.returncode == 0, proc.stderr
     recs = read_records(out)
     measured = [r for r in recs if not r.get("event")]
