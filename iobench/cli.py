@@ -5,6 +5,7 @@ from pathlib import Path
 import click
 
 from benchcore.errors import UserError, refuse_given, run_cli
+from benchcore.processes.route import split_endpoint
 from benchcore.processes.torchrun import too_many
 from benchcore.progress import quiet_option
 from benchcore.report.render import FORMATS, emit
@@ -322,13 +323,13 @@ def model_ckpt_cmd(path, model_name, tp, pp, dp, zero, scale, ranks, writes, rea
       (node 1)  iobench model-ckpt /mnt/cephfs --model llama3-8b --nodes 2 --node-rank 1 --rdzv-endpoint node0:29600
     """
     refuse_given(["keep_json"], "keeps fio's JSON: model-ckpt keeps only its figures")
-    if nodes > 1 and fio_same:
-        bench.say("model-ckpt: fio's same workload runs on one node only; over several nodes none runs")
     if nodes > 1 and not rdzv_endpoint:
         raise UserError(f"--nodes {nodes} needs --rdzv-endpoint HOST:PORT (node 0's address): each node runs this "
                         f"command with its --node-rank")
     if node_rank >= nodes:
         raise UserError(f"--node-rank {node_rank} is not below --nodes {nodes}")
+    if rdzv_endpoint:
+        split_endpoint(rdzv_endpoint)   # HOST:PORT, else one line before anything runs
     layout = models.layout(model_name, tp, pp, dp, zero, scale)
     ranks = ranks or max(1, min(layout.ranks // nodes, os.cpu_count() or 1))
     if ranks * nodes > layout.ranks:
@@ -336,11 +337,14 @@ def model_ckpt_cmd(path, model_name, tp, pp, dp, zero, scale, ranks, writes, rea
     crowd = too_many(ranks + 1)
     if crowd:
         raise UserError(f"--ranks {ranks} on this machine is {crowd}: fewer --ranks")
+    if nodes > 1 and fio_same:
+        bench.say("model-ckpt: fio's same workload runs on one node only; over several nodes none runs")
     published = models.MODELS[model_name].published_bytes
-    bench.say(f"{layout.describe()} (at full scale {layout.total_bytes / scale / models.GIB:,.0f} GiB; MLPerf "
-              f"Storage's README: {published / models.GIB:,.0f} GiB); {writes} writes then {reads} reads by {ranks} "
-              f"torch ranks")
+    intro = (f"{layout.describe()} (at full scale {layout.total_bytes / scale / models.GIB:,.0f} GiB; MLPerf "
+             f"Storage's README: {published / models.GIB:,.0f} GiB); {writes} writes then {reads} reads by {ranks} "
+             f"torch ranks")
     if dry_run:
+        bench.say(intro)
         for shard in layout.shards[:16]:
             click.echo(f"{shard.name}  {shard.nbytes:,} bytes")
         if len(layout.shards) > 16:
@@ -350,7 +354,7 @@ def model_ckpt_cmd(path, model_name, tp, pp, dp, zero, scale, ranks, writes, rea
     records = model_ckpt.run(path, layout, ranks, writes, reads, timeout, keep, open_writer(out), run_id,
                              bench.Sharing(concurrent, wait), drop,
                              (nodes, node_rank, rdzv_endpoint) if nodes > 1 else None, fio_same and nodes == 1,
-                             fmt_ckpt)
+                             fmt_ckpt, intro)
     if records:
         emit(records, fmt, model_ckpt.print_model)
     metrics.publish(records, "iobench")

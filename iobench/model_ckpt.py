@@ -101,11 +101,13 @@ def worker_args(layout, writes, reads, timeout, how, fmt):
 
 
 def run(path, layout, processes, writes, reads, timeout, keep, writer, run_id, sharing=bench.Sharing(), drop=True,
-        nodes=None, fio=True, fmt="torch-save"):
+        nodes=None, fio=True, fmt="torch-save", intro=None):
     """The checkpoints on `processes` ranks of this node in a private directory on the mount of `path`; records.
     nodes (count, this node's rank, endpoint): node 0 makes the directory, runs the rendezvous and makes the records;
     the others' ranks write into node 0's directory (shared storage) and this returns no records there."""
     target, = bench.check_targets([path], space_needed(layout, writes, fio), run_id, writer)
+    if intro:   # what will run, once the mount is known to take it
+        bench.say(intro)
     first = not nodes or nodes[1] == 0
     stack, _ = bench.locks([target], run_id, sharing)
     where = f"node {nodes[1]} of {nodes[0]}, " if nodes else ""

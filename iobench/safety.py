@@ -63,7 +63,7 @@ def check_target(path, need, mount):
     if free < need + margin(need):
         raise UserError(f"{path} has {format_size(free, approx=True)} free; this run needs "
                         f"{format_size(need, approx=True)} plus a {format_size(margin(need), approx=True)} margin "
-                        f"(use a smaller --size)")
+                        f"(use a smaller --size; model-ckpt: a smaller --scale or fewer --writes)")
 
 
 class ScratchDir:

@@ -88,6 +88,12 @@ def test_bad_input_is_one_line(tool, tmp_path):
                           "--scale must be above 0 and at most 1")
     assert_one_line_error(tool("iobench", "model-ckpt", tmp_path, "--model", "llama3-8b", "--ranks", "9"),
                           "--ranks 9 on 1 node(s) is more than the layout's 8 ranks")
+    assert_one_line_error(tool("iobench", "model-ckpt", tmp_path, "--model", "llama3-8b", "--nodes", "2"),
+                          "--nodes 2 needs --rdzv-endpoint HOST:PORT")
+    assert_one_line_error(tool("iobench", "model-ckpt", tmp_path, "--model", "llama3-8b", "--nodes", "2",
+                               "--rdzv-endpoint", "node0"), "--rdzv-endpoint 'node0' is not HOST:PORT")
+    assert_one_line_error(tool("iobench", "model-ckpt", tmp_path, "--model", "llama3-405b"),   # 5.7 TB
+                          "model-ckpt: a smaller --scale or fewer --writes")
 
 
 @pytest.mark.slow
