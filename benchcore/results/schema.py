@@ -57,6 +57,12 @@ EXTENSIONS = {
                                  "the backend's own cost per collective call (Gloo, MPI: topo --calibrate measures it)",
         "predicted_algo": "NCCL's algorithm/protocol pick by its own tuning model (Tree/LL, Ring/Simple, ...) behind "
                           "predicted_time_us; null where NCCL's tuner does not decide (Gloo, MPI, point-to-point)",
+        "effective": "what the transport reports it actually ran (commbench/evidence/); NCCL: version, cuda, net, "
+                     "nics, gdr (all/some/none), pxn, channels {coll, nvls, collnet, p2p}, nvls_multicast, collnet, "
+                     "mnnvl, tuner, env_read {VAR: value NCCL says it read}, choices [{collective, size_bytes range, "
+                     "algo, proto, channels}]; a field the output does not show is absent or 'unknown', never guessed",
+        "applied": "{VAR: {status: applied | not applied | unknown, evidence: the line that proves it or the reason}} "
+                   "for each requested setting (commbench/evidence/applied.py: one row per variable says how)",
     },
     "iobench": {
         "job": "fio job name", "direction": "read / write / trim", "ioengine": "fio ioengine",
