@@ -340,7 +340,7 @@ def model_ckpt_cmd(path, model_name, tp, pp, dp, zero, scale, ranks, writes, rea
     if nodes > 1 and fio_same:
         bench.say("model-ckpt: fio's same workload runs on one node only; over several nodes none runs")
     published = models.MODELS[model_name].published_bytes
-    intro = (f"{layout.describe()} (at full scale {layout.total_bytes / scale / models.GIB:,.0f} GiB; MLPerf "
+    intro = (f"{layout.describe()} (at full scale {layout.full_bytes / models.GIB:,.0f} GiB; MLPerf "
              f"Storage's README: {published / models.GIB:,.0f} GiB); {writes} writes then {reads} reads by {ranks} "
              f"torch ranks")
     if dry_run:

@@ -18,6 +18,10 @@ from benchcore.errors import UserError
 MAX_TENSOR_BYTES = 64 << 20   # the largest tensor of a file's state dict: what torch writes or reads in one call
 WEIGHT_BYTES = 2       # fp16/bf16 weights
 OPTIMIZER_BYTES = 12   # fp32 master weights + Adam's exp_avg and exp_avg_sq
+# The most layout ranks (TP x PP x DP) a layout may have: 4 x the largest published training run's 16,384 GPUs (Llama
+# 3 405B, "The Llama 3 Herd of Models", arXiv:2407.21783, section 3.3.1). Its dry run builds 131,072 files' entries
+# (about 0.5 s and 60 MB here); an unbounded --tp or --dp would grow memory and time without end.
+MAX_RANKS = 65536
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,7 @@ class Layout:
     zero: int
     scale: float
     shards: tuple
+    full_bytes: int      # the files' bytes at full scale, before any was scaled or kept at one byte
 
     @property
     def ranks(self):
@@ -114,9 +119,18 @@ def stage_params(model, stage, pp):
     return params
 
 
+def check_size(tp, pp, dp):
+    """Refuse a layout of more than MAX_RANKS ranks before anything is built (one line, the limit and why)."""
+    if tp * pp * dp > MAX_RANKS:
+        raise UserError(f"--tp {tp} x --pp {pp} x --dp {dp} is {tp * pp * dp:,} layout ranks; model-ckpt builds at "
+                        f"most {MAX_RANKS:,} (4 x the largest published training run's 16,384 GPUs), so that its "
+                        f"layout's time and memory stay bounded")
+
+
 def layout(name, tp=None, pp=None, dp=None, zero=None, scale=1.0):
     """The files a checkpoint of model `name` consists of (MLPerf's layout unless overridden), every one
-    scaled by `scale` (at least one byte kept per file)."""
+    scaled by `scale` (at least one byte kept per file; a scale that would leave every file below a byte is
+    refused, naming the smallest useful one)."""
     model = model_named(name)
     tp, pp, dp = tp or model.tp, pp or model.pp, dp or model.dp
     zero = model.zero if zero is None else zero
@@ -126,7 +140,8 @@ def layout(name, tp=None, pp=None, dp=None, zero=None, scale=1.0):
         raise UserError(f"--scale must be above 0 and at most 1, got {scale:g}")
     if zero not in (0, 1, 2, 3):
         raise UserError(f"--zero must be 0, 1, 2 or 3, got {zero}")
-    shards = []
+    check_size(tp, pp, dp)
+    shards, full, largest = [], 0, 0
     for stage in range(pp):
         per_tp = stage_params(model, stage, pp) / tp
         for t in range(tp):
@@ -136,5 +151,11 @@ def layout(name, tp=None, pp=None, dp=None, zero=None, scale=1.0):
                 optim = per_tp / dp if zero >= 1 else (per_tp if d == 0 else 0)
                 for kind, params, width in (("model", weights, WEIGHT_BYTES), ("optim", optim, OPTIMIZER_BYTES)):
                     if params:
+                        full += round(params * width)
+                        largest = max(largest, params * width)
                         shards.append(Shard(rank, kind, max(1, round(params * width * scale))))
-    return Layout(name, tp, pp, dp, zero, scale, tuple(shards))
+    if largest * scale < 1:
+        raise UserError(f"--scale {scale:g} leaves every file of {name}'s layout below one byte (its largest, "
+                        f"{largest:,.0f} bytes, at that scale is {largest * scale:.3g}); the smallest useful scale "
+                        f"is {1 / largest:.3g}")
+    return Layout(name, tp, pp, dp, zero, scale, tuple(shards), full)

@@ -66,6 +66,23 @@ def test_scale_and_overrides():
         models.layout("llama3-8b", pp=200)
 
 
+def test_layout_size_and_scale_are_bounded_before_anything_is_built(tool, tmp_path):
+    """A layout beyond MAX_RANKS ranks is refused before it is built (--tp 10**20 looped for ever, --tp 100000 --dp
+    100000 grew past 1.1 GB); the full-scale size comes from the unscaled files, and a scale that leaves every
+    file below a byte (each then clamped to one) is refused with the smallest useful one."""
+    with pytest.raises(Exception, match="1,000,000,000,000,000,000,000 layout ranks; model-ckpt builds at most 65,536"):
+        models.layout("llama3-8b", tp=10**20, dp=10)
+    assert len(models.layout("llama3-8b", dp=models.MAX_RANKS).shards) == 2 * models.MAX_RANKS   # the largest allowed
+    tiny = models.layout("llama3-8b", scale=1e-10)
+    assert {s.nbytes for s in tiny.shards} == {1} and tiny.full_bytes == P_8B * 14 == models.layout("llama3-8b").full_bytes
+    with pytest.raises(Exception, match=r"--scale 1e-300 leaves every file .* smallest useful scale is 8.3e-11"):
+        models.layout("llama3-8b", scale=1e-300)
+    assert_one_line_error(tool("iobench", "model-ckpt", tmp_path, "--model", "llama3-8b", "--tp", "100000", "--dp",
+                               "100000", "--dry-run", memory_limit=1 << 30), "model-ckpt builds at most 65,536")
+    done = tool("iobench", "model-ckpt", tmp_path, "--model", "llama3-8b", "--scale", "1e-10", "--dry-run")
+    assert done.returncode == 0 and f"at full scale {P_8B * 14 / (1 << 30):,.0f} GiB" in done.stderr, done.stderr
+
+
 def test_aggregate_from_hand_made_start_and_end_times():
     """Two hosts, three ranks: the aggregate is all bytes over first start to last end, never a sum of rates."""
     ranks = [(10.0, 12.0, 200e6, "a"), (10.5, 11.5, 100e6, "a"), (11.0, 14.0, 300e6, "b")]
