@@ -4,7 +4,9 @@
 private file beside it renamed over it (benchcore/files.py replace_output), so the collector reads the old run or
 this one, never half; one file per tool and job (name it so: commbench_pairs.prom). `--pushgateway URL` PUTs the
 same text to URL/metrics/job/TOOL_COMMAND/instance/HOST (label values base64url in the path), to that URL only: no
-proxy, no redirect followed, 10 s at most.
+proxy, no redirect followed, 10 s at most for the whole push (a deadline, not a timeout per read). A push that
+fails is a warning line on stderr: the command's exit status is its run's (a verdict stands; the results are
+written), never the Pushgateway's.
 
 FAMILIES is the one table: a family's name (its unit in the name: gbps = 1e9 bytes/s, mbps = 1e6 bytes/s, us =
 microseconds), help, labels, and which records give its samples. A family's samples with equal labels (repeats,
@@ -12,11 +14,14 @@ cycles, a node's pairings) are one sample, their median. Labels are bounded: siz
 a run id or a time. No sample carries a timestamp (the textfile collector refuses them).
 """
 import base64
+import contextlib
+import http.client
 import os
+import socket
 import statistics
-import urllib.error
+import sys
+import threading
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from typing import Callable, Tuple
 
@@ -26,7 +31,7 @@ from benchcore import files
 from benchcore.errors import UserError, name, shown
 from benchcore.results.records import hostname
 
-TIMEOUT_S = 10
+PUSH_DEADLINE_S = 10   # the whole push, from connecting to the answer's last byte
 
 
 def _host(rec):
@@ -205,25 +210,47 @@ def publish(records, tool, spec=None):
     if path:
         files.replace_output(path, text, "--metrics")
     if url:
-        push(url, text, f"{tool}_{ctx.info_name}".replace("-", "_"), hostname())
+        try:
+            push(url, text, f"{tool}_{ctx.info_name}".replace("-", "_"), hostname())
+        except UserError as exc:
+            print(f"warning: {exc}; not pushed (the exit status is the run's)", file=sys.stderr)
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args, **kw):
-        return None   # a redirect is an error: nothing goes anywhere but the URL named
-
-
-def push(url, text, job, instance):
-    """PUT text as the group {job, instance} of the Pushgateway at url (its metrics replaced)."""
+def push(url, text, job, instance, deadline_s=PUSH_DEADLINE_S):
+    """PUT text as the group {job, instance} of the Pushgateway at url (its metrics replaced), within deadline_s
+    seconds for the whole of it (connecting, sending, the answer): a socket timeout alone bounds each read, and a
+    server that sends a byte every few seconds would hold the command forever. The request runs in a thread; at
+    the deadline its socket is shut, which ends it."""
+    parts = urllib.parse.urlsplit(url)
     key = "/".join(f"{k}@base64/{base64.urlsafe_b64encode(v.encode()).decode()}"
                    for k, v in (("job", job), ("instance", instance)))
-    request = urllib.request.Request(f"{url}/metrics/{key}", data=text.encode(), method="PUT",
-                                     headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
-    try:
-        with opener.open(request, timeout=TIMEOUT_S) as response:
+    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = kind(parts.hostname, parts.port, timeout=deadline_s)   # no proxy; a redirect is not followed: an error
+    said = {}
+
+    def put():
+        try:
+            conn.request("PUT", f"{parts.path}/metrics/{key}", body=text.encode(),
+                         headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+            response = conn.getresponse()
             response.read(1 << 16)
-    except urllib.error.HTTPError as exc:
-        raise UserError(f"--pushgateway {shown(url, 200)}: HTTP {exc.code} {shown(exc.reason, 200)}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise UserError(f"--pushgateway {shown(url, 200)}: {shown(getattr(exc, 'reason', exc), 200)}") from None
+            said["status"] = (response.status, response.reason)
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            said["error"] = exc
+
+    worker = threading.Thread(target=put, name="pushgateway", daemon=True)
+    worker.start()
+    worker.join(deadline_s)
+    if worker.is_alive():
+        with contextlib.suppress(OSError, AttributeError):
+            conn.sock.shutdown(socket.SHUT_RDWR)
+        worker.join(1)
+        conn.close()
+        raise UserError(f"--pushgateway {shown(url, 200)}: no whole answer within {deadline_s:g} s; given up")
+    conn.close()
+    if "error" in said:
+        exc = said["error"]
+        raise UserError(f"--pushgateway {shown(url, 200)}: {shown(getattr(exc, 'strerror', None) or exc, 200)}")
+    status, reason = said["status"]
+    if not 200 <= status < 300:
+        raise UserError(f"--pushgateway {shown(url, 200)}: HTTP {status} {shown(reason, 200)}")

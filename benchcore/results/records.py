@@ -170,13 +170,13 @@ def dumps(record):
 class RecordWriter:
     """Appends records to a JSONL file, starting on a fresh line (a torn last line from a crash never swallows
     the first new record); each record is flushed and fsynced before the next, or, with every=False (bulk
-    conversion), once at close."""
+    conversion), once at close. what: how a refusal names the file (its option)."""
 
-    def __init__(self, path, every=True):
+    def __init__(self, path, every=True, what="--out"):
         self.path, self.every = Path(path), every
         if self.path.parent and not self.path.parent.exists():
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open_append(self.path, "--out", buffering=1 << 20 if not every else -1)
+        self._file = open_append(self.path, what, buffering=1 << 20 if not every else -1)
         size = os.fstat(self._file.fileno()).st_size
         if size and os.pread(self._file.fileno(), 1, size - 1) != b"\n":
             self._file.write("\n")

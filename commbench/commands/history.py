@@ -20,9 +20,9 @@ import os
 from collections import deque
 
 from benchcore.errors import UserError
-from benchcore.files import check_append, open_append
+from benchcore.files import check_append
 from benchcore.inputs import clipped, lines, name, regular_file
-from benchcore.results.records import hostname, timestamp
+from benchcore.results.records import RecordWriter, hostname, timestamp
 
 VERSION = 1
 RESULTS = ("pass", "fail", "error")
@@ -47,11 +47,13 @@ def entry(node, result, failed, checks, run_id, source, spec=None, action=None, 
 
 
 def append(path, entries):
-    """entries appended to the history at path (one line each, flushed together)."""
+    """entries appended to the history at path (one line each, flushed together), by the record writer: the first
+    starts on a fresh line (a torn last line never swallows it)."""
     if not path or not entries:
         return
-    with open_append(path, "--history") as f:
-        f.write("".join(json.dumps(e, separators=(",", ":")) + "\n" for e in entries))
+    with RecordWriter(path, every=False, what="--history") as writer:
+        for e in entries:
+            writer.write(e)
 
 
 def check(path):

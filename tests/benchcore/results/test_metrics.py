@@ -9,6 +9,7 @@ import os
 import shutil
 import socket
 import stat
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -238,3 +239,44 @@ def test_bad_metrics_options_are_one_line_before_anything_runs(tmp_path):
     assert_one_line_error(run_tool("iobench", "ckpt", tmp_path, "--metrics", tmp_path / "m", timeout=60), "FILE.prom")
     with pytest.raises(UserError, match="--pushgateway http://127.0.0.1:1"):
         metrics.push("http://127.0.0.1:1", "a 1\n", "j", "i")   # a Pushgateway that is not there: one line
+
+
+def test_a_push_to_a_server_that_drips_a_byte_at_a_time_ends_at_its_deadline():
+    """The reproduction's dripping server: it answers one status line, then a byte every 0.5 s (every read
+    returns well within a socket timeout). The push gives up at its deadline for the whole push (2 s here, 10 s by
+    default), in one line; join's 60 s only catches a hang."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    stop = threading.Event()
+
+    def drip():
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\n")
+            while not stop.wait(0.5):
+                try:
+                    conn.sendall(b"X")
+                except OSError:
+                    return
+    dripping = threading.Thread(target=drip, daemon=True)
+    dripping.start()
+    said = {}
+
+    def push():
+        try:
+            metrics.push(f"http://127.0.0.1:{server.getsockname()[1]}", "a 1\n", "j", "i", deadline_s=2)
+        except UserError as exc:
+            said["error"] = str(exc)
+    pushing = threading.Thread(target=push, daemon=True)
+    try:
+        pushing.start()
+        pushing.join(60)
+        assert not pushing.is_alive(), "the push did not end at its deadline"
+        assert "no whole answer within 2 s; given up" in said["error"], said
+    finally:
+        stop.set()
+        server.close()
+        dripping.join(10)
+    assert metrics.PUSH_DEADLINE_S == 10

@@ -75,3 +75,14 @@ def test_a_history_that_is_a_symlink_is_never_appended_through(tmp_path):
     done = run_tool("commbench", "pairs", "--nodes", 2, "--size", "1K", "--history", tmp_path / "h.jsonl")
     assert_one_line_error(done, "symbolic link")
     assert target.read_text() == ""
+
+
+def test_an_append_after_a_torn_last_line_starts_on_a_fresh_line(tmp_path):
+    """The reproduction: a history whose last line was cut by a crash; the next verdict is its own line and is read
+    back, the torn line skipped and counted."""
+    path = tmp_path / "h.jsonl"
+    path.write_text('{"history":1,"node":"vm","result":"fail","failed":["torn')
+    history.append(path, [history.entry("n1", "pass", [], ["io"], "r1", "accept")])
+    summaries, skipped = history.read(path)
+    assert list(summaries) == ["n1"] and summaries["n1"]["last_result"] == "pass" and skipped == 1
+    assert path.read_text().count("\n") == 2
