@@ -53,11 +53,15 @@ def host_list(hosts, hostfile):
     mpirun's and pdsh's files): checked names ([user@]host), each once. [] when neither is given."""
     if hosts and hostfile:
         raise UserError("--hosts and --hostfile exclude each other")
-    if hostfile:
-        words = [ln.split("#", 1)[0].split()[:1] for ln in read_text(hostfile, "--hostfile").splitlines()]
-        names, what = [w[0] for w in words if w], f"--hostfile {shown(hostfile, 80)}"
+    if hostfile:   # a refusal names a line, never its words: the file may be anything (a link to /etc/shadow)
+        found = [(n, ln.split("#", 1)[0].split()[:1]) for n, ln in
+                 enumerate(read_text(hostfile, "--hostfile").splitlines(), 1)]
+        found = [(n, w[0]) for n, w in found if w]
+        names, what = [w for _, w in found], f"--hostfile {shown(hostfile, 80)}"
+        label = {h: f"the host on line {n}" for n, h in reversed(found)}.get
     elif hosts:
         names, what = [h.strip() for h in hosts.split(",") if h.strip()], "--hosts"
+        label = lambda h: shown(h if HOST.fullmatch(h) else repr(h), 80)   # noqa: E731  (the command line's words)
     else:
         return []
     if not names:
@@ -66,15 +70,15 @@ def host_list(hosts, hostfile):
         raise UserError(f"{what} names more than {MAX_HOSTS} hosts")
     for h in names:
         if not HOST.fullmatch(h):
-            raise UserError(f"{what}: {shown(repr(h), 80)} is not a host name ([user@]host: letters, digits, "
+            raise UserError(f"{what}: {label(h)} is not a host name ([user@]host: letters, digits, "
                             "'.', '-', '_'; not starting with '-')")
     local = [h for h in names if rdzv_host(h) == "localhost" or rdzv_host(h).startswith("127.")]
     if local and len(names) > 1:
-        raise UserError(f"{what}: {shown(local[0], 80)} names each host itself (the rendezvous is on the first host, "
+        raise UserError(f"{what}: {label(local[0])} names each host itself (the rendezvous is on the first host, "
                         "which every other must reach): give names or addresses the hosts reach each other by")
     twice = sorted({h for h in names if names.count(h) > 1}) if len(set(names)) < len(names) else []
     if twice:
-        raise UserError(f"{what} names {shown(twice[0], 80)} twice (one agent per host)")
+        raise UserError(f"{what} names {label(twice[0])} twice (one agent per host)")
     return names
 
 
