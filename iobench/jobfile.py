@@ -6,11 +6,14 @@ otherwise the text is cut at the first ';' and at the first '#' (so `rw=write ; 
 `key` sets an option. Only options in ALLOWED may appear, each value checked by its checker:
 no option may name a program, a library, a device setting, a trace file or a path, since fio
 must write only inside the private directory iobench hands it.
+
+The file may be anything a user names (a link to /etc/shadow): a refusal gives the line's number and the reason,
+and an option's name only where it is a name (benchcore.inputs.key), never a value or a line.
 """
 import re
-from pathlib import Path
 
 from benchcore.errors import UserError
+from benchcore.inputs import key, name, read_text
 from benchcore.importers.fio_json import plain_size  # noqa: F401 (iobench.jobfile.working_set is used elsewhere)
 from benchcore.importers.fio_json import working_set
 
@@ -23,31 +26,31 @@ _PLAIN = re.compile(r"^[A-Za-z0-9_.,:%/+-]*$")   # sizes, ranges, percentages, s
 
 
 def _engine(value):
-    return None if value in ENGINES else f"ioengine={value} is not allowed (allowed: {', '.join(sorted(ENGINES))})"
+    return None if value in ENGINES else f"this ioengine is not allowed (allowed: {', '.join(sorted(ENGINES))})"
 
 
 def _names(value):
     parts = value.split(":")
     bad = [p for p in parts if not _NAME.match(p) or p in (".", "..", "-") or p.startswith("-")]
-    return f"{{key}}={value} names a path or a special file; only plain file names are allowed " \
-           f"(files go into iobench's private directory)" if bad or not value else None
+    return "{key} names a path or a special file; only plain file names are allowed " \
+           "(files go into iobench's private directory)" if bad or not value else None
 
 
 def _int(value):
-    return None if _INT.match(value) else f"{{key}}={value} is not a whole number"
+    return None if _INT.match(value) else "{key} is not a whole number"
 
 
 def _plain(value):
-    return None if _PLAIN.match(value) else f"{{key}}={value}: unexpected characters"
+    return None if _PLAIN.match(value) else "{key}: unexpected characters"
 
 
 def _flag(value):
-    return None if value in ("", "0", "1") else f"{{key}}={value} must be 0 or 1"
+    return None if value in ("", "0", "1") else "{key} must be 0 or 1"
 
 
 def _thread(value):
     # iobench runs jobs as threads of one fio (forked jobs call setsid() and would outlive a killed fio)
-    return None if value in ("", "1") else f"{{key}}={value}: iobench runs jobs as threads (thread=1)"
+    return None if value in ("", "1") else "{key}: iobench runs jobs as threads (thread=1)"
 
 
 # option -> value checker (None: the value is fine; else the refusal, {key} filled in).
@@ -89,48 +92,47 @@ def read_job_file(path):
     """(text, sections): sections as [(name, {option: value})], [global] merged into later jobs.
 
     Refuses (UserError, one line) anything outside the allow-list, before fio starts."""
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"job file {path} does not exist or is not a file")
-    text = p.read_text(errors="replace")
-    sections, defaults, current = [], {}, None
+    text = read_text(path, "job file")
+    sections, defaults, current, starts = [], {}, None, {}
     for number, raw in enumerate(text.splitlines(), 1):
-        where = f"{path}:{number}"
+        where = f"{name(path)}:{number}"
         if "${" in raw:
             raise UserError(f"{where}: environment variables (${{...}}) are not allowed; write the value out")
         line = fio_line(raw)
         if not line:
             continue
         if line.startswith("[") and line.endswith("]"):
-            name = line[1:-1].strip()
-            current = defaults if name == "global" else {**defaults}
-            if name != "global":
-                if _names(name):
-                    raise UserError(f"{where}: job name [{name}] must be a plain name")
-                sections.append((name, current))
+            job = line[1:-1].strip()
+            current = defaults if job == "global" else {**defaults}
+            if job != "global":
+                if _names(job):
+                    raise UserError(f"{where}: a job's name must be a plain name")
+                sections.append((job, current))
+                starts[id(current)] = number
             continue
-        key, _, value = (part.strip() for part in line.partition("="))
-        _check_option(where, key, value)
+        option, _, value = (part.strip() for part in line.partition("="))
+        _check_option(where, option, value)
         if current is None:
-            raise UserError(f"{where}: option {key!r} outside any [section]")
-        current[key] = value
+            raise UserError(f"{where}: option {key(option)} outside any [section]")
+        current[option] = value
     if not sections:
-        raise UserError(f"job file {path} defines no job ([name] section)")
-    for name, opts in sections:
+        raise UserError(f"job file {name(path)} defines no job ([name] section)")
+    for _, opts in sections:
         block = plain_size(opts.get("bs", opts.get("blocksize", "4k")))
         if opts.get("direct") == "1" and block and block % 512:
-            raise UserError(f"{path}: job [{name}]: bs={block} is not a multiple of 512 bytes, which O_DIRECT needs")
+            raise UserError(f"{name(path)}:{starts[id(opts)]}: this job's bs is not a multiple of 512 bytes, which "
+                            "O_DIRECT needs")
     return text, sections
 
 
-def _check_option(where, key, value):
-    name = key.split()[0] if key.split() else key
-    if name not in ALLOWED:
-        raise UserError(f"{where}: {name!r} is not allowed in `iobench run` (only options that shape I/O on "
-                        f"files in iobench's private directory are; run plain fio for anything else)")
-    why = ALLOWED[name](value)
+def _check_option(where, option, value):
+    word = option.split()[0] if option.split() else option
+    if word not in ALLOWED:
+        raise UserError(f"{where}: option {key(word)} is not allowed in `iobench run` (only options that shape I/O "
+                        "on files in iobench's private directory are; run plain fio for anything else)")
+    why = ALLOWED[word](value)
     if why:
-        raise UserError(f"{where}: {why.replace('{key}', name)}")
+        raise UserError(f"{where}: {why.replace('{key}', word)}")
 
 
 def space_estimate(sections):

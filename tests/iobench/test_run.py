@@ -31,30 +31,30 @@ def test_mixed_job_gives_one_record_per_direction(tool, tmp_path):
 HOSTILE = [
     ("directory=/etc", "'directory' is not allowed"),
     ("opendir=/etc", "'opendir' is not allowed"),
-    ("filename=/dev/sda", "filename=/dev/sda names a path"),
+    ("filename=/dev/sda", "filename names a path"),
     ("filename=a:../b", "names a path"),
-    ("filename=-", "filename=- names a path or a special file"),
+    ("filename=-", "filename names a path or a special file"),
     ("filename_format=../x.$jobnum", "names a path"),
     ("write_lat_log=/root/lat", "'write_lat_log' is not allowed"),
     ("write_iolog=trace", "'write_iolog' is not allowed"),
     ("read_iolog=/tmp/trace", "'read_iolog' is not allowed"),
     ("exec_postrun=rm -rf /", "'exec_postrun' is not allowed"),
     ("exec_prerun=touch {canary}", "'exec_prerun' is not allowed"),
-    ("ioengine=exec\nprogram=touch\narguments={canary}", "ioengine=exec is not allowed"),
-    ("ioengine=external:/tmp/x.so", "ioengine=external:/tmp/x.so is not allowed"),
-    ("ioengine=rados\npool=data", "ioengine=rados is not allowed"),
-    ("ioengine=null", "ioengine=null is not allowed"),
-    ("ioengine=sg", "ioengine=sg is not allowed"),
+    ("ioengine=exec\nprogram=touch\narguments={canary}", "this ioengine is not allowed"),
+    ("ioengine=external:/tmp/x.so", "this ioengine is not allowed"),
+    ("ioengine=rados\npool=data", "this ioengine is not allowed"),
+    ("ioengine=null", "this ioengine is not allowed"),
+    ("ioengine=sg", "this ioengine is not allowed"),
     ("ioscheduler=none", "'ioscheduler' is not allowed"),
     ("cgroup=evil", "'cgroup' is not allowed"),
     ("mem=mmapshared:/dev/shm/x", "'mem' is not allowed"),
     ("replay_redirect=/dev/sda", "'replay_redirect' is not allowed"),
     ("include other.fio", "'include' is not allowed"),
     ("filename=${HOME}", "environment variables"),
-    ("numjobs=two", "numjobs=two is not a whole number"),
-    ("direct=yes", "direct=yes must be 0 or 1"),
-    ("thread=0", "thread=0: iobench runs jobs as threads"),
-    ("direct=1\nbs=1000", "bs=1000 is not a multiple of 512 bytes, which O_DIRECT needs"),
+    ("numjobs=two", "numjobs is not a whole number"),
+    ("direct=yes", "direct must be 0 or 1"),
+    ("thread=0", "thread: iobench runs jobs as threads"),
+    ("direct=1\nbs=1000", ":1: this job's bs is not a multiple of 512 bytes, which O_DIRECT needs"),
 ]
 
 
@@ -94,7 +94,7 @@ def test_fio_rejecting_the_job_is_one_clear_line(tool, tmp_path):
 def test_no_job_section_and_missing_file(tool, tmp_path):
     (tmp_path / "g.fio").write_text("[global]\nrw=read\n")
     assert_one_line_error(tool("iobench", "run", tmp_path / "g.fio", "--directory", tmp_path), "defines no job")
-    assert_one_line_error(tool("iobench", "run", tmp_path / "x.fio", "--directory", tmp_path), "does not exist")
+    assert_one_line_error(tool("iobench", "run", tmp_path / "x.fio", "--directory", tmp_path), "no such file")
 
 
 @pytest.mark.root
