@@ -12,7 +12,7 @@ from tests.conftest import host_mount_lock, read_records, run_tool
 
 pytestmark = pytest.mark.host_mount   # runs iobench on a host file system (its lock: one at a time)
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+STORAGE_GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide" / "storage.md"
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +86,7 @@ def test_metadata_fsync_count_is_explained(run):
 
 
 def test_readme_column_table_covers_every_figure():
-    text = README.read_text()
+    text = STORAGE_GUIDE.read_text()
     rows = [ln for ln in text.splitlines() if ln.startswith("| `") and "I/O" in text]
     for field, (header, _, _) in TIME_FIGURES.items():
         assert any(f"`{header}`" in r and f"`{field}`" in r for r in rows), header
