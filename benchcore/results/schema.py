@@ -18,6 +18,38 @@ DESIGN = {
                 "numjobs", "direct", "size_bytes", "runtime_s", "iops", "bw_mbps", "lat_mean_us", "lat_p50_us",
                 "lat_p99_us", "lat_p999_us", "fio_version", "hosts", "timestamp"),
 }
+_COMMON = {"tool": "commbench or iobench", "run_id": "one run of a command (every record it wrote shares it)",
+           "hosts": "the hosts the run measured on", "timestamp": "when the record was written (ISO 8601, UTC)",
+           "size_bytes": "bytes per rank of the operation (commbench); bytes per job (iobench)"}
+# What each core field means (the command reference, docs/reference/records.md, is generated from these tables)
+MEANINGS = {
+    "commbench": {**_COMMON, "collective": "the collective timed (all_reduce, all_gather, ...), or null",
+                  "strategy": "the strategy timed (ring, rs-ag, chunked, ...), or null for a plain collective",
+                  "count": "elements per rank", "dtype": "element type", "op": "reduction op (sum, ...) or null",
+                  "in_place": "the output buffer is the input (nccl-tests' in-place column)",
+                  "blocking": "each operation waited for before the next (nccl-tests -z)",
+                  "chunk_bytes": "chunk size of a chunked strategy, or null",
+                  "time_us": "time per operation, averaged over the timed iterations and combined over ranks (agg)",
+                  "time_us_min": "fastest repeat's time per operation", "time_us_max": "slowest repeat's",
+                  "algbw_gbps": "size_bytes / time_us (GB/s, 1e9 B/s)",
+                  "busbw_gbps": "algbw times the collective's bus factor (nccl-tests' PERFORMANCE.md)",
+                  "wrong": "elements that differ from the exact expected result (0: correct)",
+                  "world_size": "ranks", "nodes": "nodes (emulated ones too: see emulated)",
+                  "backend": "nccl, gloo or mpi", "launcher": "local, torchrun, slurm, mpirun or ssh",
+                  "env": "the NCCL/Gloo/torch variables the launch set ({name: value})",
+                  "topology": "the topology file judged against (its name), or null",
+                  "link_peak_gbps": "the busbw that saturates the tier bounding the measurement (the model's)",
+                  "link_utilization": "busbw_gbps / link_peak_gbps", "predicted_time_us": "the model's time",
+                  "versions": "versions of torch, NCCL, Python and the suite"},
+    "iobench": {**_COMMON, "mount": "the path measured", "fs_type": "its file system type (mountinfo)",
+                "storage_class": "node-local, shared or unknown (iobench/mounts.py)",
+                "profile": "the checkpoint workload (iobench profiles), or the job of a user's fio file",
+                "rw": "fio's rw", "bs_bytes": "block size", "iodepth": "fio's iodepth", "numjobs": "processes",
+                "direct": "O_DIRECT used", "runtime_s": "seconds measured", "iops": "I/O operations per second",
+                "bw_mbps": "MB/s (1e6 B/s) the storage served", "lat_mean_us": "mean latency",
+                "lat_p50_us": "median latency", "lat_p99_us": "99th percentile latency",
+                "lat_p999_us": "99.9th percentile latency", "fio_version": "fio's version"},
+}
 
 # Documented extensions: field -> meaning. The fields commbench's cases add are each case's own (a Case row's
 # fields, commbench/cases/): its registry documents them here with extend().
