@@ -26,11 +26,27 @@ FS_CLASSES = {
     "zfs": {"zfs"},
     "tmpfs": {"tmpfs", "ramfs"},
     "overlay": {"overlay"},
+    "object-store": {"fuse.s3fs", "fuse.gcsfuse", "fuse.goofys", "fuse.geesefs", "fuse.rclone", "fuse.blobfuse2",
+                     "fuse.mountpoint-s3"},
 }
 FS_CLASS = {fs: name for name, types in FS_CLASSES.items() for fs in types}
-# Storage other machines share: network and parallel file systems by class, and any file system (a FUSE one such as
-# sshfs) mounted from another host: host:/path, [v6 address]:/path, //server/share.
-SHARED_CLASSES = {"cephfs", "nfs", "smb", "lustre", "gpfs", "beegfs", "wekafs", "glusterfs", "juicefs", "daos"}
+# Object storage through FUSE (a bucket of S3, GCS, Azure Blob or an rclone remote: every node reaches it over the
+# network) shows in mountinfo as fuse.SUBTYPE where its client sets a FUSE subtype, else as plain "fuse" with the
+# client's fsname as the source. As each client mounts (its source, read where named):
+#   fuse.s3fs         s3fs-fuse: libfuse's fuse_main, whose default subtype is the program's name ("s3fs BUCKET DIR")
+#   fuse.gcsfuse      gcsfuse: its mount helper's type (docs/mounting.md: "my-bucket /mnt gcsfuse rw,..." in fstab)
+#   fuse.goofys       goofys: its jacobsa/fuse MountConfig{FSName: bucket, Subtype: "goofys"}; geesefs, its fork,
+#                     the same as fuse.geesefs
+#   fuse.rclone       rclone mount: cmd/mount/mount.go, fuse.Subtype("rclone"), FSName the remote ("remote:path")
+#   fuse.blobfuse2    blobfuse2: component/libfuse/libfuse_handler.go runs libfuse as "blobfuse2 ... -ofsname=
+#                     blobfuse2" (fuse / blobfuse2 where libfuse sets no default subtype)
+#   fuse / mountpoint-s3   Mountpoint for Amazon S3: mountpoint-s3-fs/src/fuse/config.rs, FSName("mountpoint-s3") and
+#                     no subtype; fuse.mountpoint-s3 where a mount helper adds one
+FUSE_SOURCES = {"mountpoint-s3": "object-store", "blobfuse2": "object-store", "s3fs": "object-store"}
+# Storage other machines share: network, parallel and object storage by class, and any file system (a FUSE one such
+# as sshfs) mounted from another host: host:/path, [v6 address]:/path, //server/share.
+SHARED_CLASSES = {"cephfs", "nfs", "smb", "lustre", "gpfs", "beegfs", "wekafs", "glusterfs", "juicefs", "daos",
+                  "object-store"}
 NETWORK_SOURCE = re.compile(r"(//[^/\s]+/|[^/\s]+:/)")
 
 # Block-backed file systems: the class of each backing whole disk, first match wins:
@@ -115,17 +131,24 @@ def _describe(top, disks):
     return members if top is None or top in disks else f"{top.name} over {members}"
 
 
-def storage_class(fs_type, disks):
-    """By fs type (FS_CLASSES) first; else the class its backing disks share ('mixed' when they differ)."""
+def storage_class(fs_type, disks, source=""):
+    """By fs type (FS_CLASSES) first, a plain FUSE mount by its source (FUSE_SOURCES); else the class its backing
+    disks share ('mixed' when they differ)."""
     if fs_type in FS_CLASS:
         return FS_CLASS[fs_type]
+    if fs_type == "fuse" and source in FUSE_SOURCES:
+        return FUSE_SOURCES[source]
     classes = {disk_class(d) for d in disks}
     return classes.pop() if len(classes) == 1 else ("mixed" if classes else "unknown")
 
 
-def shared(fs_type, source):
-    """Whether a mount (its fs type, its source) is storage other machines share."""
-    return FS_CLASS.get(fs_type) in SHARED_CLASSES or bool(NETWORK_SOURCE.match(source or ""))
+def locality(fs_type, source):
+    """Where a mount's data lives (its fs type, its source): 'shared' (storage other machines reach too: a network,
+    parallel or object store, or a host:/path source), 'unknown' (any other FUSE file system: its data may be
+    anywhere, so it is never called this node's own) or 'local' (this node's disks or memory)."""
+    if storage_class(fs_type or "", (), source or "") in SHARED_CLASSES or NETWORK_SOURCE.match(source or ""):
+        return "shared"
+    return "unknown" if fs_type == "fuse" or (fs_type or "").startswith("fuse.") else "local"
 
 
 def classify(entry):
@@ -137,7 +160,7 @@ def classify(entry):
     disks = _whole_disks(sysdir) if sysdir else ()
     return Mount(**asdict(entry), disks=tuple(d.name for d in disks),
                  device=_describe(sysdir, disks) if disks else entry.source,
-                 storage_class=storage_class(entry.fs_type, disks))
+                 storage_class=storage_class(entry.fs_type, disks, entry.source))
 
 
 def all_mounts(include_pseudo=False):

@@ -31,6 +31,11 @@ FS_LINES = [
     ("fuse.glusterfs", "srv:/vol", "glusterfs"), ("fuse.juicefs", "redis://srv/1", "juicefs"),
     ("fuse.dfuse", "dfuse", "daos"), ("virtiofs", "myfs", "virtiofs"), ("9p", "hostshare", "9p"),
     ("zfs", "tank/ckpt", "zfs"), ("tmpfs", "tmpfs", "tmpfs"), ("overlay", "overlay", "overlay"),
+    ("fuse.s3fs", "s3fs", "object-store"), ("fuse.gcsfuse", "my-bucket", "object-store"),
+    ("fuse.goofys", "my-bucket", "object-store"), ("fuse.geesefs", "my-bucket", "object-store"),
+    ("fuse.rclone", "s3remote:bucket", "object-store"), ("fuse.blobfuse2", "blobfuse2", "object-store"),
+    ("fuse", "blobfuse2", "object-store"), ("fuse", "mountpoint-s3", "object-store"),
+    ("fuse.mountpoint-s3", "mountpoint-s3", "object-store"),
 ]
 
 
@@ -38,6 +43,22 @@ FS_LINES = [
 def test_file_system_storage_classes(fs_type, source, expected):
     (entry,) = parse_mountinfo(f"70 27 0:60 / /mnt/x rw,relatime - {fs_type} {source} rw\n")
     assert classify(entry).storage_class == expected
+
+
+# Where each kind of mount's data lives, as drain judges it: object stores through FUSE are shared (a bucket, never
+# the node's own); a FUSE file system no table knows is of unknown locality (never drained for); block and memory
+# file systems are the node's own.
+LOCALITY = [("fuse.mountpoint-s3", "mountpoint-s3", "shared"), ("fuse", "mountpoint-s3", "shared"),
+            ("fuse.s3fs", "s3fs", "shared"), ("fuse.gcsfuse", "bkt", "shared"), ("fuse.blobfuse2", "blobfuse2", "shared"),
+            ("fuse.rclone", "remote:bkt", "shared"), ("fuse.goofys", "bkt", "shared"), ("nfs4", "srv:/x", "shared"),
+            ("fuse.sshfs", "host:/", "shared"), ("fuse.ceph-fuse", "ceph-fuse", "shared"),
+            ("fuse.bindfs", "/tmp/src", "unknown"), ("fuse.someday-s3", "bkt", "unknown"), ("fuse", "x", "unknown"),
+            ("xfs", "/dev/nvme0n1", "local"), ("tmpfs", "tmpfs", "local"), ("fuseblk", "/dev/sdb1", "local")]
+
+
+@pytest.mark.parametrize("fs_type,source,expected", LOCALITY)
+def test_locality_of_object_stores_unknown_fuse_and_local_storage(fs_type, source, expected):
+    assert mounts.locality(fs_type, source) == expected
 
 
 def test_parse_and_classify_remote_lines():

@@ -3,7 +3,14 @@ failed check is the fault of, --on-error drain also the nodes of a check that co
 back a node that commbench drained for a check that now passes on it. Where accept runs says which nodes it may
 touch (Scope): inside an allocation its nodes, each drained only when a failed check's records name it; in a node's
 own Slurm script (Prolog, Epilog, HealthCheckProgram) this node alone, where every check runs. Shared storage (a
-network or parallel file system) below its bound is nobody's node fault."""
+network, parallel or object store) below its bound is nobody's node fault, nor is storage whose locality is not known
+(a FUSE file system iobench.mounts does not know): a node is drained only for storage known to be its own.
+
+A drain's reason names the check exactly: 'commbench accept: CHECK [DIGEST]: why', DIGEST a short hash of the
+check's whole definition (kind, parameters, thresholds, env, timeout); --on-pass resume puts a node back only when
+the check with that same digest passes on it (a looser check of the same name never does)."""
+import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -16,10 +23,14 @@ from benchcore.processes import procs
 from benchcore.results.read import measurements
 from commbench.launch import slurm
 from commbench.launch.spec import slurm_job
-from iobench.mounts import shared
+from iobench.mounts import locality
 
 HANG_CULPRITS = {"outside": "never entered the operation the others waited in", "silent": "stopped beating"}
 SHARED = "shared storage below its bound: not a node fault, nobody drained"
+UNKNOWN = ("storage of unknown locality ({}) below its bound: commbench drains a node only for storage known to be "
+           "its own; nobody drained")
+REASON_CHARS = 200   # a drain reason as sinfo -R shows it: the check, its digest and why, in one short line
+DIGEST_CHARS = 10    # hex digits of the check's digest (40 bits)
 
 
 @dataclass
@@ -43,10 +54,10 @@ def scope(option):
     return found
 
 
-def on_shared_storage(rec):
-    """An iobench record of a network or parallel file system (by its type, or a host:/path or //host/share
-    source, which iobench records as the device of a file system without disks)."""
-    return rec.get("tool") == "iobench" and shared(rec.get("fs_type"), rec.get("device"))
+def storage(rec):
+    """Where the storage of an iobench record lives (iobench.mounts.locality: shared, unknown, local; by its fs type
+    and source, which iobench records as the device of a file system without disks); None for other records."""
+    return locality(rec.get("fs_type"), rec.get("device")) if rec.get("tool") == "iobench" else None
 
 
 def named_nodes(result):
@@ -57,7 +68,7 @@ def named_nodes(result):
     named = {}
     for outcome in result.outcomes:
         for rec in outcome.missed if not outcome.passed else []:
-            if rec.get("tool") == "iobench" and not on_shared_storage(rec):
+            if storage(rec) == "local":
                 for host in rec.get("hosts") or []:
                     named.setdefault(host, f"iobench: {outcome.message}")
     for rec in result.records:
@@ -74,17 +85,30 @@ def named_nodes(result):
 def fault(result, here):
     """(status, {node: why}) of a check that ran and did not pass: 'fail' and the nodes it is the fault of (those
     its records name; here, this node, for anything it measured beyond a bound), 'shared' when only shared storage
-    missed its bound, 'error' when nothing was measured against a bound: the check could not run."""
+    missed its bound, 'unknown' when only storage of unknown locality (with or beside shared) did, 'error' when
+    nothing was measured against a bound: the check could not run."""
     named = named_nodes(result)
     missed = [o for o in result.outcomes if not o.passed and o.judged]
-    own = [o for o in missed if not (o.missed and all(on_shared_storage(r) for r in o.missed))]
+    own = [o for o in missed if not (o.missed and all(storage(r) in ("shared", "unknown") for r in o.missed))]
     if here and (named or own):
         return "fail", {here: next(iter(named.values()), None) or own[0].message}
-    return ("fail", named) if named or own else ("shared" if missed else "error", {})
+    if named or own:
+        return "fail", named
+    if not missed:
+        return "error", {}
+    return ("unknown" if any(storage(r) == "unknown" for o in missed for r in o.missed) else "shared"), {}
+
+
+def elsewhere(result):
+    """The line of a check whose storage below its bound is not known to be a node's own (fault 'unknown')."""
+    types = sorted({str(r.get("fs_type")) for o in result.outcomes if not o.passed for r in o.missed
+                    if storage(r) == "unknown"})
+    return UNKNOWN.format(shown(", ".join(types), 100))
 
 
 def status(result):
-    """pass, fail, shared (shared storage alone missed its bound), error (the check could not run), or not run."""
+    """pass, fail, shared (shared storage alone missed its bound), unknown (storage of unknown locality did), error
+    (the check could not run), or not run."""
     return "pass" if result.passed else "not run" if not result.ran else fault(result, None)[0]
 
 
@@ -94,9 +118,20 @@ def ran_on(result, here):
     return [here] if here else list(dict.fromkeys(hosts))
 
 
+def digest(check):
+    """A short hash of a check's whole definition: its kind, parameters, thresholds, env and timeout (its name and
+    line aside: the name is in the reason, and moving a check in its spec changes nothing it measures)."""
+    definition = {"kind": check.kind, "values": check.values, "thresholds": [t.text for t, _ in check.thresholds],
+                  "env": check.env, "timeout": check.timeout, "allow_unknown_env": check.allow_unknown_env,
+                  "allow_paths": check.allow_paths}
+    text = json.dumps(definition, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:DIGEST_CHARS]
+
+
 def prefix(check):
-    """How a drain reason of commbench's for check starts (as _scontrol writes it)."""
-    return f"commbench accept: {check}: ".replace('"', "'")
+    """How a drain reason of commbench's for check (a spec's Check) starts (as _scontrol writes it): its name and
+    digest."""
+    return f"commbench accept: {shown(check.name, 60)} [{digest(check)}]: ".replace('"', "'")
 
 
 def act(spec, results, where, on_fail, on_error, on_pass):
@@ -114,12 +149,12 @@ def act(spec, results, where, on_fail, on_error, on_pass):
             if not nodes and "drain" in (on_fail, on_error):
                 drained.append(_nobody(result, f"{why}; nobody drained" + (
                     "" if on_error == "drain" else " (--on-error drain drains the node it ran on)")))
-        elif kind == "shared" and on_fail == "drain":
-            drained.append(_nobody(result, SHARED))
+        elif kind in ("shared", "unknown") and on_fail == "drain":
+            drained.append(_nobody(result, SHARED if kind == "shared" else elsewhere(result)))
         elif on_fail != "drain":
             nodes = {}
         for node, why in nodes.items():
-            reason = shown(prefix(result.check.name) + why.replace('"', "'"), 200)
+            reason = shown(prefix(result.check) + why.replace('"', "'"), REASON_CHARS)
             entry = {"node": node, "check": result.check.name, "reason": reason, "drained": False, "error": None}
             if node not in where.nodes:
                 entry["error"] = "not a node of this allocation: left alone"
@@ -136,8 +171,9 @@ def act(spec, results, where, on_fail, on_error, on_pass):
             if not state.startswith(("drain", "drng")):
                 continue
             entry = {"node": node, "check": result.check.name, "reason": reason, "resumed": False, "error": None}
-            if not reason.startswith(prefix(result.check.name)):
-                entry["error"] = "left drained: not drained by commbench for this check"
+            if not reason.startswith(prefix(result.check)):
+                entry["error"] = ("left drained: not drained by commbench for this check as this spec defines it (its "
+                                  f"reason does not start {prefix(result.check).strip()})")
             else:
                 entry["error"] = _scontrol(node, "RESUME")
                 entry["resumed"] = entry["error"] is None

@@ -70,3 +70,38 @@ def test_verdicts_junit_drain_reasons_and_the_report_speak_the_specs_units(tmp_p
     assert report._versus(storage, million).endswith(f"measured {bw:.1f} MB/s, expected >= 1,000,000 MB/s")
     said = (tmp_path / "junit.xml").read_text() + "".join(o.message for r in (latency, storage) for o in r.outcomes)
     assert "e+" not in said and "e-0" not in said
+
+
+def test_storage_below_its_bound_drains_its_node_only_when_the_storage_is_known_to_be_its_own(tmp_path):
+    """The same failed storage check on a node's own disk names the node; on an object store through FUSE
+    (mountpoint-s3 as it mounts: type fuse, source mountpoint-s3; or with a subtype) it is shared; on a FUSE file
+    system no table knows (bindfs) it is of unknown locality: nobody drained, and the line says why."""
+    spec, (_, storage) = results(tmp_path)
+    assert drain.fault(storage, None) == ("fail", {"node-3": f"iobench: {storage.outcomes[0].message}"})
+    assert drain.fault(storage, "here")[0] == "fail"
+    for fs_type, device, kind in (("fuse", "mountpoint-s3", "shared"), ("fuse.mountpoint-s3", "mountpoint-s3",
+                                                                        "shared"),
+                                  ("fuse.gcsfuse", "bucket", "shared"), ("fuse.bindfs", "/src", "unknown")):
+        moved = Result(storage.check, [], [dict(r, fs_type=fs_type, device=device) for r in storage.records])
+        judged = judge(moved, None)
+        assert drain.fault(judged, "here") == (kind, {}) and drain.status(judged) == kind
+        assert drain.named_nodes(judged) == {}
+    assert drain.elsewhere(judged) == ("storage of unknown locality (fuse.bindfs) below its bound: commbench drains a "
+                                       "node only for storage known to be its own; nobody drained")
+
+
+def test_a_drain_reason_names_the_checks_whole_definition(tmp_path):
+    """Two checks named alike differ in a threshold, a parameter or the env: their digests differ, so a reason one
+    wrote never matches the other's prefix (--on-pass resume). The same definition elsewhere in another spec (its
+    line moved) has the same digest."""
+    spec, _ = results(tmp_path)
+    storage = spec.checks[1]
+    (tmp_path / "looser.yaml").write_text(SPEC.replace("MB/s >= 1000000", "MB/s >= 1"))
+    (tmp_path / "other-mount.yaml").write_text(SPEC.replace("[/data]", "[/scratch]"))
+    (tmp_path / "moved.yaml").write_text("\n\n" + SPEC)
+    looser, other, moved = (load_spec(tmp_path / f"{n}.yaml").checks[1]
+                            for n in ("looser", "other-mount", "moved"))
+    digests = {drain.digest(c) for c in (storage, looser, other)}
+    assert len(digests) == 3 and all(len(d) == 10 for d in digests)
+    assert drain.digest(moved) == drain.digest(storage) and moved.line != storage.line
+    assert drain.prefix(storage) == f"commbench accept: storage [{drain.digest(storage)}]: "
