@@ -11,44 +11,143 @@ link planted there must never turn a write against the system:
 - a file the tool keeps (fixture state), or one a reader may read at any moment (--metrics), is replaced whole by
   renaming a new file of a unique name over it; an output replaced so must be a regular file of the caller's;
 - an output directory is made by the run, or is owned by the caller and writable by nobody else; a private
-  directory (locks, fixture state) is the caller's alone (0700).
+  directory (locks, fixture state) is the caller's alone (0700);
+- the directories above every one of these are walked one at a time from / (or the working directory), each opened
+  with O_NOFOLLOW relative to the one before, and the file is opened in the last one: a symbolic link on the way is
+  followed only where nobody else could have made or swapped it (a link of the caller's or root's, in a directory of
+  the caller's or root's that others cannot write, or that is sticky); another is refused. So a link another user
+  plants above an output (D/nightly -> /root-owned/dir in a world-writable D) never redirects a write, and a
+  directory renamed meanwhile is still the one walked.
 Each refusal is one line naming the path and what it is not. Standard library only (the emulation scripts keep
 their state with it under the system python3).
 """
+import contextlib
 import errno
 import os
+import secrets
 import stat
-import tempfile
 
 from benchcore.errors import UserError, name
 
 NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 APPEND = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+WALK = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+MAX_LINKS = 40     # as the kernel's path walk (ELOOP beyond)
+
+
+def _link_problem(dir_fd, link):
+    """Why the symbolic link `link` in the directory dir_fd may not be followed (None: it may): it must be the
+    caller's or root's, in a directory of the caller's or root's that nobody else can write or that is sticky (there
+    nobody else can rename or replace another's link)."""
+    st = os.stat(link, dir_fd=dir_fd, follow_symlinks=False)
+    problem = _owner_problem(st)
+    if problem:
+        return problem.replace("is owned", "is a symbolic link owned", 1)
+    parent = os.fstat(dir_fd)
+    if _owner_problem(parent) or (parent.st_mode & OTHERS_WRITE and not parent.st_mode & stat.S_ISVTX):
+        return "is a symbolic link in a directory another user can write"
+    return None
+
+
+def _walk(path, what, shown, create=False):
+    """A descriptor (O_PATH) of directory `path`, walked one component at a time, each opened with O_NOFOLLOW
+    relative to the one before (missing ones made 0755 when create; FileNotFoundError otherwise); a link is
+    followed only where _link_problem finds none. UserError names `shown` (the path the user gave)."""
+    fd = os.open("/" if os.path.isabs(path) else ".", WALK)
+    todo = [c for c in reversed(os.fspath(path).split("/")) if c not in ("", ".")]
+    links = 0
+    try:
+        while todo:
+            part = todo.pop()
+            try:
+                step = os.open(part, WALK, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                with contextlib.suppress(FileExistsError):   # made meanwhile: opened and judged as any
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                todo.append(part)
+                continue
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+                    raise UserError(f"{what} {name(shown)}: {name(part)}: {exc.strerror}") from None
+                if not stat.S_ISLNK(os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode):
+                    raise UserError(f"{what} {name(shown)}: {name(part)} is not a directory") from None
+                problem = _link_problem(fd, part)
+                links += 1
+                if problem or links > MAX_LINKS:
+                    raise UserError(f"{what} {name(shown)}: {name(part)} "
+                                    f"{problem or 'leads through too many symbolic links'}; refusing to follow it"
+                                    ) from None
+                target = os.readlink(part, dir_fd=fd)
+                if target.startswith("/"):
+                    os.close(fd)
+                    fd = os.open("/", WALK)
+                todo += [c for c in reversed(target.split("/")) if c not in ("", ".")]
+                continue
+            os.close(fd)
+            fd = step
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+@contextlib.contextmanager
+def _parent(path, what, create=False):
+    """(a descriptor of path's directory, walked as _walk does, path's last component); FileNotFoundError when a
+    directory above it is missing (create: made)."""
+    head, base = os.path.split(os.fspath(path))
+    if base in ("", ".", ".."):
+        raise UserError(f"{what} {name(path)} names a directory, not a file")
+    fd = _walk(head or ".", what, path, create)
+    try:
+        yield fd, base
+    finally:
+        os.close(fd)
+
+
+def make_parents(path, what):
+    """Make the directories above path (0755) that are missing, walked as _walk does (no planted link followed)."""
+    with _parent(path, what, create=True):
+        pass
+
+
+def _no_dir(path, what):
+    raise UserError(f"{what} {name(path)}: no such directory") from None
 
 
 def write_new(path, write, what, binary=False, mode=0o644):
     """write(f) into a new file at path (f text, or bytes with binary); refused (UserError) when anything is
     there; another OSError (a full disk) is the caller's to word, the partial file removed."""
     try:
-        fd = os.open(path, NEW, mode)
-    except FileExistsError:
-        raise UserError(f"{what} {name(path)} exists; refusing to replace a file this run did not create") from None
-    try:
-        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
-            write(f)
-    except BaseException:
-        os.unlink(path)   # ours: made above with O_EXCL
-        raise
+        with _parent(path, what) as (d, base):
+            try:
+                fd = os.open(base, NEW, mode, dir_fd=d)
+            except FileExistsError:
+                raise UserError(f"{what} {name(path)} exists; refusing to replace a file this run did not create"
+                                ) from None
+            try:
+                with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
+                    write(f)
+            except BaseException:
+                os.unlink(base, dir_fd=d)   # ours: made above with O_EXCL, in the directory held
+                raise
+    except FileNotFoundError:
+        _no_dir(path, what)
     return str(path)
 
 
 def open_new(path, what):
     """A new text file at path, open for writing and reading back (a child's log), made as write_new makes one."""
     try:
-        return os.fdopen(os.open(path, NEW & ~os.O_WRONLY | os.O_RDWR, 0o644), "w+", encoding="utf-8")
+        with _parent(path, what) as (d, base):
+            return os.fdopen(os.open(base, NEW & ~os.O_WRONLY | os.O_RDWR, 0o644, dir_fd=d), "w+", encoding="utf-8")
     except FileExistsError:
         raise UserError(f"{what} {name(path)} exists; refusing to replace a file this run did not create") from None
+    except FileNotFoundError:
+        _no_dir(path, what)
 
 
 def write_new_text(path, text, what):
@@ -58,16 +157,18 @@ def write_new_text(path, text, what):
 def replace_text(path, text, mode=0o644):
     """path's whole content replaced by text, for a file the tool itself keeps (fixture state, a namespace's hosts):
     a new file of a unique name beside it (mkstemp: O_EXCL), renamed over path, which replaces a link there rather
-    than following it; readers see the old content or the new, never half."""
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=f".{os.path.basename(path)}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    than following it; readers see the old content or the new, never half. The directory is walked as _walk does."""
+    with _parent(path, "file") as (d, base):
+        tmp = f".{base}.{secrets.token_hex(6)}"
+        fd = os.open(tmp, NEW, 0o600, dir_fd=d)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                os.fchmod(f.fileno(), mode)
+            os.replace(tmp, base, src_dir_fd=d, dst_dir_fd=d)
+        except BaseException:
+            os.unlink(tmp, dir_fd=d)
+            raise
 
 
 def check_replace(path, what):
@@ -77,10 +178,11 @@ def check_replace(path, what):
     directory = os.path.dirname(os.path.abspath(path))
     try:
         trusted_dir(directory, f"{what}'s directory")
-        st = os.lstat(path)
+        with _parent(path, what) as (d, base):
+            st = os.stat(base, dir_fd=d, follow_symlinks=False)
     except FileNotFoundError:
         if not os.path.isdir(directory):
-            raise UserError(f"{what} {name(path)}: no such directory") from None
+            _no_dir(path, what)
         return
     if stat.S_ISLNK(st.st_mode):
         raise UserError(f"{what} {name(path)} is a symbolic link; refusing to follow or replace it")
@@ -116,9 +218,10 @@ def _append_problem(st):
 
 
 def check_append(path, what):
-    """Refuse, before anything runs, a path open_append would refuse (a missing file is fine)."""
+    """Refuse, before anything runs, a path open_append would refuse (a missing file or directory is fine)."""
     try:
-        st = os.lstat(path)
+        with _parent(path, what) as (d, base):
+            st = os.stat(base, dir_fd=d, follow_symlinks=False)
     except FileNotFoundError:
         return
     if stat.S_ISLNK(st.st_mode):
@@ -132,13 +235,17 @@ def open_append(path, what, buffering=-1):
     """A text file object appending to path (created 0644 when missing), after checking what was opened; its
     descriptor also reads (os.pread: the last byte of what is there)."""
     try:
-        fd = os.open(path, APPEND, 0o644)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP or os.path.islink(path):   # ELOOP, or EACCES where the link is another's
-            raise UserError(f"{what} {name(path)} is a symbolic link; refusing to follow it") from None
-        if exc.errno == errno.ENXIO:
-            raise UserError(f"{what} {name(path)} is not a regular file") from None
-        raise UserError(f"{what} {name(path)}: {exc.strerror}") from None
+        with _parent(path, what) as (d, base):
+            try:
+                fd = os.open(base, APPEND, 0o644, dir_fd=d)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP or _is_link(base, d):   # ELOOP, or EACCES where the link is another's
+                    raise UserError(f"{what} {name(path)} is a symbolic link; refusing to follow it") from None
+                if exc.errno == errno.ENXIO:
+                    raise UserError(f"{what} {name(path)} is not a regular file") from None
+                raise UserError(f"{what} {name(path)}: {exc.strerror}") from None
+    except FileNotFoundError:
+        _no_dir(path, what)
     problem = _append_problem(os.fstat(fd))
     if problem:
         os.close(fd)
@@ -147,10 +254,19 @@ def open_append(path, what, buffering=-1):
     return os.fdopen(fd, "a+", encoding="utf-8", buffering=buffering)
 
 
+def _is_link(base, dir_fd):
+    try:
+        return stat.S_ISLNK(os.stat(base, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
 def trusted_dir(path, what, private=False):
     """Refuse an existing path that is not a directory the caller may write in alone: a symbolic link, another
-    user's directory, one others may write in (private: one others may enter)."""
-    st = os.lstat(path)
+    user's directory, one others may write in (private: one others may enter); the directories above it walked as
+    _walk does. FileNotFoundError when it is missing."""
+    with _parent(os.path.abspath(path), what) as (d, base):
+        st = os.stat(base, dir_fd=d, follow_symlinks=False)
     if stat.S_ISLNK(st.st_mode):
         raise UserError(f"{what} {name(path)} is a symbolic link; refusing to follow it")
     if not stat.S_ISDIR(st.st_mode):
@@ -165,10 +281,9 @@ def trusted_dir(path, what, private=False):
 def output_dir(path, what):
     """path as a directory to write new files in: made now (with its parents), or one the caller owns that
     nobody else can write. Returns True when this call made it."""
-    parent = os.path.dirname(os.path.abspath(path))
     try:
-        os.makedirs(parent, exist_ok=True)
-        os.mkdir(path, 0o755)
+        with _parent(os.path.abspath(path), what, create=True) as (d, base):
+            os.mkdir(base, 0o755, dir_fd=d)
         return True
     except FileExistsError:
         trusted_dir(path, what)
@@ -181,7 +296,8 @@ def private_dir(path, what):
     """path as the caller's private directory (0700; locks, fixture state): made now, or refused unless it is
     the caller's and closed to everyone else. Its parent must exist."""
     try:
-        os.mkdir(path, 0o700)
+        with _parent(os.path.abspath(path), what) as (d, base):
+            os.mkdir(base, 0o700, dir_fd=d)
     except FileExistsError:
         trusted_dir(path, what, private=True)
     except OSError as exc:

@@ -16,7 +16,7 @@ from json.encoder import encode_basestring_ascii as _json_str
 from pathlib import Path
 
 from benchcore.errors import UserError
-from benchcore.files import check_append, open_append
+from benchcore.files import check_append, make_parents, open_append
 from benchcore.inputs import lines, name, regular_file
 
 NO_FILE = os.devnull
@@ -89,7 +89,7 @@ def output_file(out):
         raise UserError(f"--out {out} is not a regular file (use /dev/null for no file)")
     check_append(path, "--out")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_parents(path, "--out")
     except OSError as exc:
         raise UserError(f"--out {out}: cannot create {path.parent}: {exc.strerror}") from None
     if not os.access(path.parent, os.W_OK) or (st is not None and not os.access(path, os.W_OK)):
@@ -174,8 +174,7 @@ class RecordWriter:
 
     def __init__(self, path, every=True, what="--out"):
         self.path, self.every = Path(path), every
-        if self.path.parent and not self.path.parent.exists():
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_parents(self.path, what)
         self._file = open_append(self.path, what, buffering=1 << 20 if not every else -1)
         size = os.fstat(self._file.fileno()).st_size
         if size and os.pread(self._file.fileno(), 1, size - 1) != b"\n":

@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from benchcore.errors import UserError
-from benchcore.files import check_append, open_append, output_dir, private_dir, write_new, write_new_text
+from benchcore.files import (check_append, make_parents, open_append, output_dir, private_dir, replace_output,
+                              replace_text, write_new, write_new_text)
 from benchcore.results.records import RecordWriter, output_file
 from iobench.safety import LOCK_BASE, MountLock
-from tests.conftest import ROOT
+from tests.conftest import ROOT, assert_one_line_error, run_tool
 
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="plants files as another user: needs root")
 NOBODY = pwd.getpwnam("nobody")
@@ -125,6 +126,51 @@ def test_output_directories_are_made_or_the_callers_alone(shared):
     as_nobody("ln", "-s", shared.victim.parent, shared.dir / "link")
     with pytest.raises(UserError, match="symbolic link"):
         output_dir(shared.dir / "link", "--out")
+
+
+@as_root
+def test_a_link_another_user_planted_above_an_output_is_never_followed(shared):
+    """N4: nobody links D/nightly -> a root-owned directory in a world-writable D; every output below it (--out and
+    --history's append, a new file, a replaced file, an output directory, the parents made for one) is refused in one
+    line and the other directory is left as it was."""
+    victim_dir = shared.victim.parent / "victimdir"
+    victim_dir.mkdir()
+    (victim_dir / "results.jsonl").write_text('{"precious": 1}\n')
+    as_nobody("ln", "-s", victim_dir, shared.dir / "nightly")
+    out = shared.dir / "nightly" / "results.jsonl"
+    done = run_tool("commbench", "import", ROOT / "tests/fixtures/foreign/nccl-tests-2.9-broadcast.log", "--out", out)
+    assert_one_line_error(done, "nightly is a symbolic link owned by another user (uid 65534); refusing to follow it")
+    for write in (lambda: check_append(out, "--out"), lambda: open_append(out, "--history"),
+                  lambda: write_new_text(shared.dir / "nightly" / "new.md", "x", "--plot"),
+                  lambda: replace_output(shared.dir / "nightly" / "m.prom", "x", "--metrics"),
+                  lambda: output_dir(shared.dir / "nightly" / "report", "--out"),
+                  lambda: make_parents(shared.dir / "nightly" / "sub" / "r.jsonl", "--out"),
+                  lambda: replace_text(shared.dir / "nightly" / "state", "x")):
+        with pytest.raises(UserError, match="nightly is a symbolic link"):
+            write()
+    assert sorted(p.name for p in victim_dir.iterdir()) == ["results.jsonl"]
+    assert (victim_dir / "results.jsonl").read_text() == '{"precious": 1}\n'
+
+
+@as_root
+def test_links_nobody_else_could_have_made_are_followed(shared, tmp_path):
+    """Normal use: a directory root made in the shared one, and root's own links (in root's directory, and in the
+    sticky world-writable one: there nobody else can rename or replace it) lead where they say."""
+    (shared.dir / "x").mkdir()
+    with open_append(shared.dir / "x" / "out.jsonl", "--out") as f:
+        f.write("1\n")
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "mine").symlink_to(real)                    # like /var/run -> /run
+    (shared.dir / "root-link").symlink_to(real)             # root's link in the sticky directory
+    for path in (tmp_path / "mine" / "a.jsonl", shared.dir / "root-link" / "b.jsonl"):
+        with open_append(path, "--out") as f:
+            f.write("2\n")
+    assert sorted(p.name for p in real.iterdir()) == ["a.jsonl", "b.jsonl"]
+    shared.dir.chmod(0o777)                                 # not sticky: another user could replace root's link
+    with pytest.raises(UserError, match="root-link is a symbolic link in a directory another user can write"):
+        check_append(shared.dir / "root-link" / "c.jsonl", "--out")
+    shared.dir.chmod(0o1777)
 
 
 @as_root
