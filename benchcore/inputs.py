@@ -13,7 +13,8 @@ import yaml
 from benchcore.errors import UserError, key, name, printable, shown  # noqa: F401  (key: for the spec readers)
 
 MAX_TEXT_BYTES = 8 << 20     # a spec, topology, matrix or job file is a few KB; 8 MiB is far past any real one
-MAX_LINE_BYTES = 1 << 20     # a log or record line is at most a few KB; a file without newlines is cut here
+MAX_LINE_BYTES = 1 << 20     # a log line is at most a few KB; a file without newlines is cut here
+MAX_RECORD_BYTES = 8 << 20   # one record line: a 100,000-node run's `hosts` is about 2 MB (host names of 20 characters)
 MAX_YAML_ALIASES = 32        # anchors are handy; an alias bomb needs dozens (9 levels of 9: 81)
 MAX_NESTING = 64             # real specs nest 4 deep; 400 levels is an attack or an accident
 MAX_FIELD_CHARS = 256        # a text an imported file gives a record: a host name has at most 253 characters, a type,

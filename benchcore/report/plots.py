@@ -191,7 +191,7 @@ def _legends_below(fig, axes, ncol=1, labels=0.8):
     height = plot + labels + legend + 0.4
     fig.set_figheight(height)
     fig.subplots_adjust(bottom=(legend + labels) / height, top=1 - 0.4 / height, left=0.07, right=0.98, wspace=0.22)
-    for ax in axes:
+    for ax in (ax for ax in axes if ax.get_legend_handles_labels()[1]):   # an axis with nothing labelled has none
         ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(ax.get_position().x0, legend / height),
                   bbox_transform=fig.transFigure, frameon=False, ncol=ncol)
 

@@ -16,7 +16,7 @@ from benchcore.errors import UserError
 from benchcore.importers import fio_json as fiojson
 from benchcore.importers import nccl_json as nccljson
 from benchcore.importers import nccl_text as nccltests
-from benchcore.inputs import clipped, name, read_bytes, regular_file, shown, text_blocks
+from benchcore.inputs import MAX_RECORD_BYTES, clipped, name, read_bytes, regular_file, shown, text_blocks
 from benchcore.results import schema
 from benchcore.results.records import read_records
 from benchcore.units import format_size
@@ -32,7 +32,10 @@ class Loaded:
 
 
 FIO_JSON_MAX_BYTES = 64 << 20   # fio's JSON is read whole: 64 MiB holds thousands of jobs (about 6 KB each)
-SNIFF_BYTES = 64 << 10          # what is read first to tell the formats apart
+SNIFF_BYTES = 64 << 10          # what is read first to tell the foreign formats apart
+SNIFF_LINES = 20                # the suite's JSONL: one of its first lines is a record (a torn or foreign line may lead)
+# how the record writer starts every line (records.dumps: "tool" first): a record too deep to parse still says so
+RECORD_START = re.compile(rb'\s*\{\s*"tool"\s*:\s*"(?:commbench|iobench)"')
 
 
 def _run_id(path):
@@ -44,15 +47,30 @@ def _run_id(path):
     return f"{Path(path).stem}-{digest.hexdigest()[:8]}"
 
 
-def _is_records(head):
-    """Whether a file that starts with head is the suite's JSONL (a line of it is a record of either tool)."""
-    for line in head.splitlines()[:20]:
-        try:
-            rec = json.loads(line)
-        except (ValueError, RecursionError):
+def _is_records(f):
+    """Whether the file f (binary, at its start) is the suite's JSONL: one of its first SNIFF_LINES lines that are
+    not blank is a record of either tool, each line read whole up to MAX_RECORD_BYTES (a 5,000-node run's record
+    line is 87 KB: a sniff of the first 64 KiB never saw one whole), and no more than MAX_RECORD_BYTES read after the
+    first line. A line the writer began (RECORD_START) counts even when it is cut or too deep to parse: the records'
+    reader then skips it with a warning naming it, never another format's error."""
+    seen = 0
+    while seen < SNIFF_LINES:
+        line = f.readline(MAX_RECORD_BYTES)
+        if not line:
+            return False
+        if not line.strip():
             continue
+        if RECORD_START.match(line):
+            return True
+        try:
+            rec = json.loads(line) if line.lstrip().startswith(b"{") else None
+        except (ValueError, RecursionError):
+            rec = None
         if isinstance(rec, dict) and rec.get("tool") in TOOLS:
             return True
+        seen += 1
+        if f.tell() > MAX_RECORD_BYTES:
+            return False
     return False
 
 
@@ -106,12 +124,14 @@ def records_of(path, collective=None, lines=False):
     try:
         with open(path, "rb") as f:
             head = f.read(SNIFF_BYTES)
+            f.seek(0)
+            own = _is_records(f)
     except OSError as exc:
         raise UserError(f"{name(path)}: {exc.strerror}") from None
     text = head.decode("utf-8", errors="replace")
     if not text.strip():
         raise UserError(f"{name(path)}: empty file")
-    if _is_records(head):
+    if own:
         return "records", iter([r for r in read_records(path) if r.get("tool") in TOOLS])
     fmt = nccljson.kind(text)
     if fmt and size > nccljson.MAX_BYTES:      # read whole: refused before it is read (or hashed for its run id)

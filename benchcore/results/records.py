@@ -17,7 +17,7 @@ from pathlib import Path
 
 from benchcore.errors import UserError
 from benchcore.files import check_append, make_parents, open_append
-from benchcore.inputs import lines, name, regular_file
+from benchcore.inputs import MAX_RECORD_BYTES, lines, name, regular_file
 
 NO_FILE = os.devnull
 WARNINGS_PER_FILE = 5            # lines named one by one; the rest of a file's bad lines are counted in one more
@@ -210,7 +210,7 @@ def read_records(path, run_id=None, tool=None, what=None):
     regular_file(path, what or "record file")
     records, found, bad, skipped = [], 0, [], 0
     with open(path, "rb") as f:
-        for number, line, _ in lines(f):
+        for number, line, _ in lines(f, MAX_RECORD_BYTES):
             rec = _record(line)
             if rec is None:
                 if line.strip():
