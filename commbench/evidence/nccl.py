@@ -157,6 +157,7 @@ class _Reader:
         if m and "nics" not in eff:
             items = NIC_ITEM.findall(m[1])
             eff["nics"] = [f"{name}:{port}/{link}" if port else name for _, name, port, link in items]
+            eff["nics_of"] = "IB" if m.re is IB_NICS else "Socket"
             self.note("nics", msg)
             return
         m = CHANNELS.match(msg)
