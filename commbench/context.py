@@ -8,6 +8,9 @@ import torch.distributed as dist
 
 from benchcore.results import schema
 from benchcore.results.records import git_revision, hostname, timestamp
+from commbench.evidence import gloo
+from commbench.evidence import mpi as evidence_mpi
+from commbench.evidence.applied import ROWS, judge_settings
 from commbench.launch import mpirun
 from commbench.launch.liveness import Position
 from commbench.model.alphabeta import record_fields
@@ -51,7 +54,7 @@ class Context:
         self.backend = backend
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         timeout = datetime.timedelta(seconds=plan.timeout)
-        more_versions = {}
+        more_versions, before = {}, gloo.socket_inodes() if backend == "gloo" else None
         if backend == "mpi":  # mpirun started the ranks; MPI_COMM_WORLD is the process group
             self.comm, self.device, self.rank, self.world_size, more_versions = mpi.start(self.local_rank)
         else:
@@ -75,6 +78,11 @@ class Context:
         self.node_of = [i[1] for i in ids]   # rank -> the node (torchrun group rank) it runs on
         envs = {i[0]: i[3] for i in ids}
         self.env = env if all(e == env for *_, e in ids) else envs  # per host when the ranks' differ
+        # what Gloo's sockets and Open MPI's selection say ran (NCCL's: read by the launcher), once the first
+        # collective has connected the ranks; applied: the settings in env that a row of evidence.applied proves
+        self.effective = gloo.collect(self.comm, before) if backend == "gloo" else \
+            evidence_mpi.collect(self.comm) if backend == "mpi" else None
+        self.applied = self.effective and judge_settings({k: v for k, v in env.items() if k in ROWS}, self.effective)
         self.nodes = len(set(self.node_of))
         self.blocking = plan.blocking if plan.blocking is not None else backend != "nccl"
         self.topology = from_dict(plan.topology)
@@ -104,4 +112,5 @@ class Context:
             world_size=self.world_size, nodes=self.nodes, local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
             backend=self.backend, launcher=plan.launcher, emulated=plan.emulated, env=self.env, **predicted,
             hosts=self.hosts, versions=self.versions, command=plan.command, timestamp=timestamp(), **plan.requested,
+            **({"effective": self.effective, "applied": self.applied} if self.effective else {}),
             **plan.tags)

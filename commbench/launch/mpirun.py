@@ -157,7 +157,8 @@ def commands(spec, plan, plan_file):
     plan_file."""
     worker = [sys.executable, "-m", "commbench.worker", "--plan-file", plan_file]
     env = {**spec.env, "PYTHONUNBUFFERED": "1",
-           USER_VARS_ENV: json.dumps({k: v for k, v in sorted(os.environ.items()) if k.startswith(MCA_PREFIXES)})}
+           USER_VARS_ENV: json.dumps({k: v for k, v in sorted({**os.environ, **spec.env}.items())
+                                      if k.startswith(MCA_PREFIXES)})}   # the shell's and a sweep config's
     if spec.nproc_per_node > 1 and "OMP_NUM_THREADS" not in os.environ:
         env["OMP_NUM_THREADS"] = "1"   # as torchrun sets it: an unbound rank would start a torch thread per core
     path, vendor, version = _checked_mpirun(spec.dry_run)

@@ -16,6 +16,7 @@ from functools import partial
 
 from benchcore.errors import UserError
 from benchcore.lazy import lazy
+from commbench.evidence import mpi as evidence
 from commbench.transports.torch_dist import Primitives, Works
 
 torch = lazy("torch", globals())
@@ -66,8 +67,10 @@ def cuda_aware():
 
 
 def start(local_rank):
-    """(primitives, device, rank, world size, versions) of this rank on MPI_COMM_WORLD."""
+    """(primitives, device, rank, world size, versions) of this rank on MPI_COMM_WORLD; Open MPI's component
+    selection captured as it initialises (commbench/evidence/mpi.py)."""
     import mpi4py
+    evidence.capture()
     from mpi4py import MPI
     world = MPI.COMM_WORLD
     expected = int(os.environ.get("WORLD_SIZE", world.Get_size()))
