@@ -267,3 +267,11 @@ for _tool in DESIGN:
 # The verdict of chunked --overlap (commbench/commands/overlap.py).
 EVENT_EXTENSIONS["commbench"].update(
     compute_ratio="chunked --overlap verdict: the compute ratio the answer holds for (null with --gemm)")
+
+# A node's health (commbench node, commbench/health/): a "health" event per line of its tables, then a verdict event.
+EVENT_EXTENSIONS["commbench"].update(
+    subject="node health: what the line is about (node, GPU 0, mlx5_0:1)",
+    item="node health: the check (commbench/health/checks.py)", value="node health: what was read, as shown",
+    health="node health: ok, warn, fail or unknown", threshold="node health: the check's threshold",
+    source="node health: where the threshold comes from (file and version)",
+    level="node health: quick (no load, seconds) or full (a load on every GPU)")

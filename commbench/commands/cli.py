@@ -15,7 +15,8 @@ COMMANDS = {"run": "commbench.commands.run:run", "ring": "commbench.commands.run
             "topo": "commbench.commands.topo:topo", "model": "commbench.commands.model:model",
             "judge": "commbench.commands.judge:judge_command",
             "accept": "commbench.commands.accept.command:accept", "p2p": "commbench.commands.p2p:p2p",
-            "pairs": "commbench.commands.pairs:pairs", "health": "commbench.commands.health:health"}
+            "pairs": "commbench.commands.pairs:pairs", "health": "commbench.commands.health:health",
+            "node": "commbench.commands.node:node"}
 
 
 class LazyGroup(click.Group):
