@@ -34,9 +34,10 @@ A tier's rate is used only where it is a ceiling (topology.CEILINGS); otherwise 
 
 A CPU backend's own cost per collective call (Gloo's work queue and Python path, 0.2-2 ms on a 2-core machine where
 the loopback's per-step latency is 7 us; MPI's, a few us) is no tier's: `commbench topo --calibrate` measures it into
-the topology (per_op_us) and a collective call on that backend adds it once. A calibrated topology without it
-(calibrated before it was measured, or MPI where mpi4py was missing) gives the time n/a with the reason: the model
-would leave out what small sizes take. Point-to-point phases (p2p, ring's send/recv steps) keep the tiers' latency.
+the topology (per_op_us, from a 1-element call) and a collective call on that backend adds it once; a Gloo
+all_reduce adds it once per segment its ring sends (gloo_segments: 4 on 2 ranks from 16 B). A calibrated
+topology without it (calibrated before it was measured, or MPI where mpi4py was missing) gives the time n/a with
+the reason: the model would leave out what small sizes take. Point-to-point phases (p2p, ring's send/recv steps) keep the tiers' latency.
 
 Per transport only the primitives differ: Gloo runs reduce_scatter_tensor as an all_reduce of the
 whole input and keeps its slice (measured here: 2.0-2.1x the ring's time through a tc-shaped
@@ -50,10 +51,12 @@ import os
 from dataclasses import dataclass
 from typing import List, Optional
 
+from benchcore.vocabulary import TYPES
 from commbench.model import nccl
 from commbench.model.topology import OWN_COST_BACKENDS
 
 INTRA, INTER, SHM = "intra-node", "inter-node", "shared-memory"
+ELEMENT_BYTES = {name: d.bytes for name, d in TYPES.items()}
 TRANSPORT_TIERS = {("mpi", INTRA): SHM}     # (backend, the case's tier) -> the tier the transport crosses
 # backend -> (the intra-node fabrics it can cross, how it moves a node's data)
 INTRA_PATHS = {"gloo": (("loopback",), "Gloo moves a node's CPU tensors over TCP loopback"),
@@ -270,7 +273,8 @@ def predict(case, cfg, size, topo, world_size, nodes, backend, env=None, version
                 ceilings = nccl.ceilings(call, shape, topo, _busbw(phase.factor, size, bw), env, version)
                 algos.append(algo)
             elif phase.terms and call and backend in OWN_COST_BACKENDS:   # the backend's own cost, once per call
-                t = None if unsized else t + phase.calls * own * 1e-6
+                sends = gloo_segments(call, size, cfg.get("dtype"), world_size) if backend == "gloo" else 1
+                t = None if unsized else t + phase.calls * own * sends * 1e-6
             peak = max(ceilings.values()) if ceilings else _busbw(phase.factor, size, bw)
             out[name] = Prediction(_us(t), tier, peak, _busbw(phase.factor, size, t), algo,
                                    time_reason=unsized if t is None else None, ceilings=ceilings)
@@ -282,6 +286,18 @@ def predict(case, cfg, size, topo, world_size, nodes, backend, env=None, version
                                    _busbw(phase.factor, size, total_bw), _busbw(phase.factor, size, total),
                                    " + ".join(algos) or None, time_reason=unsized if total is None else None)
     return out
+
+
+def gloo_segments(call, size, dtype, ranks):
+    """How many 1-element calls' worth of Gloo's own cost one call of size bytes carries. Gloo's ring all_reduce
+    (gloo/allreduce.cc) cuts the buffer into 2 x ranks segments of whole elements and sends every non-empty one
+    ranks - 1 times in its reduce-scatter and again in its all-gather; a 1-element call (what per_op_us measures)
+    sends one. Counted on 2 ranks (torch 2.13, scripts/raw_allreduce_loop.py): 3, 6, 9 and 12 socket writes per
+    call and rank at 1, 2, 3 and 4+ float32 elements, still 12 at 4 MiB; the time per call followed them (1 KiB
+    took 3-4x a 1-element call). Other calls: one."""
+    if call != "all_reduce" or ranks < 2:
+        return 1
+    return min(2 * ranks, max(1, size // ELEMENT_BYTES.get(dtype, 4)))
 
 
 def own_cost(topo, tiers, crossed, backend):

@@ -24,7 +24,11 @@ the path carries:
                  a 2-core machine, 30-300x the loopback's latency; MPI's a few us): the mean time of a
                  1-element all_reduce on 2 ranks, timed by `commbench run` itself (one launch per backend: Gloo
                  always, MPI where mpi4py is installed), less the 2 steps x latency_us the tiers already count.
-                 The model adds it once per collective call (commbench/model/alphabeta.py).
+                 The model adds it once per collective call, and a Gloo all_reduce once per segment its ring sends
+                 (min(2 x ranks, elements): a 1-element call sends one, 1 KiB on 2 ranks four; alphabeta.py
+                 gloo_segments). That is Gloo's small-message plateau (1 KiB-256 KiB at 3-4x a 1-element call): each
+                 segment is a message handed between Gloo's threads, which on 2 cores costs about what a whole
+                 1-element call does; the count, not the bytes, sets the time below ~1 MiB.
 """
 import importlib.util
 import json

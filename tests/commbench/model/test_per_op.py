@@ -1,7 +1,8 @@
 """A CPU backend's own cost per collective call (issue 39 item 9): a calibrated topology holds it (per_op_us), the
-model adds it once per collective call on Gloo and MPI, and a calibrated topology without it gives the model's time
-n/a with the reason while the link peak and util stand. `topo --calibrate` measuring it, and the prediction against a
-measured small all_reduce: tests/commbench/model/test_ceilings.py (one calibration per module)."""
+model adds it once per collective call on Gloo and MPI (a Gloo all_reduce once per segment its ring sends), and a
+calibrated topology without it gives the model's time n/a with the reason while the link peak and util stand.
+`topo --calibrate` measuring it, and the prediction against a measured small all_reduce:
+tests/commbench/model/test_ceilings.py (one calibration per module)."""
 import io
 from dataclasses import replace
 
@@ -112,7 +113,8 @@ def test_the_model_command_shows_the_cost_and_the_reason(tmp_path):
                     "--format", "json")
     assert proc.returncode == 0, proc.stderr
     row = yaml.safe_load(proc.stdout)
-    assert row["predicted_time_us"] == pytest.approx(GLOO_US + 2 * topology.load(mine).intra_latency_us, rel=0.01)
+    # 8 B is 2 float32 elements: Gloo's ring sends 2 segments, each its own cost (alphabeta.gloo_segments)
+    assert row["predicted_time_us"] == pytest.approx(2 * GLOO_US + 2 * topology.load(mine).intra_latency_us, rel=0.01)
     proc = run_tool("commbench", "model", "--topology", mine, "--collective", "all_reduce", "-b", "8", "-e", "8",
                     "--backend", "mpi")
     assert proc.returncode == 0, proc.stderr
