@@ -6,7 +6,8 @@ import click
 
 from benchcore.errors import UserError
 from benchcore.report.render import console, print_table
-from commbench.commands.history import DEFAULT_WINDOW, HISTORY_ENV, read
+from commbench.commands.history import (DEFAULT_WINDOW, HISTORY_ENV, MAX_DEPTH, MAX_HELD, MAX_LINE_BYTES, MAX_NODES,
+                                        read)
 
 ORDER = {"fail": 0, "error": 1, "pass": 2}
 
@@ -36,12 +37,11 @@ def health(history, window, nodes, fmt):
     history = history or os.environ.get(HISTORY_ENV)
     if not history:
         raise UserError(f"give the history file (commbench health FILE, or {HISTORY_ENV})")
-    summaries, skipped = read(history, window)
+    summaries, skipped, left_out = read(history, window, set(nodes) if nodes else None)
     if nodes:
         missing = [n for n in nodes if n not in summaries]
         if missing:
-            raise UserError(f"--node {missing[0]}: not in the history ({len(summaries)} nodes there)")
-        summaries = {n: summaries[n] for n in nodes}
+            raise UserError(f"--node {missing[0]}: not in the history")
     rows = sorted(summaries.values(), key=lambda s: (ORDER[s["last_result"]], -s["failures"], s["node"]))
     if fmt == "json":
         for row in rows:
@@ -57,5 +57,9 @@ def health(history, window, nodes, fmt):
                             ("last_failed", "what failed (last failure)", None)],
                     title=f"node health: {len(rows)} nodes, {sum(s['runs'] for s in rows)} verdicts")
     if skipped:
-        console(stderr=True).print(f"note: {skipped} lines of the history are not node verdicts; skipped",
+        console(stderr=True).print(f"note: {skipped} lines of the history are not node verdicts (or are longer than "
+                                   f"{MAX_LINE_BYTES} bytes or nested deeper than {MAX_DEPTH}); skipped", markup=False)
+    if left_out:
+        console(stderr=True).print(f"note: {left_out} verdicts of nodes past the first {len(summaries)} left out "
+                                   f"(at most {MAX_NODES} nodes, {MAX_HELD} results held: fewer --last, or --node)",
                                    markup=False)

@@ -12,11 +12,18 @@ One line per node and run:
 
 A node's summary: its last result and when, its last pass, failures among its last N runs, flaps (how often the
 result turned between pass and fail in those N runs), when commbench last drained and resumed it, and what failed
-last. The file is read line by line in bounded memory (the last N entries per node); a line that is not such an
-entry is skipped and counted, never quoted.
+last. A line that is not such an entry is skipped and counted, never quoted: one longer than MAX_LINE_BYTES or
+nested deeper than MAX_DEPTH (counted without recursing) is refused before it is parsed.
+
+Reading is bounded whatever the file's age: `health` streams it line by line, holding at most the last N results of
+at most MAX_HELD / N nodes (MAX_NODES at most); `accept` (so every Prolog) reads only its end, backwards in blocks,
+until each of its nodes has its last N entries, and never more than TAIL_BYTES (the summary then says it counted
+from there: `partial`).
 """
 import json
 import os
+import re
+import sys
 from collections import deque
 
 from benchcore.errors import UserError
@@ -29,6 +36,14 @@ RESULTS = ("pass", "fail", "error")
 DEFAULT_WINDOW = 10
 MAX_FAILED = 20              # "what failed" lines kept per entry
 HISTORY_ENV = "COMMBENCH_HISTORY"
+MAX_LINE_BYTES = 64 << 10     # an entry is under 10 KB (20 "failed" lines of 300 characters, a report path)
+MAX_DEPTH = 8                 # an entry nests 2 deep (its "failed" list)
+TAIL_BYTES = 8 << 20          # accept reads at most the history's last 8 MiB (~30,000 entries of ~250 bytes)
+BLOCK_BYTES = 64 << 10        # ... backwards, a block at a time
+MAX_NODES = 50_000            # health summarizes at most this many nodes (the largest clusters have ~10,000-20,000)
+MAX_HELD = 2_000_000          # ... and holds at most this many results (nodes x --last)
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_BRACKET = re.compile(rb"[\[\]{}]")
 
 
 def context():
@@ -66,19 +81,28 @@ def _worst(results):
     return "fail" if "fail" in results else "error" if "error" in results else "pass"
 
 
-def record_accept(written, spec, results, run_id, drained, resumed):
-    """An accept run's entries appended to spec.history (as one of the run's outputs: a failed write is named with
-    the others); (the file, the summaries of this run's nodes) for the report, or None."""
+def record_accept(spec, results, run_id, drained, resumed, report):
+    """An accept run's history: (its entries, (the file, the summaries of its nodes: the history's end read back,
+    this run added)); (None, None) without a history. The caller appends the entries (append) once the run's own
+    outputs are written: a history that cannot take them, or cannot be read, costs nothing else."""
     from commbench.launch.spec import slurm_job
     if not spec.history:
-        return None
+        return None, None
     here = os.environ.get("SLURMD_NODENAME") if not slurm_job() else None   # a node's own Slurm script
-    entries = from_accept(spec, results, here, run_id, drained, resumed, str(written.directory / "report.html"))
-    written("history", append, spec.history, entries)
-    if "history" in written.failed:
-        return None
-    summaries, _ = read(spec.history)
-    return os.path.abspath(spec.history), [summaries[e["node"]] for e in entries if e["node"] in summaries]
+    entries = from_accept(spec, results, here, run_id, drained, resumed, report)
+    nodes = list(dict.fromkeys(e["node"] for e in entries))
+    try:
+        earlier, whole = tail(spec.history, nodes)
+    except UserError as exc:
+        print(f"note: {exc}; the report's node history is left out", file=sys.stderr)
+        return entries, None
+    summaries = []
+    for node in nodes:
+        state = _new(DEFAULT_WINDOW)
+        for e in earlier[node] + [e for e in entries if e["node"] == node]:
+            _add(state, e)
+        summaries.append(_summary(node, state, partial=not whole))
+    return entries, (os.path.abspath(spec.history), summaries)
 
 
 def from_accept(spec, results, here, run_id, drained, resumed, report):
@@ -135,31 +159,104 @@ def from_pairs(records, run_id):
     return out
 
 
-def read(path, window=DEFAULT_WINDOW):
-    """({node: summary}, lines skipped) of a history file, in bounded memory."""
+def _depth(raw):
+    """How deep a line's brackets nest outside its strings, counted in a loop (never a recursion)."""
+    level = deepest = 0
+    for bracket in _BRACKET.findall(_STRING.sub(b'""', raw)):
+        level += 1 if bracket in b"[{" else -1
+        deepest = max(deepest, level)
+    return deepest
+
+
+def parse(raw):
+    """The history entry on one line (bytes), or None: longer than MAX_LINE_BYTES, nested deeper than MAX_DEPTH,
+    not JSON, or not an entry."""
+    raw = raw.strip()
+    if not raw or len(raw) > MAX_LINE_BYTES:
+        return None
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _depth(raw) > MAX_DEPTH:
+        return None
+    try:
+        e = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if not (isinstance(e, dict) and e.get("history") == VERSION and isinstance(e.get("node"), str)
+            and e.get("result") in RESULTS):
+        return None
+    return e
+
+
+def read(path, window=DEFAULT_WINDOW, nodes=None):
+    """({node: summary}, lines skipped, entries of nodes past the bound left out) of a whole history file, streamed
+    in bounded memory: at most min(MAX_NODES, MAX_HELD // window) nodes (nodes: only these)."""
     regular_file(path, "history")
-    state, skipped = {}, 0
+    state, skipped, left_out = {}, 0, 0
+    most = min(MAX_NODES, MAX_HELD // window)
     try:
         with open(path, "rb") as f:
-            for _, raw, _ in lines(f):
-                try:
-                    e = json.loads(raw)
-                except ValueError:
-                    skipped += 1
+            for _, raw, _ in lines(f, MAX_LINE_BYTES + 1):
+                e = parse(raw)
+                if e is None:
+                    skipped += bool(raw.strip())
                     continue
-                if not (isinstance(e, dict) and e.get("history") == VERSION and isinstance(e.get("node"), str)
-                        and e.get("result") in RESULTS):
-                    skipped += 1
+                node = clipped(e["node"])
+                if nodes is not None and node not in nodes:
                     continue
-                _add(state.setdefault(clipped(e["node"]), _new(window)), e)
+                if node not in state and len(state) >= most:
+                    left_out += 1
+                    continue
+                _add(state.setdefault(node, _new(window)), e)
     except OSError as exc:
         raise UserError(f"history {name(path)}: {exc.strerror}") from None
-    return {node: _summary(node, s) for node, s in state.items()}, skipped
+    return {node: _summary(node, s) for node, s in state.items()}, skipped, left_out
+
+
+def _backwards(f, budget, reached):
+    """The lines of a binary file from its end, newest first, read backwards a block at a time, at most budget
+    bytes; a line longer than MAX_LINE_BYTES is kept only in part (parse refuses it). The file's first line comes
+    last, and reached["start"] is set, only when the read reaches the start (a partial line is left out)."""
+    pos = f.seek(0, os.SEEK_END)
+    end, rest = pos, b""
+    while pos > 0 and end - pos < budget:
+        step = min(BLOCK_BYTES, pos)
+        pos -= step
+        f.seek(pos)
+        parts = (f.read(step) + rest).split(b"\n")
+        rest = parts[0][-(MAX_LINE_BYTES + 1):]
+        yield from reversed(parts[1:])
+    if pos == 0:
+        reached["start"] = True
+        yield rest
+
+
+def tail(path, nodes, window=DEFAULT_WINDOW, budget=TAIL_BYTES):
+    """({node: [its entries, oldest first]}, whole) of the given nodes from the history's end: read backwards
+    until each has window entries, at most budget bytes; whole: every line was read (the read reached the file's
+    start). A missing file has none."""
+    if not os.path.lexists(path):
+        return {n: [] for n in nodes}, True
+    regular_file(path, "history")
+    needles = {n: json.dumps(n).encode() for n in nodes}   # a line that names none of them is never parsed
+    found, reached = {n: [] for n in nodes}, {}
+    try:
+        with open(path, "rb") as f:
+            for raw in _backwards(f, budget, reached):
+                e = parse(raw) if any(needle in raw for needle in needles.values()) else None
+                if e is None or e["node"] not in needles:
+                    continue
+                found[e["node"]].append(e)
+                if len(found[e["node"]]) >= window:
+                    del needles[e["node"]]
+                    if not needles:
+                        break
+    except OSError as exc:
+        raise UserError(f"history {name(path)}: {exc.strerror}") from None
+    return {n: es[::-1] for n, es in found.items()}, bool(reached)
 
 
 def _new(window):
-    return {"recent": deque(maxlen=window), "runs": 0, "last_pass": None, "drained": None, "resumed": None,
-            "last_failed": None}
+    return {"recent": deque(maxlen=window), "last_run": None, "runs": 0, "last_pass": None, "drained": None,
+            "resumed": None, "last_failed": None, "report": None}
 
 
 def _text(value, limit=300):
@@ -169,24 +266,28 @@ def _text(value, limit=300):
 def _add(s, e):
     when = _text(e.get("time"), 40)
     s["runs"] += 1
-    s["recent"].append((e["result"], when))
+    s["recent"].append(RESULTS[RESULTS.index(e["result"])])   # the one "pass" of the module, not a copy per line
+    s["last_run"] = when
     if e["result"] == "pass":
         s["last_pass"] = when
     else:
         failed = e.get("failed") if isinstance(e.get("failed"), list) else []
-        s["last_failed"] = "; ".join(t for t in (_text(x) for x in failed[:MAX_FAILED]) if t) or e["result"]
+        s["last_failed"] = clipped("; ".join(t for t in (_text(x) for x in failed[:MAX_FAILED]) if t) or e["result"],
+                                   1000)
     if e.get("action") in ("drained", "resumed"):
         s[e["action"]] = when
-    s["report"] = _text(e.get("report"), 4096)
+    s["report"] = _text(e.get("report"), 1024)
 
 
-def _summary(node, s):
-    recent = [r for r, _ in s["recent"]]
+def _summary(node, s, partial=False):
+    """A node's summary; partial: only the history's end was read (runs, last pass, drained and resumed count from
+    there)."""
+    recent = list(s["recent"])
     judged = [r for r in recent if r != "error"]
     flaps = sum(a != b for a, b in zip(judged, judged[1:]))
-    last, when = s["recent"][-1]
-    return {"node": node, "last_result": last, "last_run": when, "last_pass": s["last_pass"],
+    last = recent[-1]
+    return {"node": node, "last_result": last, "last_run": s["last_run"], "last_pass": s["last_pass"],
             "failures": sum(r == "fail" for r in recent), "errors": sum(r == "error" for r in recent),
             "window": len(recent), "runs": s["runs"], "flaps": flaps, "drained": s["drained"],
             "resumed": s["resumed"], "what_failed": s["last_failed"] if last != "pass" else None,
-            "last_failed": s["last_failed"], "report": s.get("report")}
+            "last_failed": s["last_failed"], "report": s["report"], "partial": partial}

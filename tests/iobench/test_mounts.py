@@ -49,7 +49,8 @@ def test_file_system_storage_classes(fs_type, source, expected):
 # the node's own); a FUSE file system no table knows is of unknown locality (never drained for); block and memory
 # file systems are the node's own.
 LOCALITY = [("fuse.mountpoint-s3", "mountpoint-s3", "shared"), ("fuse", "mountpoint-s3", "shared"),
-            ("fuse.s3fs", "s3fs", "shared"), ("fuse.gcsfuse", "bkt", "shared"), ("fuse.blobfuse2", "blobfuse2", "shared"),
+            ("fuse.s3fs", "s3fs", "shared"), ("fuse.gcsfuse", "bkt", "shared"),
+            ("fuse.blobfuse2", "blobfuse2", "shared"),
             ("fuse.rclone", "remote:bkt", "shared"), ("fuse.goofys", "bkt", "shared"), ("nfs4", "srv:/x", "shared"),
             ("fuse.sshfs", "host:/", "shared"), ("fuse.ceph-fuse", "ceph-fuse", "shared"),
             ("fuse.bindfs", "/tmp/src", "unknown"), ("fuse.someday-s3", "bkt", "unknown"), ("fuse", "x", "unknown"),

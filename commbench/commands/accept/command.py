@@ -280,13 +280,15 @@ def run(spec, out, baseline_path, programs, nodes=None):
     drained, resumed = drain.act(spec, results, *nodes) if nodes and code in (EXIT_PASS, EXIT_FAIL) else ([], [])
     for line in drain.lines(drained, resumed):
         con.print(f"accept: {line}", markup=False)
-    with procs.signals_blocked():
+    with procs.signals_blocked():   # the verdict's outputs first; then what is optional and may fail on its own
         if writer:
             written("results.jsonl", writer.close)
-        nodes_seen = history.record_accept(written, spec, results, run_id, drained, resumed)
+        entries, nodes_seen = history.record_accept(spec, results, run_id, drained, resumed,
+                                                    str(directory / "report.html"))
         write_outputs(written, spec, results, records, baseline_path, baseline or [], run_id,
                       time.monotonic() - t0, code, unknown_env(spec), drained, resumed, nodes_seen)
-    metrics.publish(records, "commbench", spec=os.path.basename(spec.path))   # --metrics, --pushgateway
+        written("history", history.append, spec.history, entries)
+    metrics.publish(records, "commbench", spec=os.path.basename(spec.path))   # --metrics; --pushgateway: a warning
     passed = sum(r.passed for r in results)
     click.echo(f"accept: {({EXIT_PASS: 'PASS', EXIT_FAIL: 'FAIL'}).get(code, 'INTERRUPTED')}: "
                f"{passed} of {len(results)} checks passed; {name(directory)}/verdict.json, junit.xml, report.html")

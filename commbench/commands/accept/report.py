@@ -12,6 +12,7 @@ from benchcore.results import thresholds
 from benchcore.results.read import measurements
 from benchcore.results.records import git_revision, timestamp
 from benchcore.units import format_size
+from commbench.commands.history import TAIL_BYTES
 
 ORDER = {"FAIL": 0, "NOT RUN": 1, "PASS": 2}
 CHECKS = [("check", "check", None), ("status", "status", None), ("kind", "kind", None),
@@ -69,10 +70,14 @@ HISTORY = [("node", "node", None), ("last_result", "this run", None), ("fails", 
 def history_section(path, nodes):
     """Each node of this run against its history: the counts, and the command that shows the whole of it."""
     rows = [{"node": n["node"], "last_result": n["last_result"], "fails": f"{n['failures']} of {n['window']}",
-             "flaps": n["flaps"], "last_pass": n["last_pass"] or "never",
+             "flaps": n["flaps"],
+             "last_pass": n["last_pass"] or ("not in its runs read" if n.get("partial") else "never"),
              "actions": " / ".join(x or "-" for x in (n["drained"], n["resumed"])),
              "command": f"commbench health {shlex.quote(path)} --node {shlex.quote(n['node'])}"} for n in nodes]
-    return page.Section("node history", "node-history", [f"history file: {path}"],
+    read = [f"history file: {path}"] + (["read from its end (the last runs of each node, at most the last "
+                                          f"{TAIL_BYTES >> 20} MiB): last pass, drained and resumed count from there"]
+                                         if any(n.get("partial") for n in nodes) else [])
+    return page.Section("node history", "node-history", read,
                         [("each node of this run in the history", HISTORY, rows)])
 
 

@@ -83,6 +83,51 @@ def test_an_append_after_a_torn_last_line_starts_on_a_fresh_line(tmp_path):
     path = tmp_path / "h.jsonl"
     path.write_text('{"history":1,"node":"vm","result":"fail","failed":["torn')
     history.append(path, [history.entry("n1", "pass", [], ["io"], "r1", "accept")])
-    summaries, skipped = history.read(path)
+    summaries, skipped, _ = history.read(path)
     assert list(summaries) == ["n1"] and summaries["n1"]["last_result"] == "pass" and skipped == 1
     assert path.read_text().count("\n") == 2
+
+
+def test_a_line_nested_200000_deep_or_longer_than_the_cap_is_skipped_with_one_note(tmp_path):
+    """The reproduction's line nested 200,000 deep (json.loads raised RecursionError), a 100 KB line and a line
+    nested 9 deep beside real entries: health counts them in one note and shows the nodes; no traceback."""
+    path = tmp_path / "h.jsonl"
+    deep = '{"history":1,"node":"n1","result":"pass","failed":' + "[" * 200_000 + "]" * 200_000 + "}\n"
+    long = json.dumps(history.entry("n2", "fail", ["x" * 100_000], ["io"], "r0", "accept")) + "\n"
+    nine = json.dumps({**history.entry("n3", "pass", [], ["io"], "r0", "accept"), "x": [[[[[[[[[]]]]]]]]]}) + "\n"
+    path.write_text(deep + long + nine)
+    history.append(path, [history.entry(n, "pass", [], ["io"], "r1", "accept") for n in ("n1", "n2")])
+    done = health(path, "--format", "json")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert [json.loads(ln)["node"] for ln in done.stdout.splitlines()] == ["n1", "n2"]
+    assert done.stderr.count("note:") == 1 and "3 lines of the history are not node verdicts" in done.stderr
+
+
+def rchar():
+    """Bytes this process has read so far (/proc/self/io)."""
+    return int(next(ln for ln in open("/proc/self/io") if ln.startswith("rchar:")).split()[1])
+
+
+def test_accept_reads_only_the_histories_end_whatever_its_age(tmp_path):
+    """tail reads backwards: a node's last 10 entries among 300 other nodes' (the same as a whole read gives), and
+    no more than its budget of a history with 1 GiB of old entries before them (a hole here: reading it whole would
+    take seconds and return nothing); the summary then says it is partial."""
+    path = tmp_path / "h.jsonl"
+    with open(path, "w") as f:
+        f.truncate(1 << 30)
+        f.seek(1 << 30)
+        f.write("\n")
+    runs = [history.entry(f"n{i % 300}", "fail" if i % 7 == 0 else "pass", [], ["io"], f"r{i}", "accept")
+            for i in range(6000)]
+    history.append(path, runs)
+    before = rchar()
+    found, whole = history.tail(path, ["n7", "absent"], budget=1 << 20)
+    assert rchar() - before <= (1 << 20) + history.BLOCK_BYTES and not whole
+    assert [e["run_id"] for e in found["n7"]] == [e["run_id"] for e in runs if e["node"] == "n7"][-10:]
+    assert found["absent"] == []
+    small = tmp_path / "small.jsonl"
+    history.append(small, runs[:900])
+    found, whole = history.tail(small, ["n7"], window=10_000)
+    assert whole and [e["run_id"] for e in found["n7"]] == ["r7", "r307", "r607"]
+    summaries, _, _ = history.read(small, 10_000, {"n7"})
+    assert summaries["n7"]["runs"] == 3 and summaries["n7"]["failures"] == 1   # r7 failed (7 % 7 == 0)
