@@ -25,6 +25,7 @@ import contextlib
 import errno
 import os
 import secrets
+import shutil
 import stat
 
 from benchcore.errors import UserError, name
@@ -34,6 +35,13 @@ APPEND = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | o
 OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
 WALK = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 MAX_LINKS = 40     # as the kernel's path walk (ELOOP beyond)
+HOLD = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _on_proc(fd):
+    """Whether the directory fd is on /proc: its links (/proc/PID/fd/N) are the kernel's, leading to an open file
+    itself, never to the path their text shows."""
+    return os.fstat(fd).st_dev == os.stat("/proc").st_dev
 
 
 def _link_problem(dir_fd, link):
@@ -74,6 +82,11 @@ def _walk(path, what, shown, create=False):
                     raise UserError(f"{what} {name(shown)}: {name(part)}: {exc.strerror}") from None
                 if not stat.S_ISLNK(os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode):
                     raise UserError(f"{what} {name(shown)}: {name(part)} is not a directory") from None
+                if _on_proc(fd):     # a held directory (held_path): the kernel follows it to that very directory
+                    step = os.open(part, WALK & ~os.O_NOFOLLOW, dir_fd=fd)
+                    os.close(fd)
+                    fd = step
+                    continue
                 problem = _link_problem(fd, part)
                 links += 1
                 if problem or links > MAX_LINKS:
@@ -303,3 +316,74 @@ def private_dir(path, what):
     except OSError as exc:
         raise UserError(f"{what} {name(path)}: {exc.strerror}") from None
     return str(path)
+
+
+def held_path(fd):
+    """The path of a directory this process holds open (fd): /proc/PID/fd/N, which every process of the caller's
+    reaches as that very directory, wherever it is renamed to; nothing put in its old place is ever reached."""
+    return f"/proc/{os.getpid()}/fd/{fd}"
+
+
+def _private_problem(st):
+    return _owner_problem(st, allow_root=False) or ("is open to other users" if st.st_mode & 0o077 else None)
+
+
+def make_held(path, what):
+    """A new private directory (0700) at path, held: (a descriptor of its parent, a descriptor of it), the parent
+    walked as _walk does; refused when anything is there. Its parent may be another user's, who may rename it and
+    put something else in its place: reach it by held_path(), never by path."""
+    head, base = os.path.split(os.fspath(path))
+    try:
+        parent = _walk(head or ".", what, path)
+    except FileNotFoundError:
+        _no_dir(path, what)
+    try:
+        os.mkdir(base, 0o700, dir_fd=parent)
+        fd = os.open(base, HOLD, dir_fd=parent)
+    except OSError as exc:
+        os.close(parent)
+        raise UserError(f"cannot create {what} {name(path)}: {exc.strerror}") from None
+    problem = _private_problem(os.fstat(fd))     # another directory put there between the mkdir and the open
+    if problem:
+        os.close(fd)
+        os.close(parent)
+        raise UserError(f"{what} {name(path)} {problem}: it is not the directory this run made")
+    return parent, fd
+
+
+def hold_private(path, what, inode=None):
+    """A descriptor of the existing directory path, walked as _walk does, its last component never a link: the
+    caller's, private (0700) and, when given, that inode (the directory another node made); else refused."""
+    try:
+        with _parent(path, what) as (d, base):
+            fd = os.open(base, HOLD, dir_fd=d)
+    except FileNotFoundError:
+        raise UserError(f"{what} {name(path)} does not exist") from None
+    except OSError as exc:
+        why = "is a symbolic link or no directory" if exc.errno in (errno.ELOOP, errno.ENOTDIR) else exc.strerror
+        raise UserError(f"{what} {name(path)}: {why}; refusing to work in it") from None
+    st = os.fstat(fd)
+    problem = _private_problem(st) or (inode is not None and st.st_ino != inode and "is another directory")
+    if problem:
+        os.close(fd)
+        raise UserError(f"{what} {name(path)} {problem}; refusing to work in it")
+    return fd
+
+
+def remove_held(parent, base, fd):
+    """Remove a held directory (make_held): its content through its descriptor, then the directory itself from
+    parent when base there is still it (one renamed away stays, empty). Closes both descriptors."""
+    try:
+        for entry in os.listdir(fd):
+            if stat.S_ISDIR(os.stat(entry, dir_fd=fd, follow_symlinks=False).st_mode):
+                shutil.rmtree(entry, dir_fd=fd)     # through descriptors; links unlinked, never followed
+            else:
+                os.unlink(entry, dir_fd=fd)
+        mine = os.fstat(fd)
+        with contextlib.suppress(FileNotFoundError):
+            st = os.stat(base, dir_fd=parent, follow_symlinks=False)
+            if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
+                os.rmdir(base, dir_fd=parent)
+    finally:
+        os.close(fd)
+        os.close(parent)

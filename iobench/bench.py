@@ -154,7 +154,7 @@ def run_jobs(targets, jobs, run_id, timeout, keep, writer, sharing=Sharing(), ke
                     records += _run_one(target, job, direct_ok, scratch, run_id, timeout, version, writer,
                                         f"[{i}/{len(jobs)}]", busy, keep_json)
             if keep:
-                say(f"kept {scratch.path}")
+                say(f"kept {scratch.shown}")
     return records
 
 
@@ -162,8 +162,8 @@ def _run_one(target, job, direct_ok, scratch, run_id, timeout, version, writer, 
     direct_requested = job.direct
     if job.direct and not direct_ok:
         job = dataclasses.replace(job, options={**job.options, "direct": 0})
-    jobname = f"{job.profile}.fio"
-    write_new_text(scratch.path / jobname, job_file([job], [f"iobench {run_id}: {job.profile}"]), "job file")
+    jobname = scratch.path / f"{job.profile}.fio"    # in the held private directory: nobody else's to swap
+    write_new_text(jobname, job_file([job], [f"iobench {run_id}: {job.profile}"]), "job file")
     runtime = float(str(job.options["runtime"]).rstrip("s")) if job.options.get("time_based") else None  # '5s'
     with progress(f"iobench: {step} {job.profile} on {target.path} ({target.mount.fs_type}, "
                   f"{target.mount.storage_class}){f' ~{runtime:g} s' if runtime else ''}", runtime):
@@ -174,17 +174,21 @@ def _run_one(target, job, direct_ok, scratch, run_id, timeout, version, writer, 
 RUN_ARGS = ("--thread", "--lat_percentiles=1")  # a user's jobs as threads of one fio (see GLOBAL_OPTIONS)
 
 
-def run_file(target, jobpath, run_id, timeout, keep, writer, sharing=Sharing(), keep_json=None):
-    """`iobench run`: a user's (checked) job file in a private directory on target; the records."""
+def run_file(target, jobpath, text, run_id, timeout, keep, writer, sharing=Sharing(), keep_json=None):
+    """`iobench run`: a user's job file, the text that was checked (fio reads a copy of it in the private directory,
+    never the user's path again, which another user may have swapped since), in a private directory on target;
+    the records."""
     version = fio.fio_version()
     stack, busy = locks([target], run_id, sharing)
     with stack, sigterm_as_interrupt(), ScratchDir(target.path, run_id, keep) as scratch:
+        checked = scratch.path / "job.fio"
+        write_new_text(checked, text, "job file")
         with progress(f"iobench: {os.path.basename(jobpath)} on {target.path} ({target.mount.fs_type}, "
                       f"{target.mount.storage_class})"):
-            records = _measure(target, [fio_directory(scratch.path), *RUN_ARGS, jobpath], scratch, run_id, timeout,
+            records = _measure(target, [fio_directory(scratch.path), *RUN_ARGS, checked], scratch, run_id, timeout,
                                version, writer, busy=busy, keep_json=keep_json)
     if keep:
-        say(f"kept {scratch.path}")
+        say(f"kept {scratch.shown}")
     return records
 
 

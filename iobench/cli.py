@@ -198,7 +198,7 @@ def run_cmd(jobfile, path, dry_run, out, fmt, timeout, keep, keep_json, concurre
     if dry_run:
         refuse_given(["out", "fmt", "keep_json", "keep"], DRY_RUN)
     jobpath = os.path.abspath(jobfile)
-    _, sections = read_job_file(jobpath)
+    text, sections = read_job_file(jobpath)
     run_id = new_run_id()
     writer = None if dry_run else open_writer(out)
     keeper = None if dry_run else json_keeper(keep_json, out, run_id)
@@ -208,7 +208,7 @@ def run_cmd(jobfile, path, dry_run, out, fmt, timeout, keep, keep_json, concurre
         click.echo(bench.rerun_line(directory, jobpath, *bench.RUN_ARGS))
         return
     sharing = bench.Sharing(concurrent, wait)
-    records = bench.run_file(target, jobpath, run_id, timeout, keep, writer, sharing, keeper)
+    records = bench.run_file(target, jobpath, text, run_id, timeout, keep, writer, sharing, keeper)
     emit(records, fmt, lambda recs: print_results(recs, title=f"iobench run {Path(jobfile).name}  (run {run_id})"))
     metrics.publish(records, "iobench")
 

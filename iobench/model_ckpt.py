@@ -2,8 +2,6 @@
 Storage's checkpointing workload does: --writes checkpoints, then --reads reads of them, the cache dropped before
 each read, every file fsynced; durations from each rank's own start and end, bytes proven by the mount's counter."""
 import statistics
-import tempfile
-from pathlib import Path
 
 from benchcore.files import write_new_text
 from benchcore.report.render import console, print_table
@@ -112,21 +110,25 @@ def run(path, layout, processes, writes, reads, timeout, keep, writer, run_id, s
     stack, _ = bench.locks([target], run_id, sharing)
     where = f"node {nodes[1]} of {nodes[0]}, " if nodes else ""
     how = cache_drop(target, drop)
-    with stack, sigterm_as_interrupt(), (ScratchDir(target.path, run_id, keep) if first else
-                                         tempfile.TemporaryDirectory(prefix="iobench-node-")) as scratch:
-        here = scratch.path if first else Path(scratch)
+    # every node's own private directory on the mount, held (iobench.safety): node 0's holds the checkpoints, the
+    # fio job files and the result; another node's only its torchrun's files
+    with stack, sigterm_as_interrupt(), ScratchDir(target.path, run_id if first else f"{run_id}-node{nodes[1]}",
+                                                   keep) as scratch:
+        here = scratch.path
         data = here / "checkpoints"
         result_file = here / "result.json" if first else None
         jobs = []
         if first:
-            data.mkdir()
+            data.mkdir(mode=0o700)
             for direction in ("write", "read") if fio else ():
                 jobs += [f"--fio-{direction}", here / f"fio-{direction}.fio"]
                 write_new_text(jobs[-1], model_fio.job_text(layout, processes, direction, how.startswith("O_DIRECT"),
                                                            fmt), "fio job file")
         with bench.progress(f"iobench: {where}{layout.describe()} on {target.path}: {writes} writes, then {reads} "
                             f"reads, by {processes} torch ranks" + (" on each node" if nodes else "")):
-            result = run_ranks("iobench.model_worker", ["--dir", data if first else "", "--result", result_file or "",
+            shared = ["--shared", scratch.shown, "--inode", scratch.inode()] if first else []
+            result = run_ranks("iobench.model_worker", ["--dir", data if first else "", *shared,
+                                                        "--result", result_file or "",
                                                         *worker_args(layout, writes, reads, timeout, how, fmt), *jobs],
                                processes, timeout * (writes + reads) * (2 if jobs else 1), here, result_file,
                                "model-ckpt",

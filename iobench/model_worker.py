@@ -28,7 +28,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
 from benchcore.errors import UserError
-from benchcore.files import write_new_text
+from benchcore.files import held_path, hold_private, write_new_text
 from benchcore.processes.torchrun import rank_sum
 from iobench import model_fio, models, moved
 from iobench.fio import run_fio
@@ -179,7 +179,10 @@ FORMATS = {"torch-save": (write, read), "dcp": (write_dcp, read_dcp)}
 
 def arguments():
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--dir", default="", help="where the checkpoints go (global rank 0's is every rank's)")
+    parser.add_argument("--dir", default="", help="where the checkpoints go (global rank 0's, a held path)")
+    parser.add_argument("--shared", default="",
+                        help="global rank 0's: its private directory as other nodes reach it (its checkpoints/)")
+    parser.add_argument("--inode", type=int, default=0, help="global rank 0's: that directory's inode")
     parser.add_argument("--model", required=True)
     parser.add_argument("--tp", type=int)
     parser.add_argument("--pp", type=int)
@@ -199,13 +202,23 @@ def arguments():
     return parser.parse_args()
 
 
+def checkpoint_root(args):
+    """This rank's way into global rank 0's checkpoint directory: on node 0 the held path it was given; on another
+    node its shared path, held here once it is known to be that private directory (the caller's, 0700, the same
+    inode: never a link or a directory another user put in its place), through /proc/PID/fd/N ever after."""
+    here, shared, inode = broadcast([args.dir, args.shared, args.inode])
+    if int(os.environ.get("GROUP_RANK", "0")) == 0:
+        return Path(here)
+    return Path(held_path(hold_private(shared, "node 0's scratch directory", inode))) / "checkpoints"
+
+
 def main():
     args = arguments()
 
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
     rank, world, host = dist.get_rank(), dist.get_world_size(), socket.gethostname()
     local = int(os.environ.get("LOCAL_RANK", rank)) == 0     # the node's first rank: its cache, its counter
-    root = broadcast([args.dir])[0]
+    root = checkpoint_root(args)
     layout = models.layout(args.model, args.tp, args.pp, args.dp, args.zero, args.scale)
     mine = [(shard, tensors(shard)) for shard in layout.shards if shard.rank % world == rank]
     my_bytes = sum(t.numel() * t.element_size() for _, state in mine for t in state.values())

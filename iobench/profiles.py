@@ -123,8 +123,11 @@ def space_needed(jobs):
 def fio_directory(path):
     """fio's --directory= argument for path. On the command line fio takes the value verbatim (no
     comment cut at ';' or '#', no ${VAR} expansion, unlike job-file text) except ':', its list
-    separator, written '\\:'. No path ever goes into job-file text."""
-    return "--directory=" + str(path).replace(":", "\\:")
+    separator, written '\\:'. No path ever goes into job-file text. A held directory (/proc/PID/fd/N,
+    benchcore.files.held_path) is a link to fio's lstat check, which refuses links: with a trailing slash it is the
+    directory itself."""
+    path = str(path)
+    return "--directory=" + (path + "/" if path.startswith("/proc/") else path).replace(":", "\\:")
 
 
 def job_section(job):

@@ -3,6 +3,11 @@
 iobench writes only inside a fresh `iobench-<run_id>` directory that it creates under PATH and
 removes at the end (also on Ctrl-C, SIGTERM and fio failure) unless --keep. Nothing else under
 PATH is opened for writing, followed through a symlink, or removed.
+
+PATH may be another user's, who can rename that directory (same parent) and put a link to their own in its place.
+So it is held by a descriptor from the moment it is made, and every tool (fio, torchrun's ranks, the result read
+back) reaches it as /proc/<pid>/fd/<n> (benchcore.files.held_path): the directory made, private (0700) and the
+caller's, wherever it was renamed to; nothing is ever walked by its path under PATH again.
 """
 import contextlib
 import errno
@@ -10,7 +15,6 @@ import fcntl
 import json
 import mmap
 import os
-import shutil
 import signal
 import stat
 import tempfile
@@ -18,7 +22,7 @@ import time
 from pathlib import Path
 
 from benchcore.errors import UserError
-from benchcore.files import private_dir, write_new_text
+from benchcore.files import HOLD, held_path, make_held, private_dir, remove_held, write_new_text
 from benchcore.processes.procs import proc_cmdline, proc_stat, signals_blocked
 from benchcore.results.records import hostname
 from benchcore.units import format_size
@@ -67,44 +71,36 @@ def check_target(path, need, mount):
 
 
 class ScratchDir:
-    """iobench-<run_id> under a checked PATH: created fresh (never reused), removed on exit unless keep."""
+    """iobench-<run_id> under a checked PATH: created fresh (never reused), held for the whole run (`path`: its
+    held_path; `shown`: where it was made, for messages), removed on exit unless keep."""
 
     def __init__(self, parent, run_id, keep=False):
-        self.path = Path(parent) / f"{PREFIX}{run_id}"
+        self.shown = Path(parent) / f"{PREFIX}{run_id}"
         self.keep = keep
         self.run_id = run_id
-        self._ident = None
+        self.path = self._parent = self._fd = None
 
     def __enter__(self):
-        try:
-            os.mkdir(self.path, 0o700)  # fails if anything of that name exists; a symlink is not followed
-        except OSError as exc:
-            raise UserError(f"cannot create {self.path}: {exc.strerror}") from None
-        st = os.lstat(self.path)
-        self._ident = (st.st_dev, st.st_ino)
+        self._parent, self._fd = make_held(self.shown, "scratch directory")
+        self.path = Path(held_path(self._fd))
         marker = {"run_id": self.run_id, "pid": os.getpid(), "host": hostname(), "started": time.time()}
         write_new_text(self.path / MARKER, json.dumps(marker) + "\n", "marker")
         return self
 
     def __exit__(self, *exc):
-        if not self.keep:
+        if self.keep:
+            os.close(self._fd)
+            os.close(self._parent)
+        else:
             self.remove()
 
-    def remove(self):
-        """Remove the directory, only if it is still the one created (same inode, not a symlink)."""
-        with signals_blocked():
-            self._remove()
+    def inode(self):
+        return os.fstat(self._fd).st_ino
 
-    def _remove(self):
-        try:
-            st = os.lstat(self.path)
-        except FileNotFoundError:
-            return
-        if not stat.S_ISDIR(st.st_mode) or (st.st_dev, st.st_ino) != self._ident:
-            return
-        # rmtree works through directory file descriptors on Linux and unlinks symlinks
-        # without following them (shutil.rmtree.avoids_symlink_attacks).
-        shutil.rmtree(self.path)
+    def remove(self):
+        """Remove the directory through its descriptor (one renamed away stays, empty); nothing else."""
+        with signals_blocked():
+            remove_held(self._parent, self.shown.name, self._fd)
 
 
 def probe_direct(directory):
@@ -143,15 +139,37 @@ def sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, old)
 
 
+MARKER_BYTES = 4096
+
+
 def read_marker(directory):
-    """The marker of a directory iobench made (dict), or None (then iobench did not make it)."""
+    """The marker of a directory iobench made (dict), or None (then iobench did not make it): only a directory of the
+    caller's that nobody else may enter (as iobench makes them; another user's, with a marker planted, is not ours),
+    not a link, its marker a regular file read through the directory's descriptor, at most MARKER_BYTES."""
     try:
-        st = os.lstat(directory)
-        if not stat.S_ISDIR(st.st_mode):
+        fd = os.open(directory, HOLD)
+    except OSError:
+        return None
+    try:
+        return _marker_of(fd)
+    finally:
+        os.close(fd)
+
+
+def _marker_of(fd):
+    """read_marker of the directory open at fd."""
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o077:
             return None
-        marker = json.loads((Path(directory) / MARKER).read_text())
+        mfd = os.open(MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+        with os.fdopen(mfd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(mfd).st_mode):
+                return None
+            text = f.read(MARKER_BYTES + 1)
+        marker = json.loads(text) if len(text) <= MARKER_BYTES else None
         return marker if isinstance(marker, dict) and "run_id" in marker else None
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
 
 
@@ -211,7 +229,17 @@ def clean(paths):
     with signals_blocked():
         for d in dict.fromkeys(found):
             size = du(d)
-            shutil.rmtree(d)  # never follows symlinks (shutil.rmtree.avoids_symlink_attacks)
+            parent = os.open(d.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                fd = os.open(d.name, HOLD, dir_fd=parent)
+            except OSError:
+                os.close(parent)
+                continue      # gone or replaced since it was judged ours
+            if not _marker_of(fd):
+                os.close(fd)
+                os.close(parent)
+                continue
+            remove_held(parent, d.name, fd)    # through its descriptor: what was judged ours, nothing put there since
             removed.append((d, size))
     return removed, empty
 

@@ -133,7 +133,7 @@ def run(path, size, ranks, formats, fio_ceiling, timeout, keep, writer, run_id, 
                     writer.write(bench.event(run_id, target.path, "failed", str(exc)))
                 raise
         if keep:
-            bench.say(f"kept {' and '.join(str(d.path) for d in (fio_dir, scratch) if d)}")
+            bench.say(f"kept {' and '.join(str(d.shown) for d in (fio_dir, scratch) if d)}")
     fio_records = []
     for run_ in result.get("fio", []):
         moved = run_["device_bytes"]
