@@ -10,12 +10,13 @@ from benchcore.results import schema
 from benchcore.results.records import git_revision, hostname, timestamp
 from commbench.evidence import gloo
 from commbench.evidence import mpi as evidence_mpi
+from commbench.evidence import nccl as nccl_evidence
 from commbench.evidence.applied import ROWS, judge_settings
 from commbench.launch import mpirun
 from commbench.launch.liveness import Position
 from commbench.model.alphabeta import record_fields
 from commbench.model.topology import from_dict
-from commbench.transports import mpi
+from commbench.transports import envvars, mpi
 from commbench.transports.torch_dist import torch_primitives
 
 ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_", "MPIR_CVAR_", "UCX_")  # Open MPI's: commbench.launch.mpirun.user_vars
@@ -68,7 +69,9 @@ class Context:
             self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
             self.comm = torch_primitives(self.device, self.local_rank)
         self.host = hostname()
-        env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
+        seen = envvars.launch_names(os.environ)   # what this rank's environment holds, not what was asked for
+        env = {k: v for k, v in sorted(os.environ.items())
+               if (k.startswith(ENV_PREFIXES) or k in seen) and k != "NCCL_DEBUG_FILE"}
         if backend == "mpi":
             env = dict(sorted({**env, **mpirun.user_vars()}.items()))
         ids = self.comm.gather_object((self.host, os.environ.get("GROUP_RANK", "0"), plan.what_is_measured(), env))
@@ -82,7 +85,9 @@ class Context:
         # collective has connected the ranks; applied: the settings in env that a row of evidence.applied proves
         self.effective = gloo.collect(self.comm, before) if backend == "gloo" else \
             evidence_mpi.collect(self.comm) if backend == "mpi" else None
-        self.applied = self.effective and judge_settings({k: v for k, v in env.items() if k in ROWS}, self.effective)
+        self.requested = {k: v for k, v in env.items() if k in ROWS}
+        self.applied = self.effective and judge_settings(self.requested, self.effective)
+        self.nccl_logs = nccl_evidence.Follower(os.environ) if backend == "nccl" and self.rank == 0 else None
         self.nodes = len(set(self.node_of))
         self.blocking = plan.blocking if plan.blocking is not None else backend != "nccl"
         self.topology = from_dict(plan.topology)
@@ -94,6 +99,15 @@ class Context:
 
     def barrier(self):
         self.comm.barrier()
+
+    def evidence(self, collective, size_bytes):
+        """The record's effective and applied fields: Gloo's and MPI's as collected at start, NCCL's as its logs
+        say so far (rank 0, which makes the records, follows its node's)."""
+        if self.nccl_logs:
+            eff = self.nccl_logs.effective()
+            return {"effective": nccl_evidence.for_record(eff, collective, size_bytes, self.world_size),
+                    "applied": judge_settings(self.requested, eff)}
+        return {"effective": self.effective, "applied": self.applied} if self.effective else {}
 
     def record(self, case, cfg, row, **fields):
         """The record of one timed phase (row) of case config cfg, with this run's context."""
@@ -112,5 +126,5 @@ class Context:
             world_size=self.world_size, nodes=self.nodes, local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
             backend=self.backend, launcher=plan.launcher, emulated=plan.emulated, env=self.env, **predicted,
             hosts=self.hosts, versions=self.versions, command=plan.command, timestamp=timestamp(), **plan.requested,
-            **({"effective": self.effective, "applied": self.applied} if self.effective else {}),
+            **self.evidence(case.record_collective(phase), fields["size_bytes"]),
             **plan.tags)

@@ -8,14 +8,42 @@ from rich.console import Console
 from benchcore.report.render import console, emit, print_table
 from benchcore.vocabulary import TYPES
 from commbench.cases.registry import record_label
+from commbench.evidence import nccl as nccl_evidence
 
 # nccl-tests' columns (src/util.cu), in its order, then the suite's two: the same in every table of every backend
 ROW_COLUMNS = [("size", "size\n(B)", "d"), ("count", "count\n(elements)", "d"), ("type", "\ntype", None),
                ("redop", "\nredop", None), ("root", "\nroot", "d")]
 PLACE_COLUMNS = [("time_us", "time\n(us)", ".1f"), ("algbw_gbps", "algbw\n(GB/s)", ".3f"),
                  ("busbw_gbps", "busbw\n(GB/s)", ".3f"), ("wrong", "\n#wrong", "d"),
-                 ("link_utilization", "\nutil", ".2f"), ("predicted_time_us", "model\n(us)", ".1f")]
+                 ("link_utilization", "\nutil", ".2f"), ("predicted_time_us", "model\n(us)", ".1f"),
+                 ("spread", "\nspread", None)]
 SIDES = (("out", "out-of-place"), ("in", "in-place"))
+# A row's time is a mean over iterations; where they were not steady the row says so. ~: their coefficient of
+# variation is over 10 % (pyperf's `check`: "the standard deviation is N % of the mean", from 10 %); !: their p99 is
+# over twice their p50 (a heavy tail: some iterations stalled). The records keep time_cv, time_us_p50, time_us_p99.
+STEADY_CV, TAIL_RATIO = 0.10, 2.0
+SPREAD_RULE = (f"~ = the iterations' cv over {STEADY_CV:.0%} (pyperf's stability rule), ! = their p99 over "
+               f"{TAIL_RATIO:g} x their p50 (a heavy tail)")
+
+
+def spread_line(recs):
+    """('# Spread : 3 of 10 measurements unsteady: <the rule>' or every one steady, or None where no record has
+    per-iteration statistics; how many are unsteady)."""
+    marks = [spread(r) for r in recs]
+    unsteady = sum(1 for m in marks if m)
+    if all(m is None for m in marks):
+        return None, 0
+    return (f"# {'Spread':<20} : {unsteady} of {len(recs)} measurements unsteady: {SPREAD_RULE}" if unsteady else
+            f"# {'Spread':<20} : every measurement steady (cv <= {STEADY_CV:.0%}, p99 <= {TAIL_RATIO:g} x p50)",
+            unsteady)
+
+
+def spread(rec):
+    """'' (steady), '~', '!' or '~!' as SPREAD_RULE says; None where the record has no per-iteration statistics."""
+    cv, p50, p99 = rec.get("time_cv"), rec.get("time_us_p50"), rec.get("time_us_p99")
+    if cv is None and (p50 is None or p99 is None):
+        return None
+    return ("~" if cv is not None and cv > STEADY_CV else "") + ("!" if p50 and p99 and p99 > TAIL_RATIO * p50 else "")
 
 
 def measurements(records):
@@ -46,7 +74,7 @@ def collective_rows(records):
                                     "root": rec.get("root") if rec.get("root") is not None else -1})
         side = "in" if rec["in_place"] else "out"
         for col, _, _ in PLACE_COLUMNS:
-            row[f"{side}_{col}"] = rec.get(col)
+            row[f"{side}_{col}"] = spread(rec) if col == "spread" else rec.get(col)
     order = {name: i for i, name in enumerate(dict.fromkeys(k[0] for k in rows))}
     within = row_order(measurements(records))
     return [rows[k] for k in sorted(rows, key=lambda k: (order[k[0]], within(k[1:])))]
@@ -102,6 +130,9 @@ def print_collective_tables(records, out=None):
                 columns, title = place_columns(side), f"{name} {label}  ({about})"
                 print_table(mine, columns, title=title, out=out if _fits(mine, columns, title, out.width) else wide,
                             compact=True)
+    line, unsteady = spread_line(recs)
+    if line:
+        out.print(line)
     busbws = [r["busbw_gbps"] for r in recs if r.get("busbw_gbps") is not None]
     checked = [r["wrong"] for r in recs if r.get("wrong") is not None]
     wrong = sum(checked)
@@ -109,8 +140,12 @@ def print_collective_tables(records, out=None):
         out.print("# Out of bounds values : not checked (--no-check)")
     else:
         out.print(f"# Out of bounds values : {wrong} {'OK' if not wrong else 'FAILED'}")
-    out.print(f"# Avg bus bandwidth    : {sum(busbws) / len(busbws):.4f} GB/s" if busbws else
+    out.print(f"# Avg bus bandwidth    : {sum(busbws) / len(busbws):.4f} GB/s"
+              + (f" (over {unsteady} unsteady of {len(recs)}: see Spread)" if unsteady else "") if busbws else
               "# Avg bus bandwidth    : n/a")
+    evidence = nccl_evidence.run_summary([r.get("effective") for r in recs])
+    if evidence:
+        out.print(f"# NCCL evidence       : {evidence}")
     for why in dict.fromkeys(r["link_peak_reason"] for r in recs if r.get("link_peak_reason")):
         out.print(f"# util, model us n/a  : {why}")
     for why in dict.fromkeys(r["predicted_time_reason"] for r in recs if r.get("predicted_time_reason")):
@@ -202,6 +237,8 @@ def nccl_block(name, recs):
         lines.append(f"{rec['size_bytes']:12d}  {nccl_count(rec):12d}  {_nccl_type(rec['dtype']):>8}"
                      f"  {rec.get('op') or 'none':>6}  {root:6d}{_side(out)}{_side(inp)}")
     failed = sum(1 for r in recs if r.get("wrong"))
+    line, _ = spread_line(recs)
+    lines += [line] if line else []
     busbws = [r["busbw_gbps"] for r in recs if r.get("busbw_gbps") is not None]
     lines.append(f"# {'Out of bounds values':<20} : {failed} {'FAILED' if failed else 'OK'}" if checked else
                  f"# {'Out of bounds values':<20} : {NA} (not checked: --no-check)")

@@ -20,9 +20,15 @@ line (src/init.cc VERSION_STRING) says which form a log has:
 Names are given as NCCL_ALGO/NCCL_PROTO spell them (Tree, Ring, CollNetDirect, ..., Simple). A log without a
 version line is read by the form of the line itself: each form belongs to one version range above.
 
-Cost: read_files reads at most MAX_BYTES of each file (NCCL_DEBUG_FILE is per rank) and READ_TOTAL in all; lines
+A launch collects it (debug_env): NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING,GRAPH,NET and NCCL_DEBUG_FILE=
+<launch directory>/nccl.%h.%p (one file per rank, removed with the directory), each kept where the user set their
+own. Rank 0 follows its node's files (Follower) and each record carries what they said so far.
+
+Cost: read_files and Follower read at most MAX_BYTES of each file (NCCL_DEBUG_FILE is per rank) and READ_TOTAL in all; lines
 are cut at MAX_LINE characters.
 """
+import glob
+import os
 import re
 
 MAX_BYTES = 16 << 20        # a rank's NCCL log read at most (the rest is left: "evidence_cut")
@@ -203,7 +209,7 @@ class _Reader:
             self.note("mnnvl", msg)
 
     def result(self):
-        eff = self.eff
+        eff = dict(self.eff)
         if self.channels:
             cols = list(zip(*self.channels))
             names = ("coll", "nvls", "p2p", "p2p_per_peer")
@@ -311,3 +317,99 @@ def summary(eff):
     else:
         parts.append("algorithm unknown (no TUNING line)")
     return ", ".join(parts)
+
+
+DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING,GRAPH,NET"}
+LOG_NAME = "nccl.%h.%p"     # NCCL expands %h (host) and %p (pid): src/debug.cc
+NEEDED_SUBSYS = ("INIT", "ENV", "TUNING", "NET")
+MAX_FILES = 1024            # a node's rank logs followed at most
+
+
+def debug_env(environ, logdir):
+    """What an NCCL launch adds to its ranks' environment so that they write the evidence into logdir, one file
+    per rank; a variable the user set (environ) is left as it is."""
+    env = {k: v for k, v in DEBUG_ENV.items() if k not in environ}
+    if "NCCL_DEBUG_FILE" not in environ:
+        env["NCCL_DEBUG_FILE"] = os.path.join(str(logdir), LOG_NAME)
+    return env
+
+
+def partial(environ):
+    """Why NCCL's output may hold less than the evidence needs, from the variables the ranks see (None: it holds it)."""
+    level = environ.get("NCCL_DEBUG", "").upper()
+    subsys = {s.strip().upper() for s in environ.get("NCCL_DEBUG_SUBSYS", "INIT,ENV").split(",")}
+    if level not in ("INFO", "TRACE"):
+        return f"NCCL_DEBUG={level or 'unset'}: NCCL printed no INFO line"
+    if "ALL" not in subsys and not subsys.issuperset(NEEDED_SUBSYS):
+        return f"evidence may be partial: NCCL_DEBUG_SUBSYS={environ.get('NCCL_DEBUG_SUBSYS')} lacks " \
+               f"{','.join(s for s in NEEDED_SUBSYS if s not in subsys)}"
+    return None
+
+
+class Follower:
+    """Rank 0's view of its node's NCCL logs, read on as they grow (NCCL line-buffers them: src/debug.cc)."""
+
+    def __init__(self, environ):
+        self.reader, self.offsets, self.left = _Reader(), {}, READ_TOTAL
+        path = environ.get("NCCL_DEBUG_FILE")
+        self.pattern = path and (path.replace("%h", "*").replace("%p", "*") if os.path.basename(path) == LOG_NAME
+                                 else path.replace("%h", "*").replace("%p", str(os.getpid())))
+        self.note = partial(environ) or (None if path else "NCCL_DEBUG_FILE unset: NCCL's lines went to the ranks' "
+                                                             "output, not read")
+
+    def effective(self):
+        """What the logs said so far (a note where they may not say everything)."""
+        for path in sorted(glob.glob(self.pattern))[:MAX_FILES] if self.pattern else []:
+            at = self.offsets.get(path, 0)
+            if at >= MAX_BYTES or self.left <= 0:
+                continue
+            try:
+                with open(path, "rb") as f:
+                    f.seek(at)
+                    data = f.read(min(MAX_BYTES - at, self.left))
+            except OSError:
+                continue
+            data = data[:data.rfind(b"\n") + 1]          # a line being written is read next time
+            self.offsets[path], self.left = at + len(data), self.left - len(data)
+            for msg in messages(data.decode("utf-8", "replace")):
+                self.reader.read(msg)
+        eff = self.reader.result()
+        if self.note:
+            eff = {**(eff or {"transport": "nccl"}), "evidence_note": self.note}
+        return eff
+
+
+COLLECTIVES = {"all_reduce": "AllReduce", "all_gather": "AllGather", "reduce_scatter": "ReduceScatter",
+               "broadcast": "Broadcast", "reduce": "Reduce"}     # ncclFuncToString's names (src/collectives.cc)
+
+
+def for_record(eff, collective, size_bytes, world_size=1):
+    """eff as a record keeps it: the TUNING choices of that collective and size only, no evidence lines. NCCL's
+    size is count x type size of the call: per rank for AllGather (sendcount) and ReduceScatter (recvcount),
+    where nccl-tests' size is the whole buffer (src/collectives.cc)."""
+    if not eff:
+        return eff
+    name = COLLECTIVES.get(collective)
+    if size_bytes is not None and name in ("AllGather", "ReduceScatter"):
+        size_bytes //= max(world_size, 1)
+    out = {k: v for k, v in eff.items() if k not in ("lines", "choices")}
+    rows = [c for c in eff.get("choices") or () if c["collective"] in (name, None)
+            and size_bytes is not None and c["size_bytes"][0] <= size_bytes <= c["size_bytes"][1]]
+    if rows:
+        out["choices"] = rows
+    return out
+
+
+def run_summary(effs):
+    """summary() of a run's records' effective blocks (each holding its own size's choice): the last block, with
+    the choices of all of them."""
+    effs = [e for e in effs if e and e.get("transport") == "nccl"]
+    if not effs:
+        return None
+    merged = {}
+    for eff in effs:
+        for c in eff.get("choices") or ():
+            for size in c["size_bytes"]:
+                merged[(c["collective"], size)] = (c["algo"], c["proto"], c.get("channels"))
+    return summary({**effs[-1], "choices": _ranges(merged)}) + (f" ({effs[-1]['evidence_note']})"
+                                                                 if effs[-1].get("evidence_note") else "")

@@ -28,6 +28,7 @@ import click
 from benchcore.files import open_new
 from benchcore.processes import procs
 from benchcore.results.records import hostname, new_output
+from commbench.evidence import nccl as nccl_evidence
 from commbench.launch import failure, local, mpirun, slurm, ssh, torchrun
 from commbench.launch.channel import Channel
 from commbench.launch.liveness import ADDR_ENV, CHANNEL, EXIT_HANG, REMOTE_STATUS, STATUS_ENV, WORKER_NAME
@@ -132,6 +133,13 @@ def worker_state(pid):
     return st.state if st else None
 
 
+def launch_env(spec, env, logdir):
+    """env, and where the launch may use NCCL its debug output per rank into logdir (evidence.nccl.debug_env)."""
+    if spec.backend != "mpi" and spec.may_use_nccl():
+        return {**env, **nccl_evidence.debug_env(env, logdir)}
+    return env
+
+
 def execute(spec, plan, writer=None, shown=None, max_seconds=None):
     """Start the agents, follow the ranks' progress, return when every agent ended.
 
@@ -189,7 +197,7 @@ class Supervisor:
         for i, (argv, env) in enumerate(cmds):
             log = open_new(self.logdir / f"agent{i}.log", "agent log")
             self.logs.append(log)
-            env = {**os.environ, **env, STATUS_ENV: str(self.logdir)}
+            env = launch_env(self.spec, {**os.environ, **env, STATUS_ENV: str(self.logdir)}, self.logdir)
             if self.spec.launcher != "slurm":  # torchrun's own torchelastic_* log dirs go in ours, removed with it
                 env["TMPDIR"] = str(self.logdir)
             self.agents.append(procs.spawn(argv, env=env, stdout=None if verbose else log,

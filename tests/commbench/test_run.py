@@ -48,7 +48,9 @@ def test_every_collective_correct_on_two_ranks(tmp_path):
         assert rec["time_us_min"] <= rec["time_us"] <= rec["time_us_max"]
         assert rec["busbw_gbps"] == pytest.approx(rec["algbw_gbps"] * COLLECTIVES[rec["collective"]].bus_factor(2))
         assert rec["algbw_gbps"] == pytest.approx(rec["size_bytes"] / rec["time_us"] / 1e3)
-    assert "Avg bus bandwidth" in proc.stdout and "all_to_all" in proc.stdout
+        assert not any(k.startswith("NCCL_DEBUG") for k in rec["env"])   # NCCL's evidence is an NCCL launch's only
+        assert (rec.get("effective") or {}).get("transport") != "nccl"
+    assert "Avg bus bandwidth" in proc.stdout and "all_to_all" in proc.stdout and "NCCL evidence" not in proc.stdout
 
 
 @pytest.mark.slow
@@ -182,6 +184,10 @@ def test_nccl_world_size_one(tmp_path):
     recs = read_records(out)
     assert recs and all(r["backend"] == "nccl" and r["wrong"] == 0 and r["blocking"] is False for r in recs)
     assert all("nccl" in r["versions"] for r in recs)
+    # NCCL's own INFO lines, read by rank 0: the version it printed is the one torch reports
+    assert all(r["effective"]["transport"] == "nccl" and r["effective"]["version"] == r["versions"]["nccl"]
+               for r in recs)
+    assert "# NCCL evidence       : NCCL " in proc.stdout
 
 
 SLURM = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_JOB_NUM_NODES": "2"}
