@@ -8,7 +8,8 @@ from benchcore.inputs import shown
 from benchcore.report.render import print_table
 from benchcore.results import schema
 from benchcore.results.records import RecordWriter, dumps, hostname, new_run_id, output_file
-from commbench.health.survey import LEVELS, failing, survey
+from commbench.health import copies
+from commbench.health.survey import LEVELS, failing, subjects, survey
 from commbench.model.topology import resolve
 
 COLUMNS = [("item", "check", None), ("value", "read", None), ("verdict", "verdict", None),
@@ -19,7 +20,7 @@ MAX_SECONDS = 3600
 def records(result, run_id):
     """One health event per line, then the verdict (passed: None when nothing could be judged here)."""
     out = []
-    for subject, rows in [("node", result["node"])] + result["gpus"] + result["ports"]:
+    for subject, rows in subjects(result):
         for row in rows:
             out.append(schema.event("commbench", "health", row["value"], run_id=run_id, subject=subject,
                                     item=row["item"], value=row["value"], health=row["verdict"],
@@ -41,6 +42,13 @@ def show(result):
             [(f"{hostname()} {s}", r) for s, r in result["gpus"]] + \
             [(f"{hostname()} InfiniBand {s}", r) for s, r in result["ports"]]:
         print_table(rows, COLUMNS, title=title)
+    copy = result.get("copy")
+    if copy:
+        print_table(copy["rows"], COLUMNS, title=f"{hostname()} copy-engine bandwidth (as nvbandwidth's CE cases)")
+        if copy["d2d"]:
+            print_table(copies.matrix(copy["d2d"], copy["flagged"]), copies.columns(len(copy["d2d"])),
+                        title="D2D write CE, GB/s, GPU(row) -> GPU(column); ! below "
+                              f"{copies.SLOW} x the reference")
     for note in result["notes"]:
         click.echo(note)
 

@@ -3,7 +3,7 @@
 check of commbench/health/checks.py on what was read. Nothing it cannot read is guessed: it is `unknown`, and why."""
 import time
 
-from commbench.health import checks, ib, xid
+from commbench.health import checks, copies, ib, xid
 from commbench.health.load import Load
 from commbench.health.nvml import open_session
 from commbench.health.sampler import Sampler
@@ -80,11 +80,29 @@ def survey(level="quick", seconds=None, topo=None, interval=None):
                                  "ib_class": ib.has_class()})
     if session:
         session.close()
-    return {"level": level, "seconds": round(elapsed, 2), "expect": expect, "node": node, "gpus": gpus,
+    copy = copy_engine(topo) if level == "full" else None
+    return {"copy": copy, "level": level, "seconds": round(elapsed, 2), "expect": expect, "node": node, "gpus": gpus,
             "ports": ports, "notes": notes, "loaded": loaded}
+
+
+def copy_engine(topo):
+    """{"rows": health lines, "d2d": the matrix or None, "flagged": slow pairs}: measured where CUDA is, else n/a."""
+    why = copies.unavailable()
+    if why:
+        return {"rows": [{"item": "copy-engine bandwidth", "value": why, "verdict": "unknown", "threshold": "n/a",
+                          "source": "n/a", "read": "torch"}], "d2d": None, "flagged": set()}
+    measured = copies.measure()
+    rows, flagged = copies.judge(measured, topo)
+    return {"rows": rows, "d2d": measured["d2d"], "flagged": flagged}
+
+
+def subjects(result):
+    """[(subject, rows)] of every table: the node, each GPU, each port, the copy engines."""
+    copy = [("copy engine", result["copy"]["rows"])] if result.get("copy") else []
+    return [("node", result["node"])] + result["gpus"] + result["ports"] + copy
 
 
 def failing(result):
     """['GPU 3 row remap failure: yes: RMA the GPU', ...] of every line that failed."""
-    return [f"{subject} {row['item']}: {row['value']}" for subject, rows in
-            [("node", result["node"])] + result["gpus"] + result["ports"] for row in rows if row["verdict"] == "fail"]
+    return [f"{subject} {row['item']}: {row['value']}" for subject, rows in subjects(result) for row in rows
+            if row["verdict"] == "fail"]

@@ -23,6 +23,9 @@ A file describes one kind of node and how nodes are joined:
                   latency_us (default 0: the model's time is then its bandwidth bound)
   per_op_us       optional: a CPU backend's own cost per collective call beyond the tiers' per-step latency, us,
                   per backend (gloo, mpi); `commbench topo --calibrate` measures it, and the model adds it per call
+  copy_engine     optional: published copy-engine bandwidth as nvbandwidth measures it (h2d_gbps, d2h_gbps per GPU;
+                  d2d_read_gbps, d2d_write_gbps per GPU pair) and its source; `commbench node --level full` sets its own
+                  measurement beside them
   ceiling         per tier (intra_node, inter_node, shared_memory): what its rate is (CEILINGS); utilisation and
                   the model need a ceiling, so a tier whose rate is `none` (a reference measurement) gives n/a.
                   Default: datasheet; loopback and shared memory have no datasheet rate, so `none` there.
@@ -65,6 +68,9 @@ MAX_COUNT = 1 << 16         # GPUs or NICs in one node (an NVL72 rack is 72)
 EXPONENT = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+")
 NUMBER_FIELDS = ("_gbps", "_us", "_fraction")
 OWN_COST_BACKENDS = {"gloo": "Gloo", "mpi": "MPI"}   # backends whose own per-call cost a topology may hold (per_op_us)
+# Copy-engine bandwidth measured as nvbandwidth's CE cases measure it (copy_engine: published per-GPU H2D/D2H and
+# per-pair D2D GB/s, with their source): `commbench node --level full` sets its own measurement beside them
+COPY_KINDS = ("h2d_gbps", "d2h_gbps", "d2d_read_gbps", "d2d_write_gbps")
 
 
 def _count(lo):
@@ -111,8 +117,10 @@ SCHEMA = {
     **{f"{s}.ceiling": (False, _choice(CEILINGS), "one of " + ", ".join(CEILINGS))
        for s in ("intra_node", "inter_node", "shared_memory")},
     **{f"per_op_us.{b}": (False, _number(False), "finite microseconds >= 0") for b in OWN_COST_BACKENDS},
+    **{f"copy_engine.{k}": (False, _number(True), "a finite GB/s > 0") for k in COPY_KINDS},
+    "copy_engine.source": (False, _text, "text: where the copy-engine numbers were published"),
 }
-SECTIONS = ("intra_node", "inter_node", "shared_memory", "per_op_us")
+SECTIONS = ("intra_node", "inter_node", "shared_memory", "per_op_us", "copy_engine")
 
 
 @dataclass(frozen=True)
@@ -144,6 +152,7 @@ class Topology:
     sharp: bool = False
     references: tuple = ()           # commbench/model/references.py: Reference rows
     per_op_us: tuple = ()            # ((backend, us), ...): a CPU backend's own cost per collective call
+    copy_engine: tuple = ()          # ((kind, GB/s), ..., ("source", text)): published copy-engine bandwidth
 
     def own_cost_us(self, backend):
         """The backend's own cost per collective call (per_op_us), or None where the topology has none."""
@@ -163,6 +172,7 @@ class Topology:
                 **({"shared_memory": {"per_rank_gbps": self.shm_gbps, "latency_us": self.shm_latency_us,
                                       "ceiling": self.shm_ceiling}} if self.shm_gbps else {}),
                 **({"per_op_us": dict(self.per_op_us)} if self.per_op_us else {}),
+                **({"copy_engine": dict(self.copy_engine)} if self.copy_engine else {}),
                 "source": self.source}
 
 
@@ -221,7 +231,9 @@ def validate(data, where):
                     sharp=bool(flat.get("inter_node.sharp")),
                     references=references.parse(data.get("references"), where),
                     per_op_us=tuple((b, float(flat[f"per_op_us.{b}"])) for b in OWN_COST_BACKENDS
-                                    if flat.get(f"per_op_us.{b}") is not None))
+                                    if flat.get(f"per_op_us.{b}") is not None),
+                    copy_engine=tuple((k, flat[f"copy_engine.{k}"]) for k in COPY_KINDS + ("source",)
+                                      if flat.get(f"copy_engine.{k}") is not None))
 
 
 def _float(v):
