@@ -6,6 +6,7 @@ import sys
 from rich.console import Console
 
 from benchcore.report.render import console, emit, print_table
+from benchcore.units import format_size
 from benchcore.vocabulary import TYPES
 from commbench.cases.registry import record_label
 from commbench.evidence import nccl as nccl_evidence
@@ -146,6 +147,11 @@ def print_collective_tables(records, out=None):
     evidence = nccl_evidence.run_summary([r.get("effective") for r in recs])
     if evidence:
         out.print(f"# NCCL evidence       : {evidence}")
+    for rec in recs:     # a measurement taken while a GPU throttled or a link was down (commbench/health/beside.py)
+        causes = (rec.get("gpu_health") or {}).get("causes")
+        if causes:
+            out.print(f"# GPU while measured  : {rec['collective']} {format_size(rec['size_bytes'])}: "
+                      f"{'; '.join(causes[:4])}" + (f" (+{len(causes) - 4} more)" if len(causes) > 4 else ""))
     for why in dict.fromkeys(r["link_peak_reason"] for r in recs if r.get("link_peak_reason")):
         out.print(f"# util, model us n/a  : {why}")
     for why in dict.fromkeys(r["predicted_time_reason"] for r in recs if r.get("predicted_time_reason")):

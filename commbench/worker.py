@@ -20,6 +20,7 @@ from benchcore.results.records import RecordWriter, hostname
 from commbench.cases import faults
 from commbench.cases.registry import CASES
 from commbench.context import Context
+from commbench.health.beside import Beside
 from commbench.launch import mpirun
 from commbench.launch.liveness import CHANNEL, EXIT_HANG, RECORD_NODE_ENV, STATUS_ENV, WORKER_NAME, Liveness
 from commbench.plan import Plan
@@ -52,12 +53,17 @@ def run_plan(ctx, emit, announce=lambda index: None, note=lambda fields: None):
         return sum(rec["wrong"] or 0 for rec in recs)
     for step, recs in first:
         wrong += emitted(step, recs)
-    for i, step in enumerate(plan.steps()):
-        if first and step.repeat == 0:
-            continue
-        announce(i)
-        case = CASES[step.cfg["case"]]
-        wrong += emitted(step, measure_case(ctx, case, step.cfg, step.run, shared.get(case.name)))
+    beside = Beside(ctx)    # the GPUs' health beside each measurement (a sampler per node, off the timed path)
+    try:
+        for i, step in enumerate(plan.steps()):
+            if first and step.repeat == 0:
+                continue
+            announce(i)
+            case = CASES[step.cfg["case"]]
+            wrong += emitted(step, beside.measured(
+                lambda: measure_case(ctx, case, step.cfg, step.run, shared.get(case.name))))
+    finally:
+        beside.close()
     return wrong
 
 

@@ -275,3 +275,7 @@ EVENT_EXTENSIONS["commbench"].update(
     health="node health: ok, warn, fail or unknown", threshold="node health: the check's threshold",
     source="node health: where the threshold comes from (file and version)",
     level="node health: quick (no load, seconds) or full (a load on every GPU)")
+EXTENSIONS["commbench"]["gpu_health"] = (
+    "the GPUs beside the measurement (commbench/health/beside.py; where NVML is): interval_s, seconds, nodes: {host: "
+    "per GPU [{gpu, samples, throttle: {reason: share of samples}, temp_peak_c, power_peak_w, xids, pcie, pcie_max, "
+    "pcie_replays, nvlink_down, nvlink_errors}]}, causes: what may have slowed it")

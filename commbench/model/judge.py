@@ -25,7 +25,7 @@ where they differ by more than DISTINCT.
 """
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from benchcore.units import format_size
@@ -176,12 +176,21 @@ def judge(records, topo, ranks=None, nodes=None, env=None):
             skipped[why] = skipped.get(why, 0) + 1
             continue
         key = (rec["collective"], rec["size_bytes"], n, m)
-        mine = groups.setdefault(key, {"busbw": [], "env": dict(rec.get("env") or {}), "version": version_of(rec)})
+        mine = groups.setdefault(key, {"busbw": [], "env": dict(rec.get("env") or {}), "version": version_of(rec),
+                                       "causes": []})
         mine["busbw"].append(busbw)
+        mine["causes"] += (rec.get("gpu_health") or {}).get("causes") or []   # the sampler's (commbench/health/)
     medians = {key: statistics.median(g["busbw"]) for key, g in groups.items()}
     best = {}
     for (c, _, n, m), value in medians.items():
         best[c, n, m] = max(best.get((c, n, m), 0.0), value)
-    rows = [judge_one(c, size, n, m, medians[c, size, n, m], topo, {**g["env"], **(env or {})}, g["version"],
-                      best[c, n, m]) for (c, size, n, m), g in groups.items()]
+    rows = [named(judge_one(c, size, n, m, medians[c, size, n, m], topo, {**g["env"], **(env or {})}, g["version"],
+                            best[c, n, m]), g["causes"]) for (c, size, n, m), g in groups.items()]
     return rows, skipped
+
+
+def named(row, causes):
+    """A slow row with the likely cause the GPUs' sampler saw during it instead of 'a slow GPU or link'."""
+    if row.klass != "slow" or not causes:
+        return row
+    return replace(row, line=row.line.replace("a slow GPU or link", "; ".join(dict.fromkeys(causes))))
