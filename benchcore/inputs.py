@@ -17,6 +17,7 @@ MAX_LINE_BYTES = 1 << 20     # a log line is at most a few KB; a file without ne
 MAX_RECORD_BYTES = 8 << 20   # one record line: a 100,000-node run's `hosts` is about 2 MB (host names of 20 characters)
 MAX_YAML_ALIASES = 32        # anchors are handy; an alias bomb needs dozens (9 levels of 9: 81)
 MAX_NESTING = 64             # real specs nest 4 deep; 400 levels is an attack or an accident
+MAX_WHOLE = (1 << 63) - 1    # a size, count or rank read from a file: no run has more, and no table column holds it
 MAX_FIELD_CHARS = 256        # a text an imported file gives a record: a host name has at most 253 characters, a type,
 #                              op or version tens (200,000-character types made report's legends take minutes)
 def regular_file(path, what="input"):

@@ -27,7 +27,7 @@ import re
 
 from benchcore.errors import UserError
 from benchcore.importers import nccl_names as names
-from benchcore.inputs import clipped, read_bytes, shown
+from benchcore.inputs import MAX_WHOLE, clipped, read_bytes, shown
 from benchcore.results import schema
 from benchcore.vocabulary import nccl_tests_type
 
@@ -73,6 +73,8 @@ def records(path, run_id, collective=None):
 def _value(value, where, whole=False, null=False):
     """A number as the writers put it (whole: a count >= 0); None for their no-value ("nan", a bare inf, "N/A")
     and, with null, for null or a missing key; UserError naming where for anything else."""
+    if isinstance(value, str) and whole and value.isascii() and value.isdigit() and not WHOLE.fullmatch(value):
+        raise UserError(f"{where} is beyond 2**63 - 1: more than any run has")
     if isinstance(value, str):
         value = int(value) if whole and WHOLE.fullmatch(value) else None if value in ("nan", "-nan", "N/A") else value
     if isinstance(value, float) and not math.isfinite(value):
@@ -82,7 +84,9 @@ def _value(value, where, whole=False, null=False):
             return None
         raise UserError(f"{where} is missing")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (whole and (value < 0 or value != int(value))):
-        raise UserError(f"{where} is {shown(repr(value), 40)}, not a {'count' if whole else 'number'}")
+        raise UserError(f"{where} is {_type(value)}, not a {'count' if whole else 'number'}")
+    if whole and value > MAX_WHOLE:
+        raise UserError(f"{where} is beyond 2**63 - 1: more than any run has")
     return int(value) if whole else float(value)
 
 
@@ -92,8 +96,15 @@ def _kind(value, types, where, null=True):
     if not isinstance(value, types) or isinstance(value, bool) and bool not in types:
         what = " or ".join({dict: "an object", list: "a list", str: "text", int: "an integer", bool: "true/false"}
                            [t] for t in types)
-        raise UserError(f"{where} is {shown(repr(value), 40)}, not {what}")
+        raise UserError(f"{where} is {_type(value)}, not {what}")
     return value
+
+
+def _type(value):
+    """What a refused value is, never the value: the file may be anything."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return "a negative number" if value < 0 else "a fraction" if value != int(value) else "a number"
+    return {dict: "an object", list: "a list", str: "text", bool: "true/false"}.get(type(value), "null")
 
 
 def _lines(text, fmt, count):
@@ -154,7 +165,7 @@ def _nccl(doc, text, path, run_id, option):
     from_file = names.in_file_name(path)
     collective = names.named(program) or option or (from_file[0] if len(from_file) == 1 else None)
     if results and collective is None:
-        raise UserError(names.unnamed(path, from_file, f"its binary ({shown(program or 'no args', 60)}) names none"))
+        raise UserError(names.unnamed(path, from_file, f"its binary's name (args[0]) names none"))
     ranks = len(devices) * (setting["nthreads"] or 0) * (setting["ngpus"] or 0)   # a device line per process
     blocking = config.get("blocking_collectives")
     common = dict(run_id=run_id, collective=collective, backend="nccl", hosts=clipped(hosts),
@@ -167,13 +178,13 @@ def _nccl(doc, text, path, run_id, option):
     graph = setting["graph"]
     out, cycles = [], {}
     for i, (row, line) in enumerate(zip(results, _lines(text, NCCL, len(results)))):
-        at = f"{where} results[{i}]"
+        at = f"{where}{f' line {line}' if line else ''} results[{i}]"
         row = _kind(row, (dict,), at, False)
         root = _kind(row.get("root"), (str, int), f"{at}.root")
         try:
             root = int(root) if root is not None else None
         except ValueError:
-            raise UserError(f"{at}.root is {shown(repr(root), 40)}, not a rank") from None
+            raise UserError(f"{at}.root is text that is not a rank") from None
         for key, in_place in (("out_of_place", False), ("in_place", True)):
             place = _kind(row.get(key), (dict,), f"{at}.{key}")
             if place is None:
@@ -238,12 +249,12 @@ def _rccl(doc, lines, path, run_id, option, fmt):
     where, from_file, out, cycles = {RCCL: "rccl-tests JSON", RCCL_CSV: "rccl-tests CSV"}[fmt], \
         names.in_file_name(path), [], {}
     for i, (row, line) in enumerate(zip(doc, lines)):
-        at = f"{where} [{i}]"
+        at = f"{where}{f' line {line}' if line else ''} [{i}]"
         row = _kind(row, (dict,), at, False)
         name = _kind(row.get("name"), (str,), f"{at}.name")
         collective = names.named(name) or option or (from_file[0] if len(from_file) == 1 else None)
         if collective is None:
-            raise UserError(names.unnamed(path, from_file, f"its name ({shown(repr(name), 40)}) is none"))
+            raise UserError(names.unnamed(path, from_file, "its name is none"))
         count = {k: _value(row.get(k), f"{at}.{k}", True, True) for k in ("gpus", "ranksPerNode", "gpusPerRank")}
         mpi = count["ranksPerNode"] is not None    # its processes in the communicator; "nodes" counts communicators
         common = dict(run_id=run_id, collective=collective, backend="nccl", source_file=path, source_format=fmt,

@@ -86,7 +86,7 @@ class Table:
     ended: bool = False                           # its footer was seen
     cut: int = None                               # line of a row cut mid-way
     misfits: int = 0                              # rows that do not fit the header (cut ones too)
-    misfit: tuple = None                          # (line, text) of the first
+    misfit: int = None                            # the line of the first (its text never quoted: any file)
     failed: int = None                            # Out of bounds values : N FAILED
     footer_line: int = None
     cycle: int = 0                                # rccl-tests' '# Testing N cycle.'
@@ -170,7 +170,7 @@ class Reader:
             values = read_row(table.layout, line, toks)
             if values is None or unterminated:
                 table.cut, table.misfits = n, table.misfits + 1
-                table.misfit = table.misfit or (n, line[:EXCERPT])
+                table.misfit = table.misfit or n
             else:
                 table.add(n, values)
         if len(table.rows) >= MAX_ROWS:

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring_ascii as _json_str
 
-from benchcore.inputs import clipped
+from benchcore.inputs import MAX_WHOLE, clipped
 from benchcore.vocabulary import nccl_tests_type
 
 # header words -> column; a placement's columns start at its time column
@@ -18,11 +18,12 @@ COLUMNS = {"size": "size", "bytes": "size", "count": "count", "n": "count", "typ
 NUMBER = re.compile(r"^-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?$")   # no two runs of digits to split
 TYPE = re.compile(r"[A-Za-z]\w*$")
 # a row as nccl-tests 2.x prints it, cell by column: each a token that is its value's JSON text as well, of at
-# most 30 digits (a finite float, an int that int() and json read); any other row is read_row's
+# most 30 digits (a finite float, an int that int() and json read), a size, count or root of at most 18 (below
+# 2**63: no run has more); any other row is read_row's
 DECIMAL = r"(-?(?:0|[1-9]\d{0,29})\.\d{1,30})"
-INTEGER = r"(0|[1-9]\d{0,29})"
-CELLS = {"size": INTEGER, "count": r"(\d{1,30})", "type": r"([A-Za-z]\w*)", "op": r"([A-Za-z]\w*)",
-         "root": r"(-?\d{1,30})", "time": DECIMAL, "algbw": DECIMAL, "busbw": DECIMAL,
+INTEGER = r"(0|[1-9]\d{0,17})"
+CELLS = {"size": INTEGER, "count": r"(\d{1,18})", "type": r"([A-Za-z]\w*)", "op": r"([A-Za-z]\w*)",
+         "root": r"(-?\d{1,18})", "time": DECIMAL, "algbw": DECIMAL, "busbw": DECIMAL,
          "wrong": r"(0|[1-9]\d{0,29}|N/A)"}
 PLAIN_COLUMNS = 32     # a wider header (nccl-tests prints 13) is read row by row by read_row, never compiled
 
@@ -111,6 +112,8 @@ def read_row(layout, line, toks):
         size, count = int(prefix["size"]), int(prefix["count"])
         root = int(prefix["root"]) if "root" in prefix else None
     except (ValueError, KeyError):
+        return None
+    if max(size, count, abs(root or 0)) > MAX_WHOLE:     # beyond any run's: the row is not read
         return None
     kind = prefix.get("type")
     if kind is not None and not TYPE.match(kind):

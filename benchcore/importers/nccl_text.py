@@ -159,8 +159,9 @@ def _events(table):
                     table.cut or table.last or table.line, name, hosts))
     lost = table.misfits - (1 if table.cut and not table.ended else 0)   # not the last row of a cut table
     if lost:
-        out.append(("skipped", f"{lost} row(s) of the {name or 'the'} table fit no header and are not read; the "
-                               f"first, line {table.misfit[0]}: {table.misfit[1]}", table.misfit[0], name, hosts))
+        out.append(("skipped", f"{lost} row(s) of the {name or 'the'} table fit no header (or hold a number beyond "
+                               f"any run's) and are not read; the first on line {table.misfit}", table.misfit, name,
+                    hosts))
     if table.failed:
         out.append(("failed", f"nccl-tests: Out of bounds values : {table.failed} FAILED ({name})", table.footer_line,
                     name, hosts))

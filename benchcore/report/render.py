@@ -117,7 +117,7 @@ def csv_frame(records, inert=True):
     frame = pd.DataFrame(rows)
     for column in frame.columns:
         values = [row[column] for row in rows if row.get(column) is not None]
-        if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        if values and all(isinstance(v, int) and not isinstance(v, bool) and abs(v) < 1 << 63 for v in values):
             frame[column] = pd.array([row.get(column) for row in rows], dtype="Int64")
     return frame
 

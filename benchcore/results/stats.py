@@ -82,20 +82,25 @@ def _mean_var(logs):
     return mean, sum((v - mean) ** 2 for v in logs) / (len(logs) - 1)
 
 
+def _exp(x):
+    """e**x held to what a float holds (an interval's end for times 1e300 apart is beyond it)."""
+    return math.exp(max(-708.0, min(x, 709.0)))
+
+
 def ratio_interval(a, b, confidence=CONFIDENCE):
     """Ratio of a's to b's times with a Welch t interval; None when either side has fewer than 2 values
     or a value is not positive."""
     if len(a) < 2 or len(b) < 2 or min(list(a) + list(b)) <= 0:
         return None
     (mean_a, var_a), (mean_b, var_b) = _mean_var([math.log(v) for v in a]), _mean_var([math.log(v) for v in b])
-    ratio = math.exp(mean_a - mean_b)
+    ratio = _exp(mean_a - mean_b)
     sa, sb = var_a / len(a), var_b / len(b)
     se = math.sqrt(sa + sb)
     if se == 0:
         return Ratio(ratio, ratio, ratio, len(a), len(b))
     df = (sa + sb) ** 2 / ((sa ** 2 / (len(a) - 1) if sa else 0) + (sb ** 2 / (len(b) - 1) if sb else 0))
     half = t_quantile(0.5 + confidence / 2, df) * se
-    return Ratio(ratio, math.exp(mean_a - mean_b - half), math.exp(mean_a - mean_b + half), len(a), len(b))
+    return Ratio(ratio, _exp(mean_a - mean_b - half), _exp(mean_a - mean_b + half), len(a), len(b))
 
 
 def geometric_mean(values):

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from benchcore.inputs import finite, shown
+from benchcore.inputs import MAX_WHOLE, finite, shown
 
 # Fields that name what a record measured (benchcore.results.read identities and labels) -> (type(s), what).
 _WHOLE = (int,)
@@ -33,6 +33,8 @@ def flaw(value, count=False, signed=False):
         return "null"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return f"{shown(repr(value), 40)} (not a number)"
+    if isinstance(value, int) and abs(value) > MAX_WHOLE:
+        return "beyond 2**63 - 1 (no measurement is)"
     if not math.isfinite(value):
         return "NaN" if value != value else "Infinity" if value > 0 else "-Infinity"
     if not signed and (value < 0 or (value == 0 and not count)):
@@ -50,6 +52,8 @@ def shape_flaw(rec):
         v = rec.get(key)
         if v is not None and (not isinstance(v, types) or (bool not in types and isinstance(v, bool))):
             return f"{key} is {shown(repr(v), 40)}, not {what}"
+        if types is _WHOLE and v is not None and abs(v) > MAX_WHOLE:
+            return f"{key} is beyond 2**63 - 1, more than any run has"
     return None
 
 

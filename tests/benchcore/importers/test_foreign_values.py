@@ -43,13 +43,13 @@ def _set(path, value):
 
 
 NOT_WHOLE = [   # (file name, its text, the field named)
-    ("a.json", nccl_json(_set(("results", 0, "size"), "\u00b2")), "results[0].size is '\u00b2', not a count"),
-    ("a.json", nccl_json(_set(("results", 0, "count"), "\u00b2")), "results[0].count is '\u00b2', not a count"),
-    ("a.json", nccl_json(_set(("results", 0, "size"), "1" * 5000)), "results[0].size is '1111"),
+    ("a.json", nccl_json(_set(("results", 0, "size"), "\u00b2")), "results[0].size is text, not a count"),
+    ("a.json", nccl_json(_set(("results", 0, "count"), "\u00b2")), "results[0].count is text, not a count"),
+    ("a.json", nccl_json(_set(("results", 0, "size"), "1" * 5000)), "results[0].size is beyond 2**63 - 1"),
     ("b.json", replaced("rccl-tests-Z-json-all_gather.json", '"size":1048576', '"size":"\u00b2"'),
-     "rccl-tests JSON [0].size is '\u00b2', not a count"),
+     "[0].size is text, not a count"),
     ("c.csv", replaced("rccl-tests-Z-csv-all_reduce.csv", ",1024,", ",\u00b2,"),
-     "rccl-tests CSV [0].size is '\u00b2', not a count"),
+     "[0].size is text, not a count"),
 ]
 
 

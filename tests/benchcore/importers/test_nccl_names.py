@@ -115,7 +115,7 @@ def test_nccl_tests_and_rccl_tests_json_through_the_cli(tmp_path):
         "no reason",
         f"{FOREIGN / 'rccl-tests-Z-json-all_gather.json'}: 8 measurements (rccl-tests-json)",
         f"{FOREIGN / 'rccl-tests-Z-csv-all_reduce.csv'}: 4 measurements (rccl-tests-csv)",
-        f"error: {tmp_path / 'gpu_perf.json'}: no collective named: its binary (./gpu_perf) names none, and the file "
+        f"error: {tmp_path / 'gpu_perf.json'}: no collective named: its binary's name (args[0]) names none, and the file "
         "name says gpu_perf, and 'gpu' is not a collective; say which with import --collective NAME (all_reduce, "
         "all_gather, reduce_scatter, broadcast, reduce, all_to_all, sendrecv, gather, scatter, all_to_allv, "
         "hypercube)"]
@@ -155,25 +155,25 @@ PLACE = '{"time":1.5,"alg_bw":0.01,"bus_bw":0.01,"nwrong":0}'
 
 @pytest.mark.parametrize("text,why", [
     (HEAD + '"results":' + "[" * 200000 + "]" * 200000 + "}", "nested deeper than any nccl-tests document"),
-    (HEAD + '"results":"all"}', "nccl-tests JSON results is 'all', not a list"),
+    (HEAD + '"results":"all"}', "nccl-tests JSON results is text, not a list"),
     (HEAD + '"results":[' + ROW.replace('"size":8', '"size":"8GB"') % PLACE + "]}",
-     "nccl-tests JSON results[0].size is '8GB', not a count"),
+     "nccl-tests JSON line 1 results[0].size is text, not a count"),
     (HEAD + '"results":[' + ROW.replace('"size":8', '"size":-8') % PLACE + "]}",
-     "nccl-tests JSON results[0].size is -8, not a count"),
+     "nccl-tests JSON line 1 results[0].size is a negative number, not a count"),
     (HEAD + '"results":[' + ROW % PLACE.replace('"nwrong":0', '"nwrong":true') + "]}",
-     "nccl-tests JSON results[0].out_of_place.nwrong is True, not a count"),
+     "nccl-tests JSON line 1 results[0].out_of_place.nwrong is true/false, not a count"),
     (HEAD + '"results":[' + ROW.replace('"    -1"', '"abc"') % PLACE + "]}",
-     "nccl-tests JSON results[0].root is 'abc', not a rank"),
-    (HEAD + '"config":{"devices":5},"results":[]}', "nccl-tests JSON config.devices is 5, not a list"),
+     "nccl-tests JSON line 1 results[0].root is text that is not a rank"),
+    (HEAD + '"config":{"devices":5},"results":[]}', "nccl-tests JSON config.devices is a number, not a list"),
     (HEAD + '"results":[' + ROW % PLACE + "]}" + "\x00", "not valid JSON (line 1, column"),
     (HEAD + '"results":[' + ROW % PLACE, "not valid JSON (line 1, column"),
     (HEAD + '"results":[{"size":' + "9" * 5000 + "}]}", "not valid JSON: Exceeds the limit"),
-    ('[{"numCycle":0, "name":["AllReduce"], "gpus":8}]', "rccl-tests JSON [0].name is ['AllReduce'], not text"),
+    ('[{"numCycle":0, "name":["AllReduce"], "gpus":8}]', "rccl-tests JSON line 1 [0].name is a list, not text"),
     ('[{"numCycle":0, "name":"AllReduce", "gpus":8, "size":1024, "type":"float", "redop":"sum", "inPlace":"yes"}]',
-     "rccl-tests JSON [0].inPlace is 'yes', not a count"),
+     "rccl-tests JSON line 1 [0].inPlace is text, not a count"),
     ('numCycle,collective,gpus,size,type,redop,inplace,time,algbw,busbw,#wrong\n'
      '0,"AllReduce",8,1K,"half","sum",0,1,1,1,0',
-     "rccl-tests CSV [0].size is '1K', not a count"),
+     "[0].size is text, not a count"),
 ])
 def test_hostile_json_is_refused_in_one_line(tmp_path, text, why):
     path = tmp_path / "all_reduce.json"
