@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from benchcore.errors import UserError
+from benchcore.errors import UserError, name, shown
 from benchcore.files import write_new, write_new_text
 from benchcore.progress import Reporter, quiet
 from benchcore.results import schema
@@ -75,8 +75,9 @@ def check_targets(paths, need, run_id, writer):
                 writer.write(event(run_id, real, "refused", str(exc)))
             raise
         for stale, marker, size in [s for d in dict.fromkeys((real, mount.mount_point)) for s in stale_dirs(d)]:
-            say(f"warning: {stale} ({format_size(size, approx=True)}) was left by iobench run {marker['run_id']}, "
-                f"which is no longer running; remove it with: iobench clean {shlex.quote(str(stale))}")
+            say(f"warning: {name(stale)} ({format_size(size, approx=True)}) was left by iobench run "
+                f"{shown(marker['run_id'], 80)}, which is no longer running; remove it with: iobench clean "
+                f"{name(shlex.quote(str(stale)))}")
         targets.append(Target(real, mount))
     return targets
 

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchcore.errors import UserError
+from benchcore.errors import UserError, name, shown
 from benchcore.files import HOLD, held_path, make_held, private_dir, remove_held, write_new_text
 from benchcore.processes.procs import proc_cmdline, proc_stat, signals_blocked
 from benchcore.results.records import hostname
@@ -222,8 +222,9 @@ def clean(paths):
         for d in dirs:
             marker = read_marker(d)
             if owner_alive(marker):
-                raise UserError(f"{d} belongs to run {marker['run_id']} (pid {marker.get('pid')}, host "
-                                f"{marker.get('host')}), which may still be running; nothing removed")
+                raise UserError(f"{name(d)} belongs to run {shown(marker['run_id'], 80)} (pid "
+                                f"{shown(marker.get('pid'), 20)}, host {shown(marker.get('host'), 80)}), which may "
+                                "still be running; nothing removed")
         found += dirs
     removed = []
     with signals_blocked():
