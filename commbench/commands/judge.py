@@ -9,6 +9,7 @@ from benchcore.report.render import console, print_table
 from benchcore.results import read, schema
 from benchcore.results.records import RecordWriter, dumps, new_output_option, new_run_id
 from benchcore.units import format_size
+from commbench.evidence import nccl as nccl_evidence
 from commbench.model.judge import FAILING, judge
 from commbench.model.topology import resolve
 
@@ -81,6 +82,7 @@ def judge_command(files, topology, ranks, nodes, env_pairs, out, fmt):
     """
     topo, env = resolve(topology), parse_env(env_pairs)
     records, refused = read.load_many(files)
+    records = nccl_evidence.attach(records)         # a log's NCCL INFO lines: the algorithm NCCL says it ran
     for why in refused:
         console(stderr=True).print(f"skipped: {why}")
     rows, skipped = judge(read.measurements(records), topo, ranks, nodes, env)

@@ -413,3 +413,45 @@ def run_summary(effs):
                 merged[(c["collective"], size)] = (c["algo"], c["proto"], c.get("channels"))
     return summary({**effs[-1], "choices": _ranges(merged)}) + (f" ({effs[-1]['evidence_note']})"
                                                                  if effs[-1].get("evidence_note") else "")
+
+
+HEADER = re.compile(r"# nThread \d+|# Collective test starting")    # where an nccl-tests run's output begins
+
+
+def by_table(text):
+    """[(first line, effective)] of an nccl-tests log: one per run (from its '# nThread' header to the next), the
+    NCCL lines of that run read into it."""
+    out, reader, start = [], _Reader(), 1
+    lines = text.splitlines()
+    for i, line in enumerate(lines, 1):
+        if HEADER.search(line[:MAX_LINE]) and i > start:
+            out.append((start, reader.result()))
+            reader, start = _Reader(), i
+        for msg in messages(line):
+            reader.read(msg)
+    out.append((start, reader.result()))
+    return [(s, e) for s, e in out if e]
+
+
+def attach(records):
+    """records, those imported from an nccl-tests text log (source_format nccl-tests) given the effective block of
+    the run their table belongs to (each file read up to MAX_BYTES); a record that has one keeps it."""
+    from benchcore.inputs import regular_file      # on first use: a rank never imports it
+    tables = {}
+    for rec in records:
+        path = rec.get("source_file")
+        if rec.get("effective") or rec.get("event") or rec.get("source_format") != "nccl-tests" or not path:
+            continue
+        if path not in tables:
+            try:
+                regular_file(path)
+                with open(path, "rb") as f:
+                    tables[path] = by_table(f.read(MAX_BYTES).decode("utf-8", "replace"))
+            except Exception:                          # noqa: BLE001 - no evidence is what a file we cannot read gives
+                tables[path] = []
+        line = rec.get("source_line") or 0
+        mine = [e for start, e in tables[path] if start <= line] or [e for _, e in tables[path][:1]]
+        if mine:
+            rec["effective"] = for_record(mine[-1], rec.get("collective"), rec.get("size_bytes"),
+                                          rec.get("world_size") or 1)
+    return records

@@ -19,8 +19,10 @@ Per collective, size, ranks and nodes (the median busbw of the records there), o
                     broadcast...): util only
 
 Levels: the published range for the algorithm family at that size (within a factor of 2), else the model's
-busbw. Which algorithm ran is known only where NCCL_ALGO names one (the record's env, or --env); util is over the
-highest ceiling otherwise, and the line says which ceiling it is. NVLS's level is told apart from the ring's only
+busbw. Which algorithm ran is known where NCCL's own TUNING line says it (the record's effective block: a run's,
+or an imported log's INFO lines, commbench/evidence/nccl.py), else where NCCL_ALGO names one (the record's env, or
+--env); util is over that algorithm's ceiling, over the highest ceiling otherwise, and the line says which ceiling
+it is and what named the algorithm. NVLS's level is told apart from the ring's only
 where they differ by more than DISTINCT.
 """
 import math
@@ -59,12 +61,15 @@ class Row:
     model: str = ""                    # "Ring 370 · NVLS 490": the model's busbw per algorithm
     published: str = ""                # the references' labels
     expected: Optional[str] = None     # the model's pick
+    algo: Optional[str] = None         # the algorithm that ran, where known
+    algo_from: str = ""                # what says so: NCCL's TUNING line ("evidence") or NCCL_ALGO
 
     def as_dict(self):
         return {"collective": self.collective, "size": format_size(self.size_bytes), "size_bytes": self.size_bytes,
                 "ranks": self.ranks, "nodes": self.nodes, "busbw_gbps": self.busbw, "class": self.klass,
                 "diagnosis": self.line, "link_utilization": self.util, "ceiling": self.ceiling, "model": self.model,
-                "published": self.published, "expected_algo": self.expected}
+                "published": self.published, "expected_algo": self.expected, "algo": self.algo,
+                "algo_from": self.algo_from}
 
 
 def version_of(rec):
@@ -102,13 +107,26 @@ def _span(low, high):
     return f"{low:.0f}" if round(low) == round(high) else f"{low:.0f}-{high:.0f}"
 
 
-def judge_one(collective, size, n, nodes, busbw, topo, env=None, version=None, best=None):
+def judge_one(collective, size, n, nodes, busbw, topo, env=None, version=None, best=None, ran=None):
     """The Row of one measurement: busbw GB/s of collective at size on n ranks over nodes of topo (best: the highest
-    busbw measured at any size there)."""
+    busbw measured at any size there; ran: the algorithm NCCL's own TUNING line says ran, which comes before
+    NCCL_ALGO). Its diagnosis ends with which of them named the algorithm."""
     env = env or {}
+    named_algo = env.get("NCCL_ALGO")
+    if ran:      # what NCCL says it ran stands over what it was asked: every algorithm's ceiling, util over ran's
+        env = {k: v for k, v in env.items() if k != "NCCL_ALGO"}
+    row = _judge_one(collective, size, n, nodes, busbw, topo, env, version, best, ran)
+    row.algo, row.algo_from = (ran, "evidence") if ran else (named_algo, "NCCL_ALGO") if named_algo else (None, "")
+    row.line += (f" [algorithm {ran}: NCCL's own TUNING line]" if ran else
+                 f" [algorithm from NCCL_ALGO={named_algo}]" if named_algo else
+                 " [algorithm not shown: no TUNING line in the log, no NCCL_ALGO]")
+    return row
+
+
+def _judge_one(collective, size, n, nodes, busbw, topo, env, version, best, ran):
     pred = _predict(collective, size, topo, n, nodes, env, version)
     ceilings = pred.ceilings or {"Ring": pred.peak_gbps}
-    top = max(ceilings, key=lambda a: (ceilings[a], a in SWITCH))
+    top = ran if ran in ceilings else max(ceilings, key=lambda a: (ceilings[a], a in SWITCH))
     model = _per_algorithm(collective, size, topo, n, nodes, env, version)
     expected = (pred.algo or "Ring").split("/")[0]
     refs = matching(topo, collective, n, nodes, size)
@@ -147,8 +165,9 @@ def judge_one(collective, size, n, nodes, busbw, topo, env=None, version=None, b
         elif busbw >= LEVEL_SHARE * ring[0]:
             return Row(**base, klass="ring-where-nvls", line=(
                 f"ring-level ({busbw:.0f} vs ring {_span(*ring[:2])} {ring[2]}) where NVLS is expected "
-                f"({_span(*switch[:2])} {switch[2]}): NVLS off? check NCCL_NVLS_ENABLE, nvidia-fabricmanager, "
-                "the driver"))
+                f"({_span(*switch[:2])} {switch[2]}): "
+                + (f"NCCL ran {ran}; " if ran and ran not in SWITCH else "NVLS off? ")
+                + "check NCCL_NVLS_ENABLE, nvidia-fabricmanager, the driver"))
     elif busbw >= LEVEL_SHARE * (ring[0] or math.inf) and not marks:
         return Row(**base, klass="ring", line=f"ring/tree-level ({busbw:.0f} vs {_span(*ring[:2])} {ring[2]})"
                    + ("" if topo.nvls else f"; {topo.name} has no NVLink SHARP"))
@@ -179,13 +198,14 @@ def judge(records, topo, ranks=None, nodes=None, env=None):
         mine = groups.setdefault(key, {"busbw": [], "env": dict(rec.get("env") or {}), "version": version_of(rec),
                                        "causes": []})
         mine["busbw"].append(busbw)
+        mine.setdefault("ran", set()).update(c["algo"] for c in (rec.get("effective") or {}).get("choices") or ())
         mine["causes"] += (rec.get("gpu_health") or {}).get("causes") or []   # the sampler's (commbench/health/)
     medians = {key: statistics.median(g["busbw"]) for key, g in groups.items()}
     best = {}
     for (c, _, n, m), value in medians.items():
         best[c, n, m] = max(best.get((c, n, m), 0.0), value)
     rows = [named(judge_one(c, size, n, m, medians[c, size, n, m], topo, {**g["env"], **(env or {})}, g["version"],
-                            best[c, n, m]), g["causes"]) for (c, size, n, m), g in groups.items()]
+                            best[c, n, m], _one(g["ran"])), g["causes"]) for (c, size, n, m), g in groups.items()]
     return rows, skipped
 
 
@@ -194,3 +214,8 @@ def named(row, causes):
     if row.klass != "slow" or not causes:
         return row
     return replace(row, line=row.line.replace("a slow GPU or link", "; ".join(dict.fromkeys(causes))))
+
+
+def _one(algos):
+    """The algorithm the evidence names for a group, where it names exactly one."""
+    return next(iter(algos)) if len(algos) == 1 else None
