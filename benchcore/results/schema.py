@@ -152,6 +152,7 @@ EXTENSIONS = {
 EVENT = ("tool", "run_id", "event", "reason", "hosts", "timestamp")
 EVENT_EXTENSIONS = {
     "commbench": {"sweep_config": "", "sweep_fingerprint": "", "config_env": "the swept variables",
+                  "applied": "not_applied (sweep): {VAR: {status, evidence}} of the config's settings, their worst run",
                   "sweep_options": "sweep: {option: value} of every option that changes what the sweep measures "
                                    "(what --resume must share with the records it reuses)",
                   "seconds": "how long it ran", "check": "verdict: which check", "passed": "verdict: outcome",

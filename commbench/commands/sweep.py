@@ -28,6 +28,7 @@ from commbench.launch.execute import EXIT_TERM, Terminated, execute, on_sigterm
 from commbench.output import render
 from commbench.planning import build_plan
 from commbench.runner import budget_lines, dry_run_estimate, launches, step_text
+from commbench.evidence.applied import judge_settings
 from commbench.transports.envvars import read_by, split_values, validate
 
 BASELINE = "baseline"
@@ -115,15 +116,34 @@ def config_key(config):
     return " ".join(f"{k}={v}" for k, v in sorted(config.items())) or BASELINE
 
 
-def judge_sweep(records, configs):
-    """Outcomes per measured item and size; configs whose env the backend reads identically are one group."""
+def read_config(rec, by_key):
+    """The part of a record's sweep config its backend reads."""
+    return {k: v for k, v in by_key[rec["sweep_config"]].items() if rec["backend"] in read_by(k)}
+
+
+def judge_sweep(records, configs, label_of=lambda rec: rec["sweep_config"]):
+    """Outcomes per measured item and size; configs whose env the backend reads identically are one group;
+    label_of names a config's rows (verdict.on_evidence marks the unproven)."""
     by_key = {config_key(c): c for c in configs}
 
     def work(rec):
-        read = {k: v for k, v in by_key[rec["sweep_config"]].items() if rec["backend"] in read_by(k)}
-        return verdict.record_work(rec), config_key(read)
+        return verdict.record_work(rec), config_key(read_config(rec, by_key))
     mine = [r for r in records if r.get("sweep_config") in by_key]
-    return verdict.judge(mine, lambda r: r["sweep_config"], record_label, work)
+    return verdict.judge(mine, label_of, record_label, work)
+
+
+def on_evidence(records, configs):
+    """verdict.on_evidence over a sweep's measurements: each config's settings its backend reads, judged on the
+    evidence its runs recorded (commbench/evidence/applied.py; no evidence: unknown)."""
+    by_key = {config_key(c): c for c in configs}
+    mine = [r for r in records if r.get("sweep_config") in by_key]
+    return verdict.on_evidence(mine, lambda r: r["sweep_config"],
+                               lambda r: judge_settings(read_config(r, by_key), r.get("effective")))
+
+
+def settings_rows(settings):
+    return [{"config": key, "setting": var, "status": st["status"], "evidence": st["evidence"]}
+            for key, found in settings.items() for var, st in found.items()]
 
 
 def ranking_rows(outcomes):
@@ -140,15 +160,22 @@ def ranking_rows(outcomes):
     return rows
 
 
-def print_ranking(outcomes, verdicts, failed, notes):
+def print_ranking(outcomes, verdicts, failed, notes, settings=None, evidence=()):
+    if settings and settings_rows(settings):
+        print_table(settings_rows(settings), [("config", "config", None), ("setting", "setting", None),
+                                              ("status", "applied?", None), ("evidence", "evidence", None)],
+                    title="settings: applied or not, on the evidence each run recorded (worst run shown)")
     print_table(ranking_rows(outcomes), [("item", "measured", None), ("size", "size", None),
                                          ("best", "fastest config", None), ("time_us", "time us", ".1f"),
                                          ("vs", "time / baseline [95% CI]", None), ("verdict", "verdict", None)],
                 title="sweep ranking (geometric mean over rounds)")
     out = console()
     out.print(f"verdicts ({stats.METHOD}):")
-    for line in [v["reason"] for v in verdicts] + verdict.equivalence_lines(outcomes) + notes:
+    said = [v["reason"] for v in verdicts if v["event"] == "verdict"]   # not_applied events: said below
+    for line in said + verdict.equivalence_lines(outcomes) + notes:
         out.print(f"  {line}")
+    for line in evidence:
+        out.print(line, markup=False)
     for key, reason in failed.items():
         out.print(f"failed: {key}: {reason}")
 
@@ -207,7 +234,8 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
     case_opts = ReadOptions(take(kw, CaseOptionsText).parse())
     plan = build_plan(names, take(kw, MeasureOptions), case_opts, spec)
     refuse_unread(case_opts, [CASES[n] for n in names], given_fields())
-    table_fn = rankstats.with_stats(lambda _: print_ranking(outcomes, found, failed, notes), show_stats, fmt)
+    table_fn = rankstats.with_stats(lambda _: print_ranking(outcomes, found, failed, notes, settings, evidence),
+                                    show_stats, fmt)
     no_leftovers(kw)
     out_file = output_file(out or DEFAULT_OUT)
     options = measured_options(plan, spec)
@@ -248,8 +276,12 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
     failed = {r["sweep_config"]: r["reason"] for r in records if r.get("event") == "failed"}
     cut = {r["run_id"] for r in records if r.get("event") == "interrupted"}   # never ranked: --resume reruns it
     good = [r for r in records if not r.get("event") and r["sweep_config"] not in failed and r["run_id"] not in cut]
-    outcomes = judge_sweep(good, configs)
-    found = verdict.verdicts(outcomes, plan.run_id)
+    ranked, label_of, dropped, unproven, settings = on_evidence(good, configs)   # not applied: never ranked
+    evidence = verdict.evidence_lines(dropped, unproven)
+    outcomes = judge_sweep(ranked, configs, label_of)
+    found = verdict.verdicts(outcomes, plan.run_id) + [
+        schema.event("commbench", "not_applied", f"{key}: {why}", run_id=plan.run_id, sweep_config=key,
+                     applied=settings[key]) for key, why in dropped.items()]
     if out_file:
         with RecordWriter(out_file) as writer:
             for rec in found:
@@ -258,6 +290,9 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
     render(good if fmt == "nccl-tests" else records + found, fmt, table_fn)
     if plot:
         plot_sweep(good, plot)
+    if dropped:
+        click.echo(f"warning: {len(dropped)} of {len(configs)} configs ran without their setting (not applied: not "
+                   "ranked)", err=True)
     if failed:
         click.echo(f"error: {len(failed)} of {len(configs)} configs failed", err=True)
     if stopped:

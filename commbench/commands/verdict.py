@@ -9,6 +9,11 @@ reported once and never ranked against each other; their repeats are pooled.
 Per scope, the fastest group (geometric mean of its repeats) is the winner only when the interval
 of its time ratio to the runner-up (benchcore.results.stats: METHOD) lies wholly below 1. Otherwise the
 groups not significantly slower than the fastest are reported as "no significant difference".
+
+Decisions on evidence (on_evidence): a candidate whose requested setting did not take effect in any of its runs
+(commbench/evidence/applied.py: "not applied") is never ranked: it is reported "not applied: <evidence>", as a
+failed or interrupted run is. One whose setting no evidence proves ("unknown") is ranked, its name marked
+UNPROVEN, and the reason is said. A candidate that requested nothing is ranked as it is.
 """
 from dataclasses import dataclass
 from functools import cached_property
@@ -19,6 +24,10 @@ from benchcore.units import format_size
 from commbench.cases.case import TOTAL, work_key
 from commbench.cases.collectives import DTYPES
 from commbench.cases.registry import case_of, record_label
+from commbench.evidence.applied import APPLIED, NOT_APPLIED, UNKNOWN
+
+UNPROVEN = " (unproven)"                   # the mark of a ranked candidate whose setting no evidence proves
+WORST_FIRST = (NOT_APPLIED, UNKNOWN, APPLIED)
 
 
 @dataclass
@@ -149,3 +158,40 @@ def equivalence_lines(outcomes):
             per.setdefault((out.item, sets), []).append(out.size)
     return [f"same operations{' in ' + item if item else ''} at {_sizes_text(sizes)} (one row each, never ranked): "
             + "; ".join(f"[{s}]" for s in sets) for (item, sets), sizes in per.items()]
+
+
+def settings_of(records, candidate_of, judged):
+    """{candidate: {VAR: {status, evidence}}}: each candidate's requested settings (judged(rec): {VAR: {status,
+    evidence}} of a measurement record) at their worst over its records: not applied, then unknown, then applied."""
+    out = {}
+    for rec in records:
+        if rec.get("event"):
+            continue
+        mine = out.setdefault(candidate_of(rec), {})
+        for var, st in (judged(rec) or {}).items():
+            if var not in mine or WORST_FIRST.index(st["status"]) < WORST_FIRST.index(mine[var]["status"]):
+                mine[var] = st
+    return out
+
+
+def on_evidence(records, candidate_of, judged):
+    """(the records to rank, candidate_of with UNPROVEN marks, {candidate: 'VAR: evidence' of a setting not applied},
+    {candidate: 'VAR: why unknown'}, the settings (settings_of)): the rule of this module's docstring."""
+    settings = settings_of(records, candidate_of, judged)
+
+    def said(cand, status):
+        return "; ".join(f"{var}: {st['evidence']}" for var, st in settings[cand].items() if st["status"] == status)
+    dropped = {c: said(c, NOT_APPLIED) for c, st in settings.items() if any(v["status"] == NOT_APPLIED
+                                                                              for v in st.values())}
+    unproven = {c: said(c, UNKNOWN) for c, st in settings.items() if c not in dropped and any(
+        v["status"] == UNKNOWN for v in st.values())}
+    kept = [r for r in records if r.get("event") or candidate_of(r) not in dropped]
+    return (kept, lambda rec: candidate_of(rec) + (UNPROVEN if candidate_of(rec) in unproven else ""),
+            dropped, unproven, settings)
+
+
+def evidence_lines(dropped, unproven):
+    """The lines a command says about its candidates' settings: not applied (never ranked), unknown (ranked,
+    marked)."""
+    return ([f"not applied: {c}: {why} (not ranked)" for c, why in dropped.items()]
+            + [f"unknown: {c}{UNPROVEN}: {why} (ranked, unproven)" for c, why in unproven.items()])

@@ -1,7 +1,7 @@
 """The catalogue of environment variables users sweep, with allowed values and meaning.
 
 Sources: NCCL's environment-variable documentation (docs.nvidia.com/deeplearning/nccl,
-"Environment Variables"), PyTorch's ProcessGroupNCCL and Gloo documentation.
+"Environment Variables"), PyTorch's ProcessGroupNCCL and Gloo documentation, Open MPI's MCA parameters (ompi_info).
 """
 import csv
 import difflib
@@ -63,7 +63,7 @@ NCCL_COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast", "red
 # Who reads a variable, by prefix (longest first): NCCL reads NCCL_* when a communicator is created;
 # PyTorch's NCCL process group reads TORCH_NCCL_*; CUDA_* matter on GPUs only; Gloo reads GLOO_*; commbench itself reads its test hooks.
 READERS = (("TORCH_NCCL_", ("nccl",)), ("NCCL_", ("nccl",)), ("CUDA_", ("nccl",)), ("GLOO_", ("gloo",)),
-           ("COMMBENCH_", ("nccl", "gloo", "mpi")))
+           ("OMPI_MCA_", ("mpi",)), ("COMMBENCH_", ("nccl", "gloo", "mpi")))
 
 
 def read_by(name):
@@ -147,6 +147,9 @@ CATALOGUE = {v.name: v for v in [
     Var("CUDA_DEVICE_MAX_CONNECTIONS", "Hardware work queues per GPU; Megatron sets 1 so that communication kernels "
         "are launched before the GEMMs they overlap.", int_range=(1, 32)),
     Var("GLOO_SOCKET_IFNAME", "Interface Gloo binds, e.g. eth0 (commbench picks the one that routes to the peer)."),
+    Var("OMPI_MCA_btl", "Open MPI's byte transfer layers, e.g. self,tcp (TCP even between local ranks), self,sm, "
+        "^tcp (ompi_info lists them)."),
+    Var("OMPI_MCA_pml", "Open MPI's point-to-point layer: ob1 (over the BTLs), ucx, cm (ompi_info lists them)."),
 ]}
 # The test hooks (commbench/cases/faults.py: COMMBENCH_TEST_*) act only in a process whose environment has the test
 # suite's switch; without it no --env, matrix or spec may name one, whatever it allows.
