@@ -33,7 +33,7 @@ from benchcore.results.read import load_many
 from benchcore.results.records import RecordWriter, new_run_id, read_records
 from commbench.commands import history
 from commbench.commands.accept import drain
-from commbench.commands.accept.gates import is_path
+from commbench.commands.accept.gates import expect_outcome, is_path
 from commbench.commands.accept.init import init_text
 from commbench.commands.accept.outputs import EXIT_FAIL, EXIT_PASS, Written, summary, verdict_event, write_outputs
 from commbench.commands.accept.spec import Check, load_spec
@@ -182,6 +182,8 @@ def judge(result, baseline):
     result.outcomes = [thresholds.judge(t, result.records, baseline) for t, _ in result.check.thresholds]
     if result.check.row.verdict:
         result.outcomes.append(own_verdict(result))
+    if result.check.expect:      # what NCCL reported it ran, whatever the numbers say
+        result.outcomes.append(expect_outcome(result.check.expect, result.records))
     return result
 
 

@@ -29,11 +29,11 @@ from typing import Optional
 from benchcore import inputs
 from benchcore.errors import UserError
 from benchcore.results import thresholds
-from commbench.commands.accept.gates import check_cluster, check_env
+from commbench.commands.accept.gates import check_cluster, check_env, check_expect
 from commbench.commands.accept.kinds import KINDS, VALUES, is_argument
 from commbench.launch.spec import allocation_nodes
 
-COMMON = ("name", "kind", "thresholds", "timeout", "env", "allow_paths", "allow_unknown_env")
+COMMON = ("name", "kind", "thresholds", "timeout", "env", "allow_paths", "allow_unknown_env", "expect")
 TOP = ("topology", "cluster", "checks", "history")
 DEFAULT_TIMEOUT_S = 900
 MAX_TIMEOUT_S = 7 * 86400
@@ -57,6 +57,7 @@ class Check:
     env: dict
     allow_unknown_env: bool = False
     allow_paths: bool = False
+    expect: Optional[dict] = None     # what NCCL must report it ran: {algo: NVLS, gdr: all, net: IB} (gates.py)
 
     @property
     def row(self):
@@ -226,6 +227,8 @@ def _check(raw, topology, fail_at, lines):
         if not isinstance(value, bool):
             fail(key, f"check {_q(name)}: {key} is true or false")
     env = check_env(raw.get("env") or {}, allow, paths, lambda message: fail("env", f"check {_q(name)}: {message}"))
+    expect = check_expect(raw["expect"], lambda message: fail("expect", f"check {_q(name)}: {message}")) \
+        if "expect" in raw else None
     texts = raw.get("thresholds")
     if not isinstance(texts, list) or not texts:
         fail("thresholds" if "thresholds" in raw else None, f"check {_q(name)}: thresholds must be a non-empty list")
@@ -242,5 +245,6 @@ def _check(raw, topology, fail_at, lines):
             fail_at(texts, i, f"check {_q(name)}: threshold {_q(text)}: {_q(threshold.group)} is none of what this "
                               f"check measures ({', '.join(sorted(groups))})")
         judged.append((threshold, lines.get(id(texts), {}).get(i)))
-    return Check(name, raw["kind"], lines.get(id(raw), {}).get(None, 1), values, judged, timeout, env, allow, paths)
+    return Check(name, raw["kind"], lines.get(id(raw), {}).get(None, 1), values, judged, timeout, env, allow, paths,
+                 expect)
 
