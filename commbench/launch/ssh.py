@@ -35,6 +35,7 @@ from benchcore.errors import UserError
 from benchcore.files import open_append, replace_text
 from benchcore.inputs import read_text, shown
 from commbench.launch.liveness import CHANNEL, REMOTE_STATUS
+from commbench.transports import envvars
 
 DEFAULT_SSH = "ssh -o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=5 -o ServerAliveCountMax=3 {host}"
 HOST = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}@)?[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}")
@@ -72,14 +73,30 @@ def host_list(hosts, hostfile):
         if not HOST.fullmatch(h):
             raise UserError(f"{what}: {label(h)} is not a host name ([user@]host: letters, digits, "
                             "'.', '-', '_'; not starting with '-')")
-    local = [h for h in names if rdzv_host(h) == "localhost" or rdzv_host(h).startswith("127.")]
+    local = [h for h in names if host_key(h) == "localhost" or host_key(h).startswith("127.")]
     if local and len(names) > 1:
         raise UserError(f"{what}: {label(local[0])} names each host itself (the rendezvous is on the first host, "
                         "which every other must reach): give names or addresses the hosts reach each other by")
-    twice = sorted({h for h in names if names.count(h) > 1}) if len(set(names)) < len(names) else []
-    if twice:
-        raise UserError(f"{what} names {label(twice[0])} twice (one agent per host)")
+    seen = {}
+    for h in names:
+        first = seen.setdefault(host_key(h), h)
+        if first is not h:
+            twice = f"{label(h)} twice" if first == h else f"{label(first)} and {label(h)}, one host"
+            raise UserError(f"{what} names {twice} (one agent per host)")
     return names
+
+
+def host_key(host):
+    """What tells two hosts apart: the host without its user@; a name without case or a trailing dot (DNS); an IPv4
+    address in the one form its every spelling means (10.1 and 010.0.0.1 are spellings inet_aton, and so ssh,
+    reads). Names are not looked up: a name and its address count as two hosts."""
+    name = rdzv_host(host).rstrip(".").lower()
+    if re.fullmatch(r"[0-9a-fx.]+", name):
+        try:
+            return socket.inet_ntoa(socket.inet_aton(name))
+        except OSError:
+            pass
+    return name
 
 
 def ssh_words(template, host):
@@ -108,8 +125,11 @@ PER_NODE = ("COMMBENCH_STATUS_DIR", "COMMBENCH_LOCAL_ADDR", "COMMBENCH_RECORD_NO
 
 def forwarded_env(spec):
     """What a node's agent gets of this environment (ssh starts it with its own): the NCCL/Gloo/torch settings and
-    commbench's, as srun and mpirun -x pass them; the launch's own env on top."""
-    env = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED) and k not in PER_NODE}
+    commbench's, as srun and mpirun -x pass them, the catalogue's variables (UCX_TLS, CUDA_DEVICE_MAX_CONNECTIONS,
+    ...) and those a spec's check named (envvars.NAMED_ENV); the launch's own env on top. They travel as JSON on
+    ssh's stdin and reach torchrun as its environment: no shell reads a value on either side."""
+    names = envvars.launch_names(os.environ)
+    env = {k: v for k, v in os.environ.items() if (k.startswith(FORWARDED) or k in names) and k not in PER_NODE}
     return {**env, **spec.env}
 
 

@@ -155,6 +155,17 @@ CATALOGUE = {v.name: v for v in [
 # suite's switch; without it no --env, matrix or spec may name one, whatever it allows.
 TEST_HOOK = "COMMBENCH_TEST_"
 TEST_SWITCH = "COMMBENCH_TEST_HOOKS"
+# The variables a spec's check set (accept names them here for the `commbench run` it starts, which cannot tell them
+# from the rest of its environment): a launcher whose ranks start in an environment of their own (ssh) passes them
+# on with the catalogue's, and every rank records what it saw of them.
+NAMED_ENV = "COMMBENCH_ENV_NAMES"
+
+
+def launch_names(environ):
+    """The names in environ a launch sets for its ranks beyond the prefixes every launcher passes: the catalogue's
+    and those NAMED_ENV lists."""
+    named = {n for n in environ.get(NAMED_ENV, "").split(",") if NAME.fullmatch(n)}
+    return {k for k in environ if k in CATALOGUE or k in named}
 
 
 def hooks_on():

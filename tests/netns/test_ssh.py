@@ -91,6 +91,16 @@ def test_host_that_refuses_ssh_is_named(clean, tmp_path):
     assert took < 25, took   # the other hosts' agents were stopped, not left waiting for the rendezvous
 
 
+def test_one_host_under_two_spellings_gets_no_second_agent(clean):
+    """Issue 46 N15: case, a trailing dot and a user@ are one host to DNS and sshd: refused in one line, before any
+    ssh starts."""
+    for hosts in ([clean.host(0), clean.host(0).upper()], [clean.host(1), f"{clean.host(1)}."],
+                  [clean.host(0), clean.host(1), f"root@{clean.host(1)}"]):
+        done = commbench(clean, "run", "--collective", "all_reduce", "-b", "1K", "-e", "1K", *QUICK, hosts=hosts)
+        assert done.returncode == 2 and errors(done.stderr) == [
+            f"error: --hosts names {hosts[-2]} and {hosts[-1]}, one host (one agent per host)"], done.stderr
+
+
 def test_a_hang_is_diagnosed_as_with_the_other_launchers(clean, tmp_path):
     """Rank 1 stops (alive) before timed operation 3: rank 0's watchdog names it, exit 4, nothing left behind."""
     done = clean.run(0, ["env", *(f"{k}={v}" for k, v in HOOKS_ON.items()), "COMMBENCH_TEST_STALL=1:3",
@@ -156,9 +166,14 @@ def test_ctrl_c_stops_every_host(clean, tmp_path):
     assert [r for r in read_records(out) if not r.get("event")]
 
 
+# a spec's env outside NCCL_/GLOO_/TORCH_ (issue 46 N13): the catalogue's, and one only allow_unknown_env lets in,
+# whose value a shell would split and run
+SPEC_ENV = {"UCX_TLS": "tcp", "CUDA_DEVICE_MAX_CONNECTIONS": "1", "SITE_NOTE": "a b'c\"; $(id) `id`"}
+
+
 def test_pairs_and_accept_take_the_host_list_and_write_the_history(clean, tmp_path):
     """pairs over 4 hosts, then an accept whose 2-node check starts over ssh on the first 2 (at least half the
-    shaped rate), both appending to one history."""
+    shaped rate) with a spec's env that each host's ranks saw as given, both appending to one history."""
     hist = tmp_path / "health.jsonl"
     done = commbench(clean, "pairs", "--size", "1M", "--rounds", 1, "-n", 2, "-w", 1, "--timeout", 30,
                      "--rdzv-timeout", 30, "--history", hist, "--out", tmp_path / "pairs.jsonl")
@@ -167,7 +182,8 @@ def test_pairs_and_accept_take_the_host_list_and_write_the_history(clean, tmp_pa
     assert verdict["passed"] is True and verdict["bad_nodes"] == [] and verdict["bad_links"] == []
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"history: {hist}\nchecks:\n  - name: ar\n    kind: commbench\n    collective: all_reduce\n"
-                    "    nodes: 2\n    min_bytes: 4M\n    max_bytes: 4M\n    iters: 3\n    thresholds:\n"
+                    "    nodes: 2\n    min_bytes: 4M\n    max_bytes: 4M\n    iters: 3\n    allow_unknown_env: true\n"
+                    f"    env: {json.dumps(SPEC_ENV)}\n    thresholds:\n"
                     "      - wrong == 0\n"
                     f"      - busbw >= {0.5 * parse_rate(RATE) / 8e9:.4f} GB/s\n")   # half the shaped rate
     done = clean.run(0, [BIN / "commbench", "accept", "--spec", spec, "--out", tmp_path / "acc", "--hosts",
@@ -175,6 +191,8 @@ def test_pairs_and_accept_take_the_host_list_and_write_the_history(clean, tmp_pa
     assert done.returncode == 0, done.stdout + done.stderr
     recs = [r for r in read_records(tmp_path / "acc" / "results.jsonl") if not r.get("event")]
     assert recs and all(r["launcher"] == "ssh" and r["hosts"] == clean.hosts(2) for r in recs)
+    for rec in recs:   # N13: what both hosts' ranks saw (one env: every rank's was the same), the spec's as given
+        assert {k: rec["env"].get(k) for k in SPEC_ENV} == SPEC_ENV, rec["env"]
     entries = [json.loads(ln) for ln in hist.read_text().splitlines()]
     assert [(e["source"], e["node"], e["result"]) for e in entries] == \
         [("pairs", h, "pass") for h in clean.hosts()] + [("accept", h, "pass") for h in clean.hosts(2)]

@@ -38,6 +38,7 @@ from commbench.commands.accept.init import init_text
 from commbench.commands.accept.outputs import EXIT_FAIL, EXIT_PASS, Written, summary, verdict_event, write_outputs
 from commbench.commands.accept.spec import Check, load_spec
 from commbench.launch.ssh import DEFAULT_SSH, host_list
+from commbench.transports import envvars
 from commbench.transports.envvars import CATALOGUE
 from iobench.cli import cli as iobench_cli
 
@@ -66,7 +67,7 @@ class Result:
 
 
 def _env(check):
-    return {**os.environ, **check.env}
+    return {**os.environ, **check.env, envvars.NAMED_ENV: ",".join(check.env)}   # the launch passes them on
 
 
 def _reason(rc, stderr, node):
