@@ -74,7 +74,7 @@ def named_nodes(result):
     for rec in result.records:
         if rec.get("event") == "verdict":
             for node in rec.get("bad_nodes") or []:
-                named.setdefault(node, f"pairs: {rec.get('reason')}")
+                named.setdefault(node, f"{rec.get('check') or 'pairs'}: {rec.get('reason')}")   # pairs, node
         elif rec.get("event") == "hang":
             for r in rec.get("ranks") or []:
                 if isinstance(r, dict) and r.get("state") in HANG_CULPRITS:

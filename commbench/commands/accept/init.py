@@ -99,7 +99,7 @@ each size ({100 - BW_MARGIN * 100:.0f} % under
 {published_line}
       - wrong == 0
       - no regression > 5 % vs baseline
-{_expected_check(topo, nodes, expected, published) if topo.gpus_per_node else ""}  - name: all_reduce-latency
+{_expected_check(topo, nodes, expected, published) if topo.gpus_per_node else ""}{_node_check(topo) if topo.gpus_per_node else ""}  - name: all_reduce-latency
     kind: commbench
     collective: all_reduce
     nodes: {nodes}
@@ -163,4 +163,20 @@ def _expected_check(topo, nodes, expected, published):
       # (ring-level where NVLS is expected: NCCL_NVLS_ENABLE, nvidia-fabricmanager, the driver), below 0.9 of
       # the published or modelled level, or above every ceiling fails this check.
       - wrong == 0
+"""
+
+
+def _node_check(topo):
+    """The `node` check: commbench node's quick level on the node accept runs on (its Prolog's), against the
+    topology's GPUs, NVLinks and InfiniBand ports."""
+    links = topo.nvlink_links if topo.fabric in ("nvswitch", "nvlink") else 0
+    return f"""  - name: node-health
+    kind: node
+    level: quick               # counters and state, no load, a few seconds; full: a load on every GPU (30 s)
+    # commbench node judges each GPU and InfiniBand port itself (commbench/health/checks.py): DCGM's hardware limits
+    # and health watch (NVIDIA/DCGM 72fa3fe: retired pages 63, row-remap failure, uncorrectable ECC, NVLink replay
+    # and recovery errors, PCIe replays), NVIDIA's row-remap RMA policy, gpud's ports; expected from the topology:
+    # {topo.gpus_per_node} GPUs, {links} NVLinks each, {topo.nics_per_node} InfiniBand ports at \
+{topo.nic_gbps * 8:g} Gb/s. A failing GPU
+    # or port fails the check, and --on-fail drain drains that node alone, the failing item as the reason.
 """

@@ -142,6 +142,10 @@ KINDS = {
                    "hang_timeout": ("--hang-timeout", "whole")},
                   required=("nodes",), dry_run=True, nodes_key="nodes", groups=lambda check: {"sendrecv", "all_reduce"},
                   verdict="pairs verdict: no bad node, no bad link"),
+    "node": Kind("commbench", "commbench.commands.cli", lambda check: ["node"],
+                 {"level": ("--level", "text"), "seconds": ("--seconds", "whole"), "topology": ("--topology", "text")},
+                 top_topology=True, verdict="node verdict: no GPU or InfiniBand port failing a check of "
+                                            "commbench/health/checks.py (DCGM's, NVIDIA's and gpud's thresholds)"),
     "overlap": Kind("commbench", "commbench.commands.cli",
                     lambda check: ["overlap", "--patterns", _joined(check["pattern"])],
                     {"pattern": (None, "names"), **SIZES, "nodes": ("--nodes", "whole"),

@@ -230,7 +230,9 @@ def _check(raw, topology, fail_at, lines):
     expect = check_expect(raw["expect"], lambda message: fail("expect", f"check {_q(name)}: {message}")) \
         if "expect" in raw else None
     texts = raw.get("thresholds")
-    if not isinstance(texts, list) or not texts:
+    if texts is None and kind.verdict and not kind.groups(values):   # it measures nothing: its verdict is its judge
+        texts = []
+    if not isinstance(texts, list) or not texts and (kind.groups(values) or not kind.verdict):
         fail("thresholds" if "thresholds" in raw else None, f"check {_q(name)}: thresholds must be a non-empty list")
     judged = []
     for i, text in enumerate(texts):
