@@ -139,9 +139,10 @@ def diff_command(tool):
     return command
 
 
-def report_command(tool, judge=None):
+def report_command(tool, judge=None, notes=None):
     """judge(records, topology) -> verdict events: the tool's own judgement of the numbers against a system, in the
-    report's notes (commbench judge's, under --topology)."""
+    report's notes (commbench judge's, under --topology); notes(records) -> events the report's notes always show
+    (commbench: each run's evidence of what ran)."""
     files, old, saved = EXAMPLES[tool]
 
     @click.command("report", help=f"""Markdown, a self-contained HTML page (images inside), PNG plots and the data
@@ -163,6 +164,8 @@ def report_command(tool, judge=None):
         base = _load_side(list(baselines), "--baseline") if baselines else []
         if topology:
             records = records + judge(records, topology)
+        if notes:
+            records = records + notes(records)
         written = page.write(list(paths), records, out, list(baselines), base, fmt, title)
         click.echo(f"wrote {', '.join(written)} in {out}", err=True)
     if judge:
@@ -172,8 +175,8 @@ def report_command(tool, judge=None):
     return command
 
 
-def add_to(group, tool, judge=None):
-    """Add import, diff and report to a CLI group; judge: see report_command."""
+def add_to(group, tool, judge=None, notes=None):
+    """Add import, diff and report to a CLI group; judge, notes: see report_command."""
     group.add_command(import_command(tool))
     group.add_command(diff_command(tool))
-    group.add_command(report_command(tool, judge))
+    group.add_command(report_command(tool, judge, notes))

@@ -56,7 +56,13 @@ def report_judge(records, topology):
     return report_verdict(records, topology)
 
 
-commands.add_to(cli, "commbench", judge=report_judge)  # import, diff, report (benchcore)
+def report_notes(records):
+    """report: each run's evidence of what ran (commbench/evidence/report.py), in the report's notes."""
+    from commbench.evidence.report import evidence_events
+    return evidence_events(records)
+
+
+commands.add_to(cli, "commbench", judge=report_judge, notes=report_notes)  # import, diff, report (benchcore)
 
 
 def main():
