@@ -63,7 +63,7 @@ def run_cli(group):
     try:
         group.main(standalone_mode=False)
     except UserError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {printable(exc)}", err=True)
         sys.exit(EXIT_USAGE)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)

@@ -5,7 +5,7 @@ titles that name the command. Functions that make a figure return it (tests read
 writes one as a new file."""
 import math
 
-from benchcore.errors import UserError
+from benchcore.errors import UserError, printable
 from benchcore.files import write_new
 from benchcore.inputs import name
 from benchcore.units import format_size
@@ -125,10 +125,22 @@ def line_figure(series, xlabel, ylabel, title, log_y=False, size_x=True):
     return fig
 
 
+def printable_texts(fig):
+    """Every text of fig (titles, labels, legends, ticks) through errors.printable: a record's run id or env holding
+    an escape sequence draws as spaces, never as a glyph matplotlib warns it lacks."""
+    from matplotlib.text import Text
+    for text in fig.findobj(Text):
+        shown = printable(text.get_text())
+        if shown != text.get_text():
+            text.set_text(shown)
+    return fig
+
+
 def save(fig, path, dpi=110):
     """fig as a new file at path (a --plot), in the format its suffix names, legends beside the axes kept whole;
     nothing there is replaced or followed (benchcore.files)."""
     import os
+    printable_texts(fig)
     fmt = os.path.splitext(str(path))[1].lstrip(".").lower() or "png"
     try:
         write_new(path, lambda f: fig.savefig(f, format=fmt, dpi=dpi, bbox_inches="tight"), "--plot", binary=True)

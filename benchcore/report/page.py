@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchcore.errors import UserError
+from benchcore.errors import UserError, printable
 from benchcore.files import output_dir
 from benchcore.importers import fio_json as fiojson
 from benchcore.report.plots import plots, run_of, saved
@@ -214,13 +214,13 @@ def md(text):
     """Text from records, file names or a spec as Markdown shows it literally, on one line: & and < as entities
     (no tag can open: a <script> or <svg onload> in a check name stays text; '>=' stays readable) and
     Markdown's punctuation escaped."""
-    text = " ".join(str(text).split()).replace("&", "&amp;").replace("<", "&lt;")
+    text = " ".join(printable(text).split()).replace("&", "&amp;").replace("<", "&lt;")
     return MD_SPECIAL.sub(r"\\\1", text)
 
 
 def _md_cell(value, fmt):
     text = md(cell(value, fmt))     # one line: a table row never breaks
-    return f"[{text}](#{html.escape(value.anchor)})" if isinstance(value, Link) else text
+    return f"[{text}](#{escape(value.anchor)})" if isinstance(value, Link) else text
 
 
 def _md_table(caption, columns, rows):
@@ -240,7 +240,7 @@ def markdown(doc):
         lines += _md_table(*doc.summary)
     lines += [f"- {md(n)}" for n in doc.notes] + ([""] if doc.notes else [])
     for sec in doc.sections:
-        lines += ([f'<a id="{html.escape(sec.anchor)}"></a>', ""] if sec.anchor else []) + [f"## {md(sec.title)}", ""]
+        lines += ([f'<a id="{escape(sec.anchor)}"></a>', ""] if sec.anchor else []) + [f"## {md(sec.title)}", ""]
         lines += [x for line in sec.lines for x in (md(line), "")]
         for table in sec.tables:
             lines += _md_table(*table)
@@ -249,7 +249,13 @@ def markdown(doc):
     return "\n".join(lines)
 
 
-def _html_table(caption, columns, rows, e=html.escape, attrs=""):
+def escape(text):
+    """Text as HTML shows it literally: errors.printable (no escape sequence reaches a terminal that shows the
+    file), then html.escape."""
+    return html.escape(printable(text))
+
+
+def _html_table(caption, columns, rows, e=escape, attrs=""):
     out = [f"<table{attrs}>" + (f"<caption>{e(caption)}</caption>" if caption else "") + "<thead><tr>" +
            "".join(f"<th>{e(h)}</th>" for _, h, _ in columns) + "</tr></thead><tbody>"]
     for r in rows:
@@ -271,7 +277,7 @@ STYLE = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;
 
 def page(doc, directory):
     """One HTML file with everything inside: styles inline, images as data: URIs (no external asset)."""
-    e = html.escape
+    e = escape
     parts = ["<!DOCTYPE html>", "<html><head><meta charset=\"utf-8\" />", f"<title>{e(doc.title)}</title>",
              f"<style>{STYLE}</style>", "</head><body>", f"<h1>{e(doc.title)}</h1>"]
     if doc.verdict:

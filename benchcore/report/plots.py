@@ -201,7 +201,7 @@ def _save(figure, f):
     about."""
     import numpy
     with numpy.errstate(over="ignore"):
-        fig = figure()
+        fig = figures.printable_texts(figure())
         fig.savefig(f, format="png", dpi=100)
     figures.pyplot().close(fig)
 

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
+from benchcore.errors import printable
 from benchcore.results.records import dumps
 
 FORMATS = ("table", "json", "csv")
@@ -32,11 +33,13 @@ def console(stderr=False):
 
 
 def _cell(value, fmt):
+    """A table's cell as text: every text passes errors.printable (a record's, a host's or a file's words never move
+    the terminal's cursor or reset it)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
     if fmt and isinstance(value, (int, float)):
         return format(value, fmt)
-    return str(value)
+    return printable(value)
 
 
 def print_table(rows, columns, title=None, out=None, compact=False):
@@ -47,6 +50,8 @@ def print_table(rows, columns, title=None, out=None, compact=False):
     instead; with out, as asked (commbench/output.py fits its own layouts). compact: nccl-tests' look, columns two
     spaces apart under a rule."""
     cells = [[_cell(row.get(key), fmt) for key, _, fmt in columns] for row in rows]
+    columns = [(key, printable(header), fmt) for key, header, fmt in columns]
+    title = printable(title) if title else title
     table = _table(cells, columns, title, wrap=False, compact=compact)
     if out is None:
         out = console()
@@ -99,10 +104,11 @@ FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\\r")
 
 def _inert(value):
     """A text cell a spreadsheet shows as text: an apostrophe before a formula's first character, and a CR (which
-    pandas' CSV leaves unquoted, splitting the row) written as the two characters \\r."""
+    pandas' CSV leaves unquoted, splitting the row) written as the two characters \\r; escape sequences and other
+    controls (errors.printable) as spaces, so that `cat results.csv` is safe too."""
     if not isinstance(value, str):
         return value
-    value = value.replace("\r", "\\r")
+    value = printable(value.replace("\r", "\\r"))
     return "'" + value if value.startswith(FORMULA_STARTS) else value
 
 

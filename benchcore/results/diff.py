@@ -15,7 +15,7 @@ change counts, the geometric mean per group and the rows found on one side only.
 """
 from dataclasses import dataclass
 
-from benchcore.errors import UserError
+from benchcore.errors import UserError, printable
 from benchcore.inputs import finite
 from benchcore.results import stats, usable
 from benchcore.results.joined import join, sort_key
@@ -223,6 +223,7 @@ def table(lines):
 def plain(rows, left=1):
     """rows (the first the headers) as columns two spaces apart under a rule, the first `left` columns and the last
     left-aligned, the numbers right-aligned (nccl-tests' look; plain text, fast for 10,000 rows)."""
+    rows = [[printable(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     last = len(widths) - 1
 
@@ -268,7 +269,7 @@ def text(lines, only_base, only_new, threshold):
     if failing:
         out.append(f"failing rows: {sum(failing.values())} of {len(broken) + len(only_base)} baseline rows ("
                    + ", ".join(f"{n} {k}" for k, n in failing.items()) + ")")
-    return "\n".join(out) + "\n"
+    return "\n".join(printable(line) for block in out for line in block.split("\n")) + "\n"
 
 
 def _count(items):
