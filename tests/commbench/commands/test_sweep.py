@@ -288,3 +288,64 @@ def test_a_sweep_on_mpi_says_mpi_reads_no_nccl_variable():
                     "--allow-unknown", "--backend", "mpi", "--dry-run", *SMALL)
     assert proc.returncode == 0, proc.stderr
     assert "warning: NCCL_ALGO is not read by mpi, which this sweep runs on" in proc.stderr
+
+
+MPI_BTL = {"baseline": False, "configs": [{"OMPI_MCA_btl": "self,tcp"}, {"OMPI_MCA_btl": "self,sm"}]}
+
+
+def mpi_sweep(tmp_path, name, matrix, mpirun_args=""):
+    """A sweep on 2 real Open MPI ranks (one launch per config, one round); (exit status, stdout, records)."""
+    path, out = tmp_path / f"{name}.yaml", tmp_path / f"{name}.jsonl"
+    path.write_text(json.dumps(matrix))
+    proc = run_tool("commbench", "sweep", "--backend", "mpi", "--matrix", path, "--allow-unknown", "--repeats", 1,
+                    "--place", "out", *SMALL, "--out", out, "--format", "table", cwd=tmp_path,
+                    env={"COMMBENCH_MPIRUN_ARGS": mpirun_args, "COLUMNS": "200"})
+    return proc, read_records(out)
+
+
+def settings_of(recs):
+    return {r["sweep_config"]: r["applied"] for r in recs if not r.get("event") and "applied" in r}
+
+
+@pytest.mark.slow
+def test_a_btl_sweep_proves_tcp_was_forced_over_shared_memory(tmp_path):
+    """OMPI_MCA_btl=self,tcp between two ranks of one host: Open MPI's own selection output says tcp carried every
+    message (sm does otherwise): both configs applied, both ranked."""
+    proc, recs = mpi_sweep(tmp_path, "btl", MPI_BTL)
+    assert proc.returncode == 0, proc.stderr
+    measured = [r for r in recs if not r.get("event")]
+    assert {r["sweep_config"]: r["effective"]["btl"] for r in measured} == {
+        "OMPI_MCA_btl=self,tcp": ["tcp"], "OMPI_MCA_btl=self,sm": ["sm"]}
+    assert all(r["effective"]["pml"] == "ob1" and r["effective"]["links"] == {"0": {"1": r["effective"]["btl"][0]},
+                                                                              "1": {"0": r["effective"]["btl"][0]}}
+               for r in measured)
+    assert {k: v["OMPI_MCA_btl"]["status"] for k, v in settings_of(recs).items()} == {
+        "OMPI_MCA_btl=self,tcp": "applied", "OMPI_MCA_btl=self,sm": "applied"}
+    assert re.search(r"OMPI_MCA_btl=self,tcp +│ OMPI_MCA_btl +│ applied +│ only btl tcp carried messages", proc.stdout)
+    [found] = [r for r in recs if r.get("event") == "verdict"]
+    assert set(found["tied"] or [found["winner"], found["versus"]]) == {"OMPI_MCA_btl=self,tcp", "OMPI_MCA_btl=self,sm"}
+    assert "not applied" not in proc.stdout and "warning" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_btl_that_mpirun_overrides_is_not_ranked_and_an_unproven_one_is_marked(tmp_path):
+    """A setting made ineffective for real: mpirun's own `--mca btl self,sm` (COMMBENCH_MPIRUN_ARGS, as a site's
+    wrapper would pass it) outranks the environment's OMPI_MCA_btl=self,tcp, and Open MPI's selection shows sm carried
+    the messages: that config is reported not applied, with the evidence, and never ranked. A variable no row proves
+    (OMPI_MCA_mpi_yield_when_idle) is ranked, marked (unproven)."""
+    matrix = {**MPI_BTL, "configs": MPI_BTL["configs"] + [{"OMPI_MCA_mpi_yield_when_idle": "1"}]}
+    proc, recs = mpi_sweep(tmp_path, "over", matrix, "--mca btl self,sm")
+    assert proc.returncode == 0, proc.stderr
+    tcp = "OMPI_MCA_btl=self,tcp"
+    assert {r["effective"]["btl"][0] for r in recs if not r.get("event")} == {"sm"}
+    [dropped] = [r for r in recs if r.get("event") == "not_applied"]
+    assert dropped["sweep_config"] == tcp and dropped["applied"]["OMPI_MCA_btl"]["status"] == "not applied"
+    assert dropped["reason"].startswith(f"{tcp}: OMPI_MCA_btl: btl sm carried messages between ranks (rank 0 to 1: sm")
+    [found] = [r for r in recs if r.get("event") == "verdict"]
+    named = set(found["tied"] or [found["winner"], found["versus"]])
+    assert named == {"OMPI_MCA_btl=self,sm", "OMPI_MCA_mpi_yield_when_idle=1 (unproven)"}, found
+    assert f"not applied: {tcp}: OMPI_MCA_btl: btl sm carried messages" in proc.stdout
+    assert re.search(rf"{tcp} +│ OMPI_MCA_btl +│ not applied +│ btl sm carried", proc.stdout)
+    assert "unknown: OMPI_MCA_mpi_yield_when_idle=1 (unproven): OMPI_MCA_mpi_yield_when_idle: no evidence row" \
+        in proc.stdout
+    assert "warning: 1 of 3 configs ran without their setting (not applied: not ranked)" in proc.stderr
