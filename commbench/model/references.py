@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from benchcore.errors import UserError
-from benchcore.inputs import shown
+from benchcore.inputs import key as key_of
 from benchcore.units import format_size, parse_size
 
 ALGORITHMS = ("Ring", "Tree", "NVLS", "NVLSTree", "CollNetDirect", "CollNetChain", "PAT")   # NCCL's spellings
@@ -31,7 +31,7 @@ COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduc
 KINDS = ("measured", "threshold")
 DATE = re.compile(r"(19|20)\d\d-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?")
 FIELDS = ("collective", "size", "nodes", "ranks", "algorithm", "busbw", "kind", "nccl", "source", "date", "note")
-MAX_GBPS = 1e5            # 100 TB/s: past any link of this decade
+MIN_GBPS, MAX_GBPS = 1e-3, 1e5   # 8 Mbit/s to 100 TB/s: a rate outside is a typo (topology.RATE_GBPS)
 MAX_ENTRIES = 200
 
 
@@ -59,7 +59,7 @@ class Reference:
 
 
 def _number(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and 0 < v <= MAX_GBPS
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and MIN_GBPS <= v <= MAX_GBPS
 
 
 def _whole(v):
@@ -75,7 +75,7 @@ def _one(entry, where):
         raise UserError(f"{where}: not a mapping of fields")
     for key in entry:
         if key not in FIELDS:
-            raise UserError(f"{where}: unknown field {shown(repr(key), 40)} (known: {', '.join(FIELDS)})")
+            raise UserError(f"{where}: unknown field {key_of(key)} (known: {', '.join(FIELDS)})")
     if isinstance(entry.get("date"), datetime.date):      # YAML reads 2024-05-06 as a date
         entry = {**entry, "date": entry["date"].isoformat()}
     busbw = entry.get("busbw")
@@ -88,7 +88,7 @@ def _one(entry, where):
         ("ranks", entry.get("ranks") is None or _whole(entry.get("ranks")), "a whole number >= 1"),
         ("algorithm", entry.get("algorithm") in (None,) + ALGORITHMS, "one of " + ", ".join(ALGORITHMS)),
         ("busbw", len(pair) in (1, 2) and all(_number(x) for x in pair) and pair[0] <= pair[-1],
-         f"GB/s in (0, {MAX_GBPS:g}], or [low, high]"),
+         f"GB/s in {MIN_GBPS:g}..{MAX_GBPS:g}, or [low, high]"),
         ("kind", entry.get("kind", "measured") in KINDS, "one of " + ", ".join(KINDS)),
         ("nccl", entry.get("nccl") is None or _text(str(entry.get("nccl"))), "a version"),
         ("source", _text(entry.get("source")) and entry["source"].startswith(("https://", "http://")),
@@ -98,11 +98,11 @@ def _one(entry, where):
     ]
     for key, ok, what in checks:
         if not ok:
-            raise UserError(f"{where}: field {key} is {shown(repr(entry.get(key)), 60)}, expected {what}")
+            raise UserError(f"{where}: field {key}: expected {what}")     # never the value: the file may be anything
     try:
         size = parse_size(str(entry["size"]))
     except (UserError, ValueError):
-        raise UserError(f"{where}: field size is {shown(repr(entry['size']), 40)}, expected a size (8G, 16G)") from None
+        raise UserError(f"{where}: field size: expected a size (8G, 16G)") from None
     return Reference(collective=entry["collective"], size_bytes=size, nodes=entry["nodes"], low=float(pair[0]),
                      high=float(pair[-1]), source=entry["source"], date=entry["date"],
                      algorithm=entry.get("algorithm"), ranks=entry.get("ranks"), kind=entry.get("kind", "measured"),

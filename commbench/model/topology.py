@@ -77,10 +77,22 @@ def _count(lo):
     return lambda v: isinstance(v, int) and not isinstance(v, bool) and lo <= v <= MAX_COUNT
 
 
-def _number(positive):
-    """A finite number (.inf and .nan are refused), > 0 or >= 0."""
-    return lambda v: (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                      and (v > 0 if positive else v >= 0))
+# What a link can physically be (a finite number > 0 is not enough: a rate of 1e-320 GB/s made the model's time
+# inf): a rate per direction from 8 Mbit/s (1e-3 GB/s; tc-shaped test links are 400 Mbit/s and up) to 100 TB/s (an
+# NVLink 5 GPU moves 0.9 TB/s), a latency or per-call cost up to 1 s, a payload share from 1 % (TCP at MTU 1500: 96 %)
+RATE_GBPS = (1e-3, 1e5)
+LATENCY_US = (0.0, 1e6)
+FRACTION = (0.01, 1.0)
+
+
+def _number(bounds):
+    """A finite number (.inf and .nan are refused) within bounds (lo, hi), both included."""
+    lo, hi = bounds
+    return lambda v: (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and lo <= v <= hi)
+
+
+RATE = (_number(RATE_GBPS), f"a GB/s in {RATE_GBPS[0]:g}..{RATE_GBPS[1]:g} (one direction)")
+LATENCY = (_number(LATENCY_US), f"microseconds in {LATENCY_US[0]:g}..{LATENCY_US[1]:g}")
 
 
 def _choice(options):
@@ -98,26 +110,26 @@ SCHEMA = {
     "gpu": (False, _text, "text"),
     "intra_node.fabric": (True, _choice(FABRICS), "one of " + ", ".join(FABRICS)),
     "intra_node.link": (False, _text, "text"),
-    "intra_node.per_gpu_gbps": (True, _number(True), "a finite GB/s > 0"),
-    "intra_node.latency_us": (True, _number(False), "finite microseconds >= 0"),
+    "intra_node.per_gpu_gbps": (True, *RATE),
+    "intra_node.latency_us": (True, *LATENCY),
     "intra_node.nvlink_gen": (False, lambda v: _count(1)(v) and v <= 9, "a whole number in 1..9"),
     "intra_node.nvlink_links": (False, _count(1), f"a whole number in 1..{MAX_COUNT}"),
     "intra_node.nvswitch_gen": (False, lambda v: _count(1)(v) and v <= 9, "a whole number in 1..9"),
     "intra_node.nvls": (False, _flag, "true or false"),
     "inter_node.nics_per_node": (True, _count(1), f"a whole number in 1..{MAX_COUNT}"),
     "inter_node.nic": (False, _text, "text"),
-    "inter_node.per_nic_gbps": (True, _number(True), "a finite GB/s > 0"),
-    "inter_node.latency_us": (True, _number(False), "finite microseconds >= 0"),
+    "inter_node.per_nic_gbps": (True, *RATE),
+    "inter_node.latency_us": (True, *LATENCY),
     "inter_node.rank_to_nic": (True, _choice(RANK_TO_NIC), "one of " + ", ".join(RANK_TO_NIC)),
-    "inter_node.payload_fraction": (False, lambda v: _number(True)(v) and v <= 1, "a fraction in (0, 1]"),
+    "inter_node.payload_fraction": (False, _number(FRACTION), f"a fraction in {FRACTION[0]:g}..{FRACTION[1]:g}"),
     "inter_node.fabric": (False, _choice(INTER_FABRICS), "one of " + ", ".join(INTER_FABRICS)),
     "inter_node.sharp": (False, _flag, "true or false"),
-    "shared_memory.per_rank_gbps": (False, _number(True), "a finite GB/s > 0"),
-    "shared_memory.latency_us": (False, _number(False), "finite microseconds >= 0"),
+    "shared_memory.per_rank_gbps": (False, *RATE),
+    "shared_memory.latency_us": (False, *LATENCY),
     **{f"{s}.ceiling": (False, _choice(CEILINGS), "one of " + ", ".join(CEILINGS))
        for s in ("intra_node", "inter_node", "shared_memory")},
-    **{f"per_op_us.{b}": (False, _number(False), "finite microseconds >= 0") for b in OWN_COST_BACKENDS},
-    **{f"copy_engine.{k}": (False, _number(True), "a finite GB/s > 0") for k in COPY_KINDS},
+    **{f"per_op_us.{b}": (False, *LATENCY) for b in OWN_COST_BACKENDS},
+    **{f"copy_engine.{k}": (False, *RATE) for k in COPY_KINDS},
     "copy_engine.source": (False, _text, "text: where the copy-engine numbers were published"),
 }
 SECTIONS = ("intra_node", "inter_node", "shared_memory", "per_op_us", "copy_engine")
@@ -205,9 +217,9 @@ def validate(data, where):
             if required:
                 raise UserError(f"{where}: missing field {key} ({what})")
         elif not valid(flat[key]):
-            raise UserError(f"{where}: field {key} is {inputs.shown(repr(flat[key]), 60)}, expected {what}")
+            raise UserError(f"{where}: field {key}: expected {what}")     # never the value: the file may be anything
     if data.get("shared_memory") and flat.get("shared_memory.per_rank_gbps") is None:
-        raise UserError(f"{where}: missing field shared_memory.per_rank_gbps (a finite GB/s > 0)")
+        raise UserError(f"{where}: missing field shared_memory.per_rank_gbps ({RATE[1]})")
     if flat.get("intra_node.nvls") and not (flat.get("intra_node.fabric") == "nvswitch"
                                             and (flat.get("intra_node.nvswitch_gen") or 0) >= 3):
         raise UserError(f"{where}: field intra_node.nvls is true, which needs fabric nvswitch and nvswitch_gen >= 3 "

@@ -122,7 +122,7 @@ def test_the_model_command_shows_the_cost_and_the_reason(tmp_path):
 
 
 @pytest.mark.parametrize("per_op, field", [({"nccl": 3.0}, "unknown field 'per_op_us.nccl'"),
-                                           ({"gloo": -1}, "per_op_us.gloo is -1"),
+                                           ({"gloo": -1}, "per_op_us.gloo: expected microseconds in 0..1e+06"),
                                            ({"gloo": ".nan"}, "per_op_us.gloo")])
 def test_a_bad_per_op_cost_is_refused_in_one_line(tmp_path, per_op, field):
     path = calibrated_file(tmp_path / "bad.yaml", **per_op)

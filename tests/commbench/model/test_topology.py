@@ -376,3 +376,20 @@ def test_a_host_name_holding_a_newline_stays_in_its_comment_of_the_calibrated_fi
     done = subprocess.run(["unshare", "--uts", sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "{'name': 'x'}"
+
+
+@pytest.mark.parametrize("old, new, field", [
+    ("  per_gpu_gbps: 450", "  per_gpu_gbps: 1e-320", "intra_node.per_gpu_gbps: expected a GB/s in 0.001..100000"),
+    ("  per_nic_gbps: 50", "  per_nic_gbps: 1e6", "inter_node.per_nic_gbps: expected a GB/s in 0.001..100000"),
+    ("  latency_us: 9.6", "  latency_us: 1e7", "inter_node.latency_us: expected microseconds in 0..1e+06"),
+])
+def test_rates_and_latencies_outside_what_a_link_can_be_are_refused(tmp_path, old, new, field):
+    """N21: a subnormal rate passed "finite > 0" and made the model's time inf and its busbw 0.00."""
+    bad = tmp_path / "t.yaml"
+    text = GOOD.read_text()
+    assert old in text
+    bad.write_text(text.replace(old, new))
+    done = run_tool("commbench", "model", "--topology", bad, "--nodes", 2, "--collective", "all_reduce", "-b", "1M",
+                    "-e", "1G", "-f", 32)
+    assert_one_line_error(done, f"topology file {bad}: field {field}")
+    assert new.split(": ")[1] not in done.stderr
