@@ -146,6 +146,31 @@ EXTENSIONS = {
         "torch_cpu_s": "model-ckpt: the slowest rank's torch.save (write) or torch.load (read) of its files to or from "
                        "memory, no storage (serialisation, checksums, allocation), timed once beside the run",
         "fio_moved_ratio": "model-ckpt: bytes the counter saw during fio's same run / fio's bytes (median)",
+        "save_mode": "model-ckpt --save-mode: sync, async-thread or async-process (torch.distributed.checkpoint's "
+                     "save, async_save with a background thread or process); the figures below are medians over its "
+                     "checkpoints of the worst rank's (training waits for the slowest)",
+        "blocked_s": "save mode: seconds from the save call until training resumes (sync: the whole save)",
+        "staging_s": "save mode: seconds copying the state out for the background save (async; null for sync)",
+        "background_s": "save mode: seconds from the save call until its last byte is written and fsynced",
+        "durable_s": "save mode: seconds from the save call until every file and the directory are fsynced",
+        "step_s": "save mode: the training-like step's undisturbed seconds (a GEMM, step_n; median before and after)",
+        "steps_during": "save mode: steps that ran while the background save went on (fewest over ranks)",
+        "step_rate_during": "save mode: their rate over the undisturbed rate (1: no slowdown; lowest rank)",
+        "step_s_during": "save mode: their mean seconds", "step_lost_s": "save mode: step time lost beside the save",
+        "cost_s": "save mode: what one checkpoint costs training: blocked_s + step_lost_s",
+        "cost_s_max": "save mode: the costliest checkpoint's cost_s",
+        "first_save_s": "save mode: the untimed first save's seconds (the process mode starts its process then)",
+        "step_n": "save mode: the step GEMM's n (n x n by n x n)", "step_flops": "save mode: a step's flops (2 n^3)",
+        "step_device": "save mode: where the step ran (cpu, cuda)", "plan_cache": "save mode: DCP plan caching on",
+        "staging": "save mode: where the state was staged (pinned memory with CUDA, host memory otherwise)",
+        "mtbf_h": "save mode: the job's mean time between failures (hours) the interval is planned for",
+        "mtbf_source": "save mode: where mtbf_h comes from (--mtbf, or the public failure record it is scaled from)",
+        "interval_s": "save mode: Young's checkpoint interval sqrt(2 x cost_s x MTBF), at least background_s",
+        "training_lost": "save mode: share of training lost at that interval: cost / interval + (interval / 2 + "
+                         "not-yet-durable time + restart) / MTBF",
+        "restart_s": "model-ckpt --restart-ranks: seconds from starting the ranks to their first step after loading "
+                     "the latest checkpoint (cache dropped)", "restart_ranks": "model-ckpt: ranks that restarted",
+        "restart_wrong": "model-ckpt: tensors the restart loaded that differ from what was saved",
     },
 }
 
