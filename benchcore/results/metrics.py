@@ -92,6 +92,16 @@ def _bad_nodes(recs):
     return out
 
 
+HEALTH = {"ok": 0.0, "warn": 1.0, "fail": 2.0, "unknown": -1.0}
+
+
+def _health(recs):
+    """commbench node's lines (health events): 0 ok, 1 warn, 2 fail, -1 unknown."""
+    return [({"host": (r.get("hosts") or [_host(r)])[0], "subject": r.get("subject"), "item": r.get("item")},
+             HEALTH[r["health"]])
+            for r in recs if r.get("event") == "health" and r.get("health") in HEALTH]
+
+
 @dataclass(frozen=True)
 class Family:
     name: str
@@ -113,6 +123,9 @@ FAMILIES = (
            ("check", "spec"), _checks),
     Family("commbench_bad_node", "commbench", "1: the check named this node bad in the last run; 0: judged fine",
            ("host", "check"), _bad_nodes),
+    Family("commbench_node_health", "commbench", "commbench node's verdict per GPU, InfiniBand port and item in the "
+           "last run: 0 ok, 1 warn, 2 fail, -1 unknown (commbench/health/checks.py)", ("host", "subject", "item"),
+           _health),
     Family("iobench_bw_mbps", "iobench", "Storage bandwidth in MB/s (1e6 bytes/s), fio's or the checkpoint's; median "
            "of the run's records with these labels", IOBENCH_LABELS, _measured("bw_mbps", _iobench)),
     Family("iobench_lat_p99_us", "iobench", "99th percentile I/O latency in microseconds; median of the run's records "

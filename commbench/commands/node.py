@@ -7,6 +7,7 @@ import click
 from benchcore.inputs import shown
 from benchcore.report.render import print_table
 from benchcore.results import schema
+from benchcore.results.metrics import metrics_options, publish
 from benchcore.results.records import RecordWriter, dumps, hostname, new_run_id, output_file
 from commbench.health import copies
 from commbench.health.survey import LEVELS, failing, subjects, survey
@@ -65,6 +66,7 @@ def show(result):
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="json: the records (JSONL) on stdout.")
 @click.option("--out", default=None, metavar="FILE", help="Append the records (JSONL).")
+@metrics_options
 def node(level, seconds, topology, fmt, out):
     """This node's GPUs (NVML) and InfiniBand ports (sysfs), each line a verdict (ok, warn, fail, unknown) with its
     threshold and source: DCGM's health watch and hardware limits, NVIDIA's row-remap policy, gpud's ports.
@@ -86,6 +88,7 @@ def node(level, seconds, topology, fmt, out):
         with RecordWriter(path) as writer:
             for rec in recs:
                 writer.write(rec)
+    publish(recs, "commbench")
     if fmt == "json":
         for rec in recs:
             click.echo(dumps(rec))

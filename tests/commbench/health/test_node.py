@@ -97,8 +97,9 @@ def test_other_captured_systems(captured, capture, gpus, model, temp, nodes):
     ("edited-h100-gpu2-pcie-gen4-x8-q.txt", "GPU 2 00000000:3A:00.0", "PCIe link", "Gen4 x8 of Gen5 x16")])
 def test_a_failing_gpu_fails_the_node_and_names_itself(capture, gpu, item, value, tmp_path):
     """The CLI end to end: exit 1, 'error: verdict: ...' naming the GPU and item, and the records say it."""
-    out = tmp_path / "node.jsonl"
-    p = commbench("--seconds", str(SECONDS), "--out", str(out), env=hooks(capture, sysfs=IB / "gpud-h100"))
+    out, prom = tmp_path / "node.jsonl", tmp_path / "node.prom"
+    p = commbench("--seconds", str(SECONDS), "--out", str(out), "--metrics", str(prom),
+                  env=hooks(capture, sysfs=IB / "gpud-h100"))
     assert p.returncode == 1, p.stderr
     assert p.stderr.strip().startswith(f"error: verdict: {gpu} {item}: {value}"), p.stderr
     recs = [json.loads(line) for line in out.read_text().splitlines()]
@@ -106,6 +107,11 @@ def test_a_failing_gpu_fails_the_node_and_names_itself(capture, gpu, item, value
     assert [(r["subject"], r["item"]) for r in bad] == [(gpu, item)]
     assert recs[-1]["passed"] is False and recs[-1]["bad_nodes"] == [recs[-1]["hosts"][0]]
     assert "DCGM" in bad[0]["source"] or "NVIDIA" in bad[0]["source"]
+    host = recs[-1]["hosts"][0]
+    metrics = prom.read_text()
+    assert f'commbench_node_health{{host="{host}",subject="{gpu}",item="{item}"}} 2.0' in metrics
+    assert f'commbench_node_health{{host="{host}",subject="mlx5_0:1",item="rate"}} 0.0' in metrics
+    assert f'commbench_bad_node{{host="{host}",check="node"}} 1.0' in metrics
 
 
 def test_an_xid_since_boot_fails_its_gpu_and_an_unreadable_log_is_unknown(captured, tmp_path):
