@@ -13,7 +13,7 @@ from benchcore.results import commands, metrics
 from benchcore.results.records import (PLOT_SUFFIXES, RecordWriter, new_output, new_output_option, new_run_id,
                                        output_file, version_option)
 from benchcore.units import format_size, parse_size
-from iobench import bench, model_ckpt, models, torchckpt
+from iobench import bench, model_ckpt, models, modes_table, torchckpt
 from iobench.jobfile import read_job_file, space_estimate
 from iobench.mounts import all_mounts
 from iobench.output import bar_plot, mount_row, print_mounts, print_results
@@ -309,10 +309,23 @@ def torch_ckpt(path, size, ranks, ckpt_formats, repeats, fio_ceiling, out, fmt, 
 @click.option("--fio/--no-fio", "fio_same", default=True, show_default=True,
               help="Run fio's same workload (the same files, sizes and processes, fsync per file) just before each "
                    "checkpoint, for the ratio (one node only).")
+@click.option("--save-mode", "save_modes", default=None,
+              help="dcp's save modes to measure as training feels them, each --writes times: sync, async-thread, "
+                   "async-process, or several (sync,async-thread,async-process); needs --ckpt-format dcp.")
+@click.option("--plan-cache/--no-plan-cache", default=True, show_default=True,
+              help="--save-mode: DCP's save-plan caching (DefaultSavePlanner enable_plan_caching).")
+@click.option("--step", type=int, default=None, callback=positive("--step"),
+              help="--save-mode: n of the training-like step, an n x n by n x n GEMM  [default: 512]")
+@click.option("--mtbf", type=float, default=None,
+              help="--save-mode: the job's mean time between failures in hours, for the checkpoint interval "
+                   "[default: the layout's GPUs at Llama 3's one failure per 50,676 GPU-hours]")
+@click.option("--plot", default=None, callback=new_output_option("--plot", PLOT_SUFFIXES),
+              help="--save-mode: a new image file of step time across a save, per mode (.png, .svg, .pdf).")
 @click.option("--dry-run", is_flag=True, help="Print the layout (files and sizes) and run nothing.")
 @output_options
 def model_ckpt_cmd(path, model_name, tp, pp, dp, zero, scale, ranks, writes, reads, drop, nodes, node_rank,
-                   rdzv_endpoint, fmt_ckpt, fio_same, dry_run, out, fmt, timeout, keep, keep_json, concurrent, wait):
+                   rdzv_endpoint, fmt_ckpt, fio_same, save_modes, plan_cache, step, mtbf, plot, dry_run, out, fmt,
+                   timeout, keep, keep_json, concurrent, wait):
     """Write and read a model-shaped checkpoint as a training job does (MLPerf Storage v2's checkpointing).
 
     \b
@@ -331,6 +344,9 @@ def model_ckpt_cmd(path, model_name, tp, pp, dp, zero, scale, ranks, writes, rea
     if rdzv_endpoint:
         split_endpoint(rdzv_endpoint)   # HOST:PORT, else one line before anything runs
     layout = models.layout(model_name, tp, pp, dp, zero, scale)
+    modes = model_ckpt.save_modes(save_modes, fmt_ckpt, nodes, plan_cache, step, mtbf, layout)
+    if plot and not modes:
+        raise UserError("--plot draws step time across a save: give --save-mode")
     ranks = ranks or max(1, min(layout.ranks // nodes, os.cpu_count() or 1))
     if ranks * nodes > layout.ranks:
         raise UserError(f"--ranks {ranks} on {nodes} node(s) is more than the layout's {layout.ranks} ranks")
@@ -354,9 +370,11 @@ def model_ckpt_cmd(path, model_name, tp, pp, dp, zero, scale, ranks, writes, rea
     records = model_ckpt.run(path, layout, ranks, writes, reads, timeout, keep, open_writer(out), run_id,
                              bench.Sharing(concurrent, wait), drop,
                              (nodes, node_rank, rdzv_endpoint) if nodes > 1 else None, fio_same and nodes == 1,
-                             fmt_ckpt, intro)
+                             fmt_ckpt, intro, modes)
     if records:
         emit(records, fmt, model_ckpt.print_model)
+    if plot and records:
+        modes_table.step_plot(plot, records)
     metrics.publish(records, "iobench")
     wrong = sum(r.get("wrong") or 0 for r in records)
     if wrong:

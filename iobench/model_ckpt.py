@@ -2,16 +2,70 @@
 Storage's checkpointing workload does: --writes checkpoints, then --reads reads of them, the cache dropped before
 each read, every file fsynced; durations from each rank's own start and end, bytes proven by the mount's counter."""
 import statistics
+from dataclasses import dataclass
 
+from benchcore.errors import UserError
 from benchcore.files import write_new_text
 from benchcore.report.render import console, print_table
-from iobench import bench, model_fio, moved
+from iobench import bench, interval, model_fio, modes_table, moved, savemodes
 from iobench.ranks import run_ranks
 from iobench.safety import ScratchDir, sigterm_as_interrupt
 
 DEFAULT_WRITES = DEFAULT_READS = 10   # MLPerf Storage v2's num_checkpoints_write / _read
 # checkpoint format (model_worker.FORMATS) -> the profile (and threshold group) of its records
 PROFILES = {"torch-save": "{}-ckpt", "dcp": "{}-dcp"}
+
+
+@dataclass(frozen=True)
+class SaveModes:
+    """--save-mode's modes (iobench.savemodes), each --writes times after an untimed first save; plan caching; the
+    step GEMM's n; the job's MTBF in hours for the interval (iobench.interval)."""
+    names: tuple
+    plan_cache: bool
+    step: int
+    mtbf_h: float
+    mtbf_source: str
+
+    def args(self):
+        return ["--save-modes", ",".join(self.names), "--step", self.step] + (["--plan-cache"] if self.plan_cache
+                                                                                else [])
+
+
+def save_modes(text, fmt, nodes, plan_cache, step, mtbf_h, layout):
+    """--save-mode's SaveModes, or None without it; one line for what cannot run."""
+    if text is None:
+        if step or mtbf_h:
+            raise UserError("--step and --mtbf are --save-mode's: give --save-mode")
+        return None
+    names = savemodes.parse_modes(text)
+    if fmt != "dcp":
+        raise UserError("--save-mode measures torch.distributed.checkpoint's saves: give --ckpt-format dcp")
+    if nodes > 1:
+        raise UserError("--save-mode runs on one node (its step loop and restart are this node's)")
+    if mtbf_h is not None and not 0 < mtbf_h <= 1e7:
+        raise UserError(f"--mtbf must be hours above 0 (at most 1e7), got {mtbf_h:g}")
+    source = f"--mtbf {mtbf_h:g} h" if mtbf_h else f"{layout.ranks} GPUs at {interval.MTBF_SOURCE}"
+    return SaveModes(tuple(names), plan_cache, step or savemodes.DEFAULT_STEP,
+                     mtbf_h or interval.job_mtbf_h(layout.ranks), source)
+
+
+# per checkpoint, over its ranks: training waits for its slowest rank, so the worst rank's figure is the checkpoint's
+FELT = {"blocked_s": max, "staging_s": max, "background_s": max, "step_lost_s": max, "cost_s": max, "step_s": max,
+        "steps_during": min, "step_rate_during": min, "step_s_during": max}
+
+
+def felt(phases, modes, restart_s=None):
+    """The save-mode figures of one mode's write records: medians over its checkpoints of the worst rank's, time to
+    durable, and the interval they afford (iobench.interval)."""
+    per = [{k: (how(v) if (v := [r[k] for r in p["felt"] if r[k] is not None]) else None) for k, how in FELT.items()}
+           for p in phases]
+    out = {k: statistics.median(v) if (v := [c[k] for c in per if c[k] is not None]) else None for k in FELT}
+    out["durable_s"] = statistics.median(p["durable_s"] for p in phases)
+    out["cost_s_max"] = max(c["cost_s"] for c in per)
+    afford = interval.plan(out["cost_s"], modes.mtbf_h * 3600, out["background_s"],
+                           max(0.0, out["durable_s"] - out["blocked_s"]), restart_s or 0.0)
+    return {**out, "mtbf_h": modes.mtbf_h, "mtbf_source": modes.mtbf_source,
+            **({"interval_s": afford["interval_s"], "training_lost": afford["training_lost"]} if afford else {})}
 
 
 def aggregate(ranks):
@@ -30,19 +84,35 @@ def aggregate(ranks):
                               for h, rs in hosts.items()}}
 
 
-def space_needed(layout, writes, fio):
-    """Every checkpoint written stays until the reads are done: writes x the layout (twice with fio's copies), 1%
-    and 1 MiB for metadata."""
-    return int(layout.total_bytes * 1.01 * writes * (2 if fio else 1)) + (1 << 20)
+TRACE_POINTS = 400     # steps a record's step_trace keeps (evenly spaced over rank 0's last checkpoint)
 
 
-def records_from(result, target, layout, run_id, fmt="torch-save"):
-    """One record per direction: the median over its checkpoints of each phase figure, the range of the aggregate,
-    and bytes moved / payload; a direction the counter says a cache served reports no storage throughput."""
+def mode_fields(feel, mode):
+    """What a save mode's record says of how it ran: the step, staging, plan caching, the first save's seconds, and
+    rank 0's step times across its last checkpoint."""
+    trace = feel["traces"].get(mode, [])
+    every = -(-len(trace) // TRACE_POINTS) or 1
+    return {"step_n": feel["step_n"], "step_flops": feel["step_flops"], "step_device": feel["step_device"],
+            "plan_cache": feel["plan_cache"], "staging": feel["staging"][mode],
+            "first_save_s": feel["first_save_s"][mode],
+            "step_trace": [[round(t, 4), round(s, 6)] for t, s, _ in trace[::every]]}
+
+
+def space_needed(layout, writes, fio, modes=0):
+    """Every checkpoint written stays until the reads are done: writes x the layout (twice with fio's copies; with
+    `modes` save modes, each one's and the first save of one), 1% and 1 MiB for metadata."""
+    count = writes * max(1, modes) + (1 if modes else 0)
+    return int(layout.total_bytes * 1.01 * count * (2 if fio else 1)) + (1 << 20)
+
+
+def records_from(result, target, layout, run_id, fmt="torch-save", modes=None):
+    """One record per direction (writes: per save mode): the median over its checkpoints of each phase figure, the
+    range of the aggregate, and bytes moved / payload; a direction the counter says a cache served reports no storage
+    throughput; a save mode's write also what training felt (felt())."""
     payload = result["payload_bytes"]
     records = []
-    for direction in ("write", "read"):
-        phases = [p for p in result["phases"] if p["phase"] == direction]
+    for direction, mode in dict.fromkeys((p["phase"], p.get("mode")) for p in result["phases"]):
+        phases = [p for p in result["phases"] if p["phase"] == direction and p.get("mode") == mode]
         if not phases:
             continue
         figures = [aggregate(p["ranks"]) for p in phases]
@@ -60,8 +130,9 @@ def records_from(result, target, layout, run_id, fmt="torch-save"):
         fio_moved = [p["fio"]["moved"]["bytes"] / p["fio"]["bytes"] for p in phases
                      if p.get("fio") and "bytes" in p["fio"]["moved"] and p["fio"]["bytes"]]
         records.append(bench.record(
-            run_id, target, profile=PROFILES[fmt].format(layout.model), rw=direction, direction=direction,
-            ckpt_format=fmt,
+            run_id, target, profile=PROFILES[fmt].format(layout.model) + (f"-{mode}" if mode else ""), rw=direction,
+            direction=direction, ckpt_format=fmt,
+            **({"save_mode": mode, **felt(phases, modes), **mode_fields(result["feel"], mode)} if mode else {}),
             model=layout.model, tp=layout.tp, pp=layout.pp, dp=layout.dp, zero=layout.zero, scale=layout.scale,
             layout_ranks=layout.ranks, numjobs=result["world_size"], files=result["files"], size_bytes=payload,
             repeats=len(phases), duration_s=statistics.median(f["duration_s"] for f in figures) if counted else None,
@@ -99,11 +170,13 @@ def worker_args(layout, writes, reads, timeout, how, fmt):
 
 
 def run(path, layout, processes, writes, reads, timeout, keep, writer, run_id, sharing=bench.Sharing(), drop=True,
-        nodes=None, fio=True, fmt="torch-save", intro=None):
+        nodes=None, fio=True, fmt="torch-save", intro=None, modes=None):
     """The checkpoints on `processes` ranks of this node in a private directory on the mount of `path`; records.
     nodes (count, this node's rank, endpoint): node 0 makes the directory, runs the rendezvous and makes the records;
     the others' ranks write into node 0's directory (shared storage) and this returns no records there."""
-    target, = bench.check_targets([path], space_needed(layout, writes, fio), run_id, writer)
+    count = len(modes.names) if modes else 0
+    target, = bench.check_targets([path], space_needed(layout, writes, fio, count), run_id, writer)
+    saves = writes * max(1, count) + count     # each mode's first save is one more
     if intro:   # what will run, once the mount is known to take it
         bench.say(intro)
     first = not nodes or nodes[1] == 0
@@ -129,15 +202,16 @@ def run(path, layout, processes, writes, reads, timeout, keep, writer, run_id, s
             shared = ["--shared", scratch.shown, "--inode", scratch.inode()] if first else []
             result = run_ranks("iobench.model_worker", ["--dir", data if first else "", *shared,
                                                         "--result", result_file or "",
-                                                        *worker_args(layout, writes, reads, timeout, how, fmt), *jobs],
-                               processes, timeout * (writes + reads) * (2 if jobs else 1), here, result_file,
+                                                        *worker_args(layout, writes, reads, timeout, how, fmt), *jobs,
+                                                        *(modes.args() if modes else [])],
+                               processes, timeout * (saves + reads) * (2 if jobs else 1), here, result_file,
                                "model-ckpt",
-                               f" (--timeout {timeout} s for each of {writes + reads} checkpoints"
+                               f" (--timeout {timeout} s for each of {saves + reads} checkpoints"
                                + (" and fio's run beside each)" if jobs else ")"), nodes)
     if not first:
         bench.say(f"model-ckpt: node {nodes[1]}'s ranks finished; node 0 makes the records")
         return []
-    records = [dict(r, cache_drop=how) for r in records_from(result, target, layout, run_id, fmt)]
+    records = [dict(r, cache_drop=how) for r in records_from(result, target, layout, run_id, fmt, modes)]
     for rec in records:
         if writer:
             writer.write(rec)
@@ -145,7 +219,7 @@ def run(path, layout, processes, writes, reads, timeout, keep, writer, run_id, s
 
 
 def print_model(records):
-    rows = [dict(r, label=r["rw"],
+    rows = [dict(r, label=r["rw"] + (f" {r['save_mode']}" if r.get("save_mode") else ""),
                  moved="n/a" if r.get("bytes_moved_ratio") is None else f"{r['bytes_moved_ratio']:.2f}",
                  bw=r["bw_mbps"] if r.get("bw_mbps") is not None else f"({r['served_by']})",
                  ratios=f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f}" if r.get("ratio_min") else None)
@@ -174,3 +248,5 @@ def print_model(records):
         if r.get("served_reason") or r["served_by"] == "cache":
             out.print(f"{r['rw']}: no storage throughput: "
                       + (r["served_reason"] or f"only {r['bytes_moved_ratio']:.2f} of the payload reached storage"))
+    if modes_table.mode_rows(records):
+        modes_table.print_modes(records)

@@ -30,7 +30,7 @@ import torch.distributed.checkpoint as dcp
 from benchcore.errors import UserError
 from benchcore.files import held_path, hold_private, write_new_text
 from benchcore.processes.torchrun import rank_sum
-from iobench import model_fio, models, moved
+from iobench import model_fio, models, moved, savemodes
 from iobench.fio import run_fio
 from iobench.profiles import fio_directory
 from iobench.torch_worker import broadcast, drop_cache, fsync_dir
@@ -199,7 +199,22 @@ def arguments():
                         help="read with O_DIRECT (a client cache no drop reaches)")
     parser.add_argument("--fio-write", default="", help="fio's job file of the same writes (rank 0 runs it first)")
     parser.add_argument("--fio-read", default="", help="fio's job file of the same reads")
+    parser.add_argument("--save-modes", default="", help="dcp: each mode's --writes (iobench.savemodes), in turn")
+    parser.add_argument("--plan-cache", action="store_true", help="save modes: DCP's plan caching on")
+    parser.add_argument("--step", type=int, default=savemodes.DEFAULT_STEP, help="save modes: the step GEMM's n")
     return parser.parse_args()
+
+
+def schedule(args):
+    """[(phase, index, save mode)]: each mode's writes in turn (one pass without a mode), then the reads, of the
+    first mode's checkpoints."""
+    modes = [m for m in args.save_modes.split(",") if m] or [None]
+    return [("write", i, m) for m in modes for i in range(args.writes)] + \
+        [("read", i, modes[0]) for i in range(args.reads)]
+
+
+def ckpt_dir(root, index, mode, writes):
+    return Path(root) / (f"ckpt-{index % writes}" if mode is None else f"ckpt-{mode}-{index % writes}")
 
 
 def checkpoint_root(args):
@@ -226,10 +241,14 @@ def main():
     cpu = [None] * world
     dist.all_gather_object(cpu, cpu_seconds(mine))
     counter = moved.counter_for(root) if local else None
-    phases = []
-    for i in range(args.writes + args.reads):
-        kind = "write" if i < args.writes else "read"
-        directory = Path(root) / f"ckpt-{i if kind == 'write' else (i - args.writes) % args.writes}"
+    phases, traces = [], {}
+    feel = savemodes.Feel(args.step, args.timeout, args.plan_cache) if args.save_modes else None
+    if feel and feel.device.type == "cuda":    # the state lives where training keeps it: staging copies it out
+        mine = [(shard, {k: t.to(feel.device) for k, t in state.items()}) for shard, state in mine]
+    for kind, index, mode in schedule(args):
+        directory = ckpt_dir(root, index, mode, args.writes)
+        if feel and kind == "write" and mode != feel.saver_mode():
+            feel.begin(mode, Path(root) / f"warm-up-{mode}", flat(mine))
         if kind == "write" and rank == 0:
             directory.mkdir()
         dist.barrier()
@@ -243,15 +262,26 @@ def main():
         if kind == "read" and local and not args.no_drop and not args.direct_read:
             drop_cache(directory)
         save, load = FORMATS[args.format]
+        if feel:
+            save = lambda directory, mine: feel.save(directory, flat(mine))  # noqa: E731
         reader = functools.partial(load, direct=args.direct_read and not args.no_drop)
+        synced = []
         start, end, result, counters = phase(save if kind == "write" else reader, directory, mine, counter,
-                                             then=fsync_dir if kind == "write" else None)
+                                             then=(lambda d: (fsync_dir(d), synced.append(time.time())))
+                                             if kind == "write" else None)
+        felt = result if feel and kind == "write" else None
+        if felt:   # the save's own span: the call to its last byte (not the steps around it)
+            start, end, trace = felt.pop("call_wall"), felt.pop("done_wall"), felt.pop("trace")
+            traces[mode] = trace[:savemodes.TRACE_LIMIT]
         gathered = [None] * world
-        dist.all_gather_object(gathered, ((start, end, my_bytes, host), (counter.key(), counters) if local else None))
+        dist.all_gather_object(gathered, ((start, end, my_bytes, host), (counter.key(), counters) if local else None,
+                                          felt))
         wrong = rank_sum(result or 0) if kind == "read" else 0
         if rank == 0:
-            phases.append({"phase": kind, "index": i if kind == "write" else i - args.writes,
+            phases.append({"phase": kind, "index": index, "mode": mode if kind == "write" else None,
                            "ranks": [g[0] for g in gathered], "wrong": wrong,
+                           **({"felt": [g[2] for g in gathered], "durable_s": synced[0] - min(g[0][0] for g in gathered)}
+                              if felt else {}),
                            "moved": moved_on_nodes(counter, [g[1] for g in gathered if g[1]], kind),
                            "fio": fio_run})
     if rank == 0 and args.result:
@@ -259,8 +289,11 @@ def main():
                                                 "files": len(layout.shards) if args.format == "torch-save" else world,
                                                 "torch_version": torch.__version__,
                                                 "counter": counter.describe(),
+                                                **({"feel": {**feel.describe(), "traces": traces}} if feel else {}),
                                                 "cpu_s": {"write": max(c[0] for c in cpu),
                                                           "read": max(c[1] for c in cpu)}}), "result")
+    if feel:
+        feel.close()
     dist.barrier()
     dist.destroy_process_group()
 

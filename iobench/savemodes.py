@@ -126,7 +126,8 @@ class Steps:
 
 def checkpoint(saver, steps, state, directory, timeout):
     """One checkpoint as training feels it: undisturbed steps, the save, steps while it runs in the background,
-    undisturbed steps again; figures() of it and the step trace (seconds from the save call, step seconds, phase)."""
+    undisturbed steps again; figures() of it, the step trace (seconds from the save call, step seconds, phase),
+    and the perf_counter() of the save call and of its last byte."""
     before = [steps.one() for _ in range(STEPS_AROUND)]
     done_at = []
     call = time.perf_counter()
@@ -144,7 +145,8 @@ def checkpoint(saver, steps, state, directory, timeout):
     after = [steps.one() for _ in range(STEPS_AROUND)]
     trace = [(end - call, s, phase) for phase, run in (("before", before), ("during", during), ("after", after))
              for end, s in run]
-    return figures(call, resumed, done_at[0], [s for _, s in before + after], during, saver.stager), trace
+    return figures(call, resumed, done_at[0], [s for _, s in before + after], during, saver.stager), trace, call, \
+        done_at[0]
 
 
 def figures(call, resumed, done, undisturbed, during, stager):
@@ -161,3 +163,51 @@ def figures(call, resumed, done, undisturbed, during, stager):
             "step_rate_during": len(during) * step / window if during and window > 0 else None,
             "step_s": step, "step_s_during": sum(s for _, s in during) / len(during) if during else None,
             "step_lost_s": lost, "cost_s": blocked + lost}
+
+
+class Feel:
+    """One rank's checkpoints in --save-mode's modes, one mode after another: each mode's saver, its first save
+    (untimed: DCP's first save plans from scratch, the process mode starts its checkpoint process), then each
+    checkpoint as a phase function for model_worker (directory, state) -> its figures, trace and wall-clock times."""
+
+    def __init__(self, n, timeout, plan_cache):
+        self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else \
+            torch.device("cpu")
+        self.steps, self.timeout, self.plan_cache = Steps(n, self.device), timeout, plan_cache
+        self.saver, self.first, self.staging = None, {}, {}
+
+    def begin(self, mode, warm_up, state):
+        """Switch to `mode`: its saver, and one untimed save into warm_up (removed after); the first save's
+        seconds, call to last byte, this rank's, kept in self.first."""
+        import shutil
+        if self.saver:
+            self.saver.close()
+        self.saver = Saver(mode, self.plan_cache, self.device)
+        self.staging[mode] = self.saver.staging_where()
+        rank = torch.distributed.get_rank()
+        if rank == 0:
+            warm_up.mkdir()
+        torch.distributed.barrier()
+        start = time.perf_counter()
+        self.saver.save(state, warm_up).result(timeout=self.timeout)
+        self.first[mode] = time.perf_counter() - start
+        torch.distributed.barrier()
+        if rank == 0:
+            shutil.rmtree(warm_up)
+
+    def save(self, directory, state):
+        """One checkpoint: (figures, the step trace, the save call's and the last byte's time.time())."""
+        wall = time.time() - time.perf_counter()
+        figs, trace, call, done = checkpoint(self.saver, self.steps, state, directory, self.timeout)
+        return {**figs, "call_wall": wall + call, "done_wall": wall + done, "trace": trace}
+
+    def describe(self):
+        return {"step_n": self.steps.n, "step_flops": self.steps.flops(), "step_device": self.device.type,
+                "plan_cache": self.plan_cache, "first_save_s": self.first, "staging": self.staging}
+
+    def close(self):
+        if self.saver:
+            self.saver.close()
+
+    def saver_mode(self):
+        return self.saver.mode if self.saver else None
