@@ -171,6 +171,8 @@ EXTENSIONS = {
         "restart_s": "model-ckpt --restart-ranks: seconds from starting the ranks to their first step after loading "
                      "the latest checkpoint (cache dropped)", "restart_ranks": "model-ckpt: ranks that restarted",
         "restart_wrong": "model-ckpt: tensors the restart loaded that differ from what was saved",
+        "step_trace": "save mode: [seconds from the save call, step seconds] of rank 0's steps around its last "
+                      "checkpoint (at most 400, evenly spaced): model-ckpt --plot draws them",
     },
 }
 
