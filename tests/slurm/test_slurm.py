@@ -4,9 +4,11 @@ jobs sharing the nodes, node lists, a job ended by scancel, by its time limit or
 a cut link), accept draining the nodes its checks name (a hung rank, a storage check, pairs' slow node on 4
 nodes), and scripts/slurm/healthcheck as a HealthCheckProgram and as the documented Prolog: a node drained for its
 own fault alone (never for shared storage or a check that could not run), and resumed once its check passes."""
+import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import stat
 import subprocess
@@ -18,6 +20,8 @@ from pathlib import Path
 import pytest
 
 from benchcore.emulate import netns
+from commbench.commands.accept import drain
+from commbench.commands.accept.spec import load_spec
 from commbench.launch.slurm import expand_nodelist
 from tests.conftest import BIN, HOOKS_ON, ROOT
 from tests.slurm.conftest import STEM, SUBNET, needs_slurm, slurm_cluster
@@ -31,6 +35,11 @@ EDITS = ["--gpus-per-node=0", "--partition=debug"]  # the template's EDIT lines,
 SHORT = ["-b", "1M", "-e", "4M", "-f", "4", "-n", "3", "-w", "1", "--timeout", "30", "--rdzv-timeout", "30"]
 # 1M..32M x 1000 iterations: minutes on this machine (>= 4 unloaded), so the job's end comes mid-sweep
 LONG = "--collective all_reduce -b 1M -e 32M -f 2 -n 1000 -w 1"
+
+
+def why(spec, check):
+    """How commbench's drain reason for a check of a spec file starts: its name and its definition's digest."""
+    return drain.prefix(next(c for c in load_spec(spec).checks if c.name == check))
 
 
 def records(path):
@@ -213,8 +222,9 @@ def test_iobench_and_accept_templates_exit_codes_and_drain(cluster, tmp_path, ca
         [(rank1, "stalled-rank", True), (batch, "checkpoint-io", True)], verdicts["fail"]
     drained = dict(line.split("|", 1) for line in reasons.splitlines())
     assert sorted(drained) == sorted([batch, rank1]), reasons
-    assert drained[rank1].startswith("commbench accept: stalled-rank: rank 1 never entered the operation"), reasons
-    assert drained[batch].startswith("commbench accept: checkpoint-io: iobench: measured bw_mbps "), reasons
+    fail = cluster.work / "fail.yaml"
+    assert drained[rank1].startswith(why(fail, "stalled-rank") + "rank 1 never entered the operation"), reasons
+    assert drained[batch].startswith(why(fail, "checkpoint-io") + "iobench: measured bw_mbps "), reasons
     assert f"accept: drained {rank1}: " in logs["fail"] and f"accept: drained {batch}: " in logs["fail"]
     with capsys.disabled():
         for name, log in logs.items():
@@ -288,7 +298,8 @@ def test_pairs_on_four_nodes_drains_the_slow_node_and_at_full_rate_nobody(cluste
         cluster.resume()
     (slow, slow_log), (even, even_log) = ends["slow"], ends["even"]
     assert slow == 1, slow_log
-    assert reasons["slow"] == f"{cluster.nodes[3]}|commbench accept: links: pairs: bad node(s): {cluster.nodes[3]} " \
+    assert reasons["slow"] == f"{cluster.nodes[3]}|{why(cluster.work / 'pairs.yaml', 'links')}pairs: bad node(s): " \
+        f"{cluster.nodes[3]} " \
         "(sendrecv busbw below 0.7 of the median link, against known-good nodes in the confirm pass)\n", slow_log
     # who is drained: the others are idle, or mix/comp while the module's time-limit job (nodes 0-1, a minute, then
     # Slurm's kill) still runs or completes beside this one
@@ -350,7 +361,7 @@ def test_healthcheck_drains_its_own_node_for_its_own_fault_alone(cluster, tmp_pa
                                                                                              "max_bytes: 16M"))
     shared.write_text(SHARED_IO.format(mount=cephfs_mount.path))
     stopped.write_text(STOPPED)
-    env = {"COMMBENCH": COMMBENCH, "PYTHON": str(BIN / "python")}
+    env = {"COMMBENCH": COMMBENCH, "PYTHON": str(BIN / "python"), "REPORTS": str(tmp_path / "reports")}
 
     def health(node, log, **extra):
         return cluster.spawn(HEALTHCHECK, node=node, env={**env, "SLURMD_NODENAME": cluster.nodes[node], **extra},
@@ -371,7 +382,7 @@ def test_healthcheck_drains_its_own_node_for_its_own_fault_alone(cluster, tmp_pa
            for log in ("ok", "bad", "shared", "stopped-3", "stopped-0")}
     assert codes == [0, 1, 0, 2, 1], (codes, out)
     assert "accept: drained" not in out["ok"], out["ok"]   # drains nobody
-    assert reasons.startswith(f"{cluster.nodes[1]}|commbench accept: node-all_reduce: measured busbw_gbps "), \
+    assert reasons.startswith(f"{cluster.nodes[1]}|{why(failing, 'node-all_reduce')}measured busbw_gbps "), \
         reasons
     assert len(reasons.splitlines()) == 1, reasons
     assert "accept: shared-io: shared storage below its bound: not a node fault, nobody drained" in out["shared"]
@@ -379,7 +390,7 @@ def test_healthcheck_drains_its_own_node_for_its_own_fault_alone(cluster, tmp_pa
     assert "nobody drained (--on-error drain drains the node it ran on)" in out["stopped-3"]
     drained = dict(line.split("|", 1) for line in after.splitlines())
     assert sorted(drained) == [cluster.nodes[0], cluster.nodes[1]], after
-    assert drained[cluster.nodes[0]].startswith("commbench accept: node-all_reduce: could not run: still running "
+    assert drained[cluster.nodes[0]].startswith(why(stopped, "node-all_reduce") + "could not run: still running "
                                                 "after "), after
     with capsys.disabled():
         print(f"\n[healthcheck on {cluster.nodes[1]}, a bound no node meets]\n{out['bad'].strip()}\n"
@@ -394,22 +405,22 @@ def test_healthcheck_as_the_documented_prolog_drains_a_stalled_node_alone_and_re
     """The module's Prolog (PrologFlags=Alloc) armed as scripts/slurm/healthcheck documents: a job on nodes 2-3
     completes, each node having passed its check on itself, and no node drains (the check's srun timed out inside
     the prolog and drained every node that got a job). Armed with a check whose rank 1 stops (the test hook), a job
-    on node 2 drains node 2, the hang as the reason, and Slurm requeues the job. Then the check passing on node 2 with
-    ON_PASS=resume puts node 2 back; on node 3, drained by someone else, it leaves the node drained."""
+    on node 2 drains node 2, the hang as the reason, and Slurm requeues the job. Then the same check (the stall is
+    the Prolog's environment, not the spec's: the check's definition and so its digest are the same) passing on node 2
+    with ON_PASS=resume puts node 2 back; on node 3, drained by someone else, it leaves the node drained."""
     shipped = (ROOT / "acceptance/healthcheck.yaml").read_text()
-    passing, stalled = tmp_path / "pass.yaml", tmp_path / "stall.yaml"
-    passing.write_text(shipped.replace("max_bytes: 256M", "max_bytes: 16M").replace("at 256M", "at 16M"))
-    stalled.write_text(passing.read_text().replace("    hang_timeout: 30\n",
-                                                   '    hang_timeout: 5\n    env: {COMMBENCH_TEST_STALL: "1:3"}\n'))
+    passing = tmp_path / "pass.yaml"
+    passing.write_text(shipped.replace("max_bytes: 256M", "max_bytes: 16M").replace("at 256M", "at 16M")
+                       .replace("hang_timeout: 30", "hang_timeout: 10"))
     n2, n3 = cluster.nodes[2:]
-    env = {"COMMBENCH": COMMBENCH, "PYTHON": str(BIN / "python")}
+    env = {"COMMBENCH": COMMBENCH, "PYTHON": str(BIN / "python"), "REPORTS": str(tmp_path / "reports")}
     held, runs = None, []
     try:
         with cluster.arm_prolog(**env, SPEC=passing):
             job = cluster.sbatch("-N2", f"--nodelist={n2},{n3}", *EDITS, "--wrap", "hostname")
             ended = cluster.wait_job(job, timeout=150)
             clean = cluster.run("sinfo", "-R", "-h", "-o", "%N|%E").stdout
-        with cluster.arm_prolog(**env, **HOOKS_ON, SPEC=stalled):
+        with cluster.arm_prolog(**env, **HOOKS_ON, COMMBENCH_TEST_STALL="1:3", SPEC=passing):
             held = cluster.sbatch("-N1", f"--nodelist={n2}", *EDITS, "--wrap", "hostname")
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline and not (cluster.states()[n2] == "drain" and
@@ -433,19 +444,102 @@ def test_healthcheck_as_the_documented_prolog_drains_a_stalled_node_alone_and_re
     logs = {p.name: p.read_text() for p in cluster.work.glob("prolog-*.log")}
     assert ended == ("COMPLETED", 0) and clean == "", (ended, clean, logs)
     assert requeued == "launch_failed_requeued_held", (requeued, logs)
-    assert reasons == f"{n2}|commbench accept: node-all_reduce: rank 1 never entered the operation the others " \
+    assert reasons == f"{n2}|{why(passing, 'node-all_reduce')}rank 1 never entered the operation the others " \
         "waited in (hang)\n", (reasons, logs)
     resumed = [(cluster.work / f"resume-{i}.out").read_text() for i in (2, 3)]
     assert codes == [0, 0], resumed
-    assert f"accept: resumed {n2} (node-all_reduce passed; it was drained: commbench accept: node-all_reduce: " \
+    assert f"accept: resumed {n2} (node-all_reduce passed; it was drained: {why(passing, 'node-all_reduce')}" \
         "rank 1 never entered" in resumed[0]
-    assert f"accept: did not resume {n3}: left drained: not drained by commbench for this check (maintenance: " \
-        "PSU swap)" in resumed[1]
+    assert f"accept: did not resume {n3}: left drained: not drained by commbench for this check as this spec " \
+        "defines it" in resumed[1] and "(maintenance: PSU swap)" in resumed[1]
     assert after == f"{n3}|maintenance: PSU swap\n" and states[n2] in ("idle", "mix"), (after, states)
     with capsys.disabled():
         print(f"\n[Prolog on {n2}, rank 1 stalled: the job {requeued}]\n{logs[f'prolog-{n2}-{held}.log'].strip()}\n"
               f"[sinfo -R]\n{reasons}[ON_PASS=resume on {n2}]\n{resumed[0].strip()}\n"
               f"[ON_PASS=resume on {n3}]\n{resumed[1].strip()}")
+
+
+FUSE_IO = """\
+checks:
+  - name: io
+    kind: iobench
+    mounts: [{mount}]
+    profiles: [shard-write]
+    quick: true
+    runtime: 1
+    size: 4M
+    ranks: 1
+    wait: 60
+    thresholds:
+      - shard-write MB/s >= {mbps}
+"""
+
+
+@contextlib.contextmanager
+def mounted(target, *argv):
+    """A real mount at target (argv: the command that mounts it there: bindfs, mount -t tmpfs), unmounted after."""
+    target.mkdir()
+    subprocess.run([*map(str, argv), str(target)], check=True, timeout=30)
+    try:
+        yield target
+    finally:
+        if subprocess.run(["umount", str(target)], timeout=30).returncode:
+            subprocess.run(["umount", "-l", str(target)], timeout=30)
+
+
+@pytest.mark.skipif(not shutil.which("bindfs"), reason="needs bindfs (scripts/setup installs it)")
+def test_object_storage_drains_nobody_and_a_looser_check_of_the_same_name_resumes_nobody(cluster, tmp_path, capsys):
+    """In nodes' own scripts (SLURMD_NODENAME), at once, the same storage check below its bound: on a FUSE mount of an
+    object store's type (bindfs -o subtype=mountpoint-s3: fuse.mountpoint-s3, as a bucket mounts) it drains nobody
+    on node 1 (it drained the node); on a FUSE mount no table knows (plain bindfs: fuse, of unknown locality) nobody
+    on node 2; on node 3's own tmpfs it drains node 3, the check's digest in the reason. Then on node 3 a looser check
+    of the same name passes with --on-pass resume and leaves the node drained (it resumed it). The check that drained
+    a node resuming it: the Prolog test below."""
+    (tmp_path / "bucket").mkdir()
+    (tmp_path / "src").mkdir()
+    n1, n2, n3 = cluster.nodes[1:]
+    runs, out = [], {}
+
+    def accept(i, spec, log, *options):
+        return cluster.spawn(COMMBENCH, "accept", "--spec", spec, "--out", tmp_path / f"out-{log}", *options, node=i,
+                             env={"SLURMD_NODENAME": cluster.nodes[i]}, log=log)
+    try:
+        with mounted(tmp_path / "s3", "bindfs", "-o", "subtype=mountpoint-s3", tmp_path / "bucket") as s3, \
+                mounted(tmp_path / "fuse", "bindfs", tmp_path / "src") as fuse, \
+                mounted(tmp_path / "local", "mount", "-t", "tmpfs", "-o", "size=128m", "tmpfs") as local:
+            for name, mount, mbps in (("s3", s3, 10 ** 8), ("fuse", fuse, 10 ** 8), ("strict", local, 10 ** 8),
+                                      ("looser", local, 1)):
+                (tmp_path / f"{name}.yaml").write_text(FUSE_IO.format(mount=mount, mbps=mbps))
+            runs = [accept(i, tmp_path / f"{name}.yaml", name, "--on-fail", "drain")
+                    for i, name in ((1, "s3"), (2, "fuse"), (3, "strict"))]
+            codes = [p.wait(timeout=120) for p in runs]
+            reasons = cluster.run("sinfo", "-R", "-h", "-o", "%N|%E").stdout
+            runs.append(accept(3, tmp_path / "looser.yaml", "looser", "--on-pass", "resume"))
+            codes.append(runs[-1].wait(timeout=120))
+            states = cluster.states()
+    finally:
+        stop(runs)
+        cluster.resume()
+        out = {log: (cluster.work / f"{log}.out").read_text() for log in ("s3", "fuse", "strict", "looser")
+               if (cluster.work / f"{log}.out").exists()}
+    assert codes == [1, 1, 1, 0], f"{codes}\n" + "\n".join(f"[{k}]\n{v}" for k, v in out.items())
+    assert "accept: io: shared storage below its bound: not a node fault, nobody drained" in out["s3"], out["s3"]
+    assert "accept: io: storage of unknown locality (fuse) below its bound: commbench drains a node only for storage " \
+           "known to be its own; nobody drained" in out["fuse"], out["fuse"]
+    statuses = [json.loads((tmp_path / f"out-{log}" / "verdict.json").read_text())["checks"][0]["status"]
+                for log in ("s3", "fuse", "strict")]
+    assert statuses == ["shared", "unknown", "fail"], statuses
+    strict = why(tmp_path / "strict.yaml", "io")
+    assert reasons.startswith(f"{n3}|{strict}iobench: measured bw_mbps ") and len(reasons.splitlines()) == 1, \
+        (reasons, out["strict"])
+    assert f"accept: did not resume {n3}: left drained: not drained by commbench for this check as this spec " \
+           f"defines it (its reason does not start {why(tmp_path / 'looser.yaml', 'io').strip()}) ({strict}" \
+           in out["looser"], out["looser"]
+    assert states[n3] == "drain" and states[n1] != "drain" and states[n2] != "drain", states
+    with capsys.disabled():
+        print(f"\n[node 1: fuse.mountpoint-s3 below its bound]\n{out['s3'].strip()}\n"
+              f"[node 2: fuse (bindfs) below its bound]\n{out['fuse'].strip()}\n[sinfo -R]\n{reasons}"
+              f"[node 3: a looser check of the same name, --on-pass resume]\n{out['looser'].strip()}")
 
 
 @pytest.fixture(scope="module", autouse=True)
