@@ -85,7 +85,7 @@ class Context:
         # collective has connected the ranks; applied: the settings in env that a row of evidence.applied proves
         self.effective = gloo.collect(self.comm, before) if backend == "gloo" else \
             evidence_mpi.collect(self.comm) if backend == "mpi" else None
-        self.requested = {k: v for k, v in env.items() if k in ROWS}
+        self.requested = {k: v for k, v in env.items() if k in ROWS and backend in envvars.read_by(k)}
         self.applied = self.effective and judge_settings(self.requested, self.effective)
         self.nccl_logs = nccl_evidence.Follower(os.environ) if backend == "nccl" and self.rank == 0 else None
         self.nodes = len(set(self.node_of))
