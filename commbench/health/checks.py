@@ -20,8 +20,9 @@ WATCH = f"{DCGM}:modules/health/DcgmHealthWatch.cpp"
 REMAP_POLICY = ("NVIDIA A100/H100 GPU memory error management, RMA policy thresholds for row remapping "
                 "(docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt); gpud@4a8de33:components/accelerator/nvidia/"
                 "remapped-rows/remapped_rows.go:86-110")
-GPUD_IB = "gpud@4a8de33:components/accelerator/nvidia/infiniband/threshold_default.go:13-31"
-NVML_DOC = "NVML API reference (nvmlDeviceGetCurrentClocksEventReasons; nvml.h)"
+GPUD = "gpud@4a8de33:components/accelerator/nvidia/"
+GPUD_IB = f"{GPUD}infiniband/threshold_default.go:13-31"
+NVML_DOC = "NVML API reference (nvml.h)"
 # PCIe replays allowed per lane per minute at a bit error rate of 1e-12, by generation: DCGM's rule
 REPLAYS_PER_LANE_MIN = {1: 0.15, 2: 0.3, 3: 0.48, 4: 0.96, 5: 1.92, 6: 3.84}
 RETIRED_MAX, RETIRED_DBE_SOFT, REMAP_UNCORRECTABLE_MAX, NVLINK_CRC_PER_S = 63, 15, 512, 100.0
@@ -167,21 +168,20 @@ def nvlink_errors(f):
     before, after = _get(f, "before", "nvlinks") or {}, _get(f, "after", "nvlinks") or {}
     if not after:
         return "unknown", "NVML reported no NVLink"
-    worst_v, parts = "ok", []
+    worst_v, parts, read = "ok", [], False
     for link, a in after.items():
         b = before.get(link, {})
-        d = {k: None if a.get(k) is None or b.get(k) is None else a[k] - b[k] for k in ("replay", "recovery",
-                                                                                        "crc_flit")}
-        if all(v is None for v in d.values()):
-            continue
+        d = {k: None if a.get(k) is None or b.get(k) is None else a[k] - b[k]
+             for k in ("replay", "recovery", "crc_flit")}
+        read = read or any(v is not None for v in d.values())
         if d["replay"] or d["recovery"]:
             worst_v = "fail"
             parts.append(f"link {link}: {d['replay'] or 0} replay, {d['recovery'] or 0} recovery")
         if d["crc_flit"]:
             rate = d["crc_flit"] / max(f["seconds"], 1e-9)
-            worst_v = "fail" if rate >= NVLINK_CRC_PER_S else worst_v if worst_v == "fail" else "warn"
+            worst_v = "fail" if rate >= NVLINK_CRC_PER_S or worst_v == "fail" else "warn"
             parts.append(f"link {link}: CRC {rate:.0f}/s")
-    if worst_v == "ok" and not any(_get(f, "after", "nvlinks")[k].get("replay") is not None for k in after):
+    if not read:
         return "unknown", "error counters not reported"
     return worst_v, "; ".join(parts) or f"none in {f['seconds']:.1f} s"
 
@@ -322,8 +322,9 @@ CHECKS = (
     Check("NVLink errors", "gpu", "nvmlDeviceGetNvLinkErrorCounter (delta)",
           f"replay, recovery 0; CRC < {NVLINK_CRC_PER_S:g}/s", f"{LIMITS}:28-30, {WATCH}:2766-2784", nvlink_errors),
     Check("clocks-event reasons", "gpu", "nvmlDeviceGetCurrentClocksEventReasons (sampled)",
-          "no HW slowdown, HW thermal, HW power brake", f"{NVML_DOC}; gpud@4a8de33:components/accelerator/nvidia/"
-          "hw-slowdown/component.go:30-35", throttling),
+          "no HW slowdown, HW thermal, HW power brake",
+          f"{NVML_DOC}: nvmlClocksEventReason*; {GPUD}hw-slowdown/component.go:30-35",
+          throttling),
     Check("temperature", "gpu", "nvmlDeviceGetTemperature vs nvmlDeviceGetTemperatureThreshold(SLOWDOWN)",
           f"< slowdown (warn within {TEMP_MARGIN_C} C)", NVML_DOC, temperature),
     Check("power", "gpu", "nvmlDeviceGetPowerUsage vs nvmlDeviceGetEnforcedPowerLimit", "<= the enforced limit",

@@ -10,7 +10,7 @@ FAKE = Path(__file__).resolve().parent / "captured_pynvml.py"
 SMI, IB, KLOG = FIXTURES / "nvidia_smi", FIXTURES / "ib", FIXTURES / "kernel_log"
 
 
-def hooks(capture=None, sysfs=None, kmsg=None, then=None):
+def hooks(capture=None, sysfs=None, kmsg=None, then=None, nvlink=None):
     """The environment that points commbench/health/boundary.py at captures."""
     env = {"COMMBENCH_TEST_HOOKS": "1", "COMMBENCH_TEST_PYNVML": str(FAKE),
            "COMMBENCH_TEST_SYSFS": str(sysfs or FIXTURES / "no-sysfs"),
@@ -19,6 +19,8 @@ def hooks(capture=None, sysfs=None, kmsg=None, then=None):
         env["CAPTURED_NVML"] = str(SMI / capture)
     if then:
         env["CAPTURED_NVML_THEN"] = f"{SMI / then[0]}@{then[1]}"
+    if nvlink:
+        env["CAPTURED_NVLINK"] = str(SMI / nvlink)
     return env
 
 
@@ -26,7 +28,7 @@ def hooks(capture=None, sysfs=None, kmsg=None, then=None):
 def captured(monkeypatch):
     """captured(capture, ...) sets the hooks in this process (commbench's code reads them at each survey)."""
     def use(*args, **kwargs):
-        for k in ("CAPTURED_NVML", "CAPTURED_NVML_THEN"):
+        for k in ("CAPTURED_NVML", "CAPTURED_NVML_THEN", "CAPTURED_NVLINK"):
             monkeypatch.delenv(k, raising=False)
         for k, v in hooks(*args, **kwargs).items():
             monkeypatch.setenv(k, v)

@@ -78,3 +78,25 @@ def test_judge_names_the_throttling_gpu_as_the_cause_of_a_slow_number(captured):
                           "100 % of the run" in r.line for r in judged), judged
     plain, _ = judge([{k: v for k, v in r.items() if k != "gpu_health"} for r in slow], resolve("dgx-h100"))
     assert all("a slow GPU or link" in r.line for r in plain if r.klass == "slow")
+
+
+def test_a_link_down_and_a_downtrained_pcie_link_are_named_as_causes(captured):
+    """What the sampler's summary says of a measurement on the edited captures (SOURCES.md): an NVLink down (GPU 3's
+    link 7 on the A100 host) and a PCIe link at Gen4 x8 (GPU 2 of the H100 host)."""
+    found = []
+    for capture, nvlink in (("a100-sxm4-x4-q.txt", "edited-a100-gpu3-link7-down-nvlink-status.txt"),
+                            ("edited-h100-gpu2-pcie-gen4-x8-q.txt", None)):
+        captured(capture, **({"nvlink": nvlink} if nvlink else {}))
+        session, _ = open_session()
+        sampler = Sampler(session, interval=0.05).start()
+        t0 = time.monotonic()
+        before = [session.counters(i) for i in range(len(session.handles))]
+        entries = sampler.summary(t0, time.monotonic(), before, [session.counters(i) for i in
+                                                                  range(len(session.handles))])
+        sampler.stop()
+        for i, entry in enumerate(entries):
+            static = session.static(i)
+            entry["pcie_max"] = [static["pcie_gen_max"], static["pcie_width_max"]]
+        session.close()
+        found += causes({"n1": entries})
+    assert found == ["n1 NVLink 7 of GPU 3 down", "n1 GPU 2 PCIe Gen4 x8 of Gen5 x16"]

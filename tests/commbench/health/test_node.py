@@ -161,3 +161,16 @@ def test_the_full_level_without_cuda_says_there_was_no_load(captured):
     result = survey("full", SECONDS)
     assert "no load: CUDA is not available to torch" in result["notes"] and result["loaded"] is False
     assert rows(result, "GPU 0")["PCIe link"] == ("ok", "Gen5 x16 of Gen5 x16 idle")
+
+
+def test_nvlinks_up_against_the_expected_and_a_link_down(captured):
+    """The A100 capture with NVLink states from another real A100 host's `nvidia-smi nvlink --status` (its first 4
+    GPUs), as it is and edited so that GPU 3's link 7 is down; the error counters are in neither capture (unknown)."""
+    captured("a100-sxm4-x4-q.txt", nvlink="gpud-a100-x8-nvlink-status.txt")
+    result = survey("quick", SECONDS)
+    assert rows(result, "GPU 3")["NVLink links up"] == ("ok", "12 up of 12, 300 GB/s")
+    assert rows(result, "GPU 3")["NVLink errors"] == ("unknown", "error counters not reported")
+    captured("a100-sxm4-x4-q.txt", nvlink="edited-a100-gpu3-link7-down-nvlink-status.txt")
+    result = survey("quick", SECONDS)
+    assert rows(result, "GPU 3")["NVLink links up"] == ("fail", "11 up of 12, 275 GB/s; down: 7")
+    assert rows(result, "GPU 2")["NVLink links up"][0] == "ok"
