@@ -11,7 +11,7 @@ from benchcore.results.records import RecordWriter, dumps, new_output_option, ne
 from benchcore.units import format_size
 from commbench.evidence import nccl as nccl_evidence
 from commbench.model.judge import FAILING, judge
-from commbench.model.topology import resolve
+from commbench.model.topology import MAX_RANKS, OVERSUBSCRIBE, layout_problem, resolve
 
 UNJUDGED = ("latency", "rising")
 COLUMNS = [("collective", "collective", None), ("size", "size", None), ("where", "ranks x nodes", None),
@@ -59,6 +59,19 @@ def report_verdict(records, topology_text):
                                               "--ranks, --nodes and --env where the records do not say)")]
 
 
+def _check_counts(topo, ranks, nodes, oversubscribed):
+    """--ranks and --nodes bounded, and checked against each other and topo's GPUs per node where both are given:
+    UserError in one line saying which."""
+    if ranks is not None and ranks > MAX_RANKS:
+        raise UserError(f"--ranks {ranks}: more than {MAX_RANKS:,} ranks, which no job has")
+    if nodes is not None and nodes > MAX_RANKS // 2:
+        raise UserError(f"--nodes {nodes}: more than {MAX_RANKS // 2:,} nodes, which no job of 2 ranks or more per "
+                        f"node has")
+    why = layout_problem(topo, ranks, nodes, oversubscribed) if ranks is not None and nodes is not None else None
+    if why:
+        raise UserError(f"--ranks {ranks} --nodes {nodes}: {why}")
+
+
 @click.command("judge")
 @click.argument("files", nargs=-1, required=True)
 @click.option("--topology", required=True, metavar="FILE|NAME", help="The system the numbers came from.")
@@ -68,8 +81,10 @@ def report_verdict(records, topology_text):
               help="An NCCL setting the run had, where the log does not say (repeatable): NCCL_ALGO=Tree.")
 @click.option("--out", default=None, metavar="FILE", callback=new_output_option("--out", (".jsonl",)),
               help="Write the verdict record here (a new file).")
+@click.option(OVERSUBSCRIBE, "oversubscribe", is_flag=True,
+              help="Ranks shared GPUs: more ranks per node than the topology's GPUs per node.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def judge_command(files, topology, ranks, nodes, env_pairs, out, fmt):
+def judge_command(files, topology, ranks, nodes, env_pairs, out, oversubscribe, fmt):
     """Is my number normal? Measured busbw against the model per algorithm, each algorithm's ceiling and the
     topology's published references, with one diagnosis per size: NVLS-level, ring-level where NVLS is expected,
     slow, or above every ceiling. Exit status 1 when a measurement fails (commbench/model/judge.py).
@@ -81,11 +96,12 @@ def judge_command(files, topology, ranks, nodes, env_pairs, out, fmt):
       commbench judge rows.txt --topology dgx-h100 --ranks 2 --nodes 2 --env NCCL_ALGO=Tree
     """
     topo, env = resolve(topology), parse_env(env_pairs)
+    _check_counts(topo, ranks, nodes, oversubscribe)
     records, refused = read.load_many(files)
     records = nccl_evidence.attach(records)         # a log's NCCL INFO lines: the algorithm NCCL says it ran
     for why in refused:
         console(stderr=True).print(f"skipped: {why}")
-    rows, skipped = judge(read.measurements(records), topo, ranks, nodes, env)
+    rows, skipped = judge(read.measurements(records), topo, ranks, nodes, env, oversubscribe)
     for why, count in skipped.items():
         console(stderr=True).print(f"left out {count} record(s): {why}")
     if not rows:

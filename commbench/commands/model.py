@@ -19,7 +19,7 @@ from commbench.commands.options import CaseOptionsText, case_options, given_fiel
 from commbench.commands.overlap import model_rows
 from commbench.model.alphabeta import fit_row, predict
 from commbench.model.detect import detect, in_effect
-from commbench.model.topology import resolve
+from commbench.model.topology import MAX_RANKS, OVERSUBSCRIBE, layout_problem, resolve
 
 
 def configs(names, opts):
@@ -83,7 +83,6 @@ def summary(rows):
 
 
 BACKENDS = ("nccl", "gloo")
-MAX_RANKS = 1 << 20
 TIME_US = (1e-3, 1e12)      # a nanosecond to eleven days: outside, a record is not a timing the fit can use
 
 
@@ -170,9 +169,11 @@ def _topology(text):
 @case_options()
 @click.option("--fit", "fit_file", default=None, metavar="RESULTS.jsonl",
               help="Fit alpha and beta per tier to these records instead of predicting.")
+@click.option(OVERSUBSCRIBE, "oversubscribe", is_flag=True,
+              help="Ranks share GPUs: more ranks per node than the topology's GPUs per node.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def model(topology, nodes, nproc_per_node, collectives, strategies, patterns, min_bytes, max_bytes, step_factor,
-          backend, fit_file, fmt, **case_kw):
+          backend, fit_file, oversubscribe, fmt, **case_kw):
     """Predict collective and strategy times from a topology, without running anything; or fit the model.
 
     Every phase costs steps x alpha + bytes x beta on the tier that bounds it (formulas and sources in
@@ -188,7 +189,7 @@ def model(topology, nodes, nproc_per_node, collectives, strategies, patterns, mi
     """
     if fit_file:
         refuse_given(["nodes", "nproc_per_node", "collectives", "strategies", "patterns", "min_bytes", "max_bytes",
-                      "step_factor", "backend", *case_kw], "not with --fit, which fits the model to the records' "
+                      "step_factor", "backend", "oversubscribe", *case_kw], "not with --fit, which fits the model to the records' "
                      "own sizes and cases (--topology names the tiers)")
     # the model takes every config in place, and sizes compute as --compute-ratio x its predicted communication
     refuse_given(["place", "gemm", "compute_kernel", "compute_threads"], "the model does not tell it apart "
@@ -201,6 +202,9 @@ def model(topology, nodes, nproc_per_node, collectives, strategies, patterns, mi
     names = (parse_names(strategies, "strategy", "--strategies") if strategies else
              parse_names(collectives or "all_reduce", "collective", "--collective"))
     local = nproc_per_node or topo.gpus_per_node or 2
+    why = layout_problem(topo, nodes * local, nodes, oversubscribe)
+    if why:
+        raise UserError(f"--nodes {nodes} x --nproc-per-node {local}: {why}")
     sizes = size_range(parse_size(min_bytes, "-b/--min-bytes"), parse_size(max_bytes, "-e/--max-bytes"), step_factor)
     opts = ReadOptions(CaseOptionsText(**case_kw).parse())
     backend = backend or ("nccl" if topo.gpus_per_node else "gloo")

@@ -36,6 +36,7 @@ from commbench.cases.registry import CASES
 from commbench.model import nccl
 from commbench.model.alphabeta import Shape, predict
 from commbench.model.references import matching
+from commbench.model.topology import layout_problem
 
 LEVEL_SHARE = 0.9          # at least this share of a level counts as that level (the issue's "below 0.9")
 PLATEAU = 0.75             # the model's busbw at a size over its busbw at PLATEAU_SIZE: below, latency decides
@@ -178,10 +179,10 @@ def _judge_one(collective, size, n, nodes, busbw, topo, env, version, best, ran)
     return Row(**base, klass="slow", line=f"{mark or f'{busbw:.0f} is slow'}: a slow GPU or link")
 
 
-def judge(records, topo, ranks=None, nodes=None, env=None):
+def judge(records, topo, ranks=None, nodes=None, env=None, oversubscribed=False):
     """Rows, one per collective, size, ranks and nodes the records measured (their median busbw); records whose
-    collective the model does not cover, or whose ranks or nodes neither they nor the caller say, are left out
-    and counted: (rows, {reason: count})."""
+    collective the model does not cover, whose ranks or nodes neither they nor the caller say, or whose ranks and
+    nodes cannot be a run on topo (topology.layout_problem), are left out and counted: (rows, {reason: count})."""
     groups, skipped = {}, {}
     for rec in records:
         n, m = rec.get("world_size") or ranks, rec.get("nodes") or nodes
@@ -189,6 +190,9 @@ def judge(records, topo, ranks=None, nodes=None, env=None):
         why = why or (None if rec.get("backend") in (None, "nccl") else "not an NCCL run (the judge knows GPU systems)")
         why = why or (None if topo.gpus_per_node else f"topology {topo.name} has no GPUs")
         why = why or (None if n and m else "the log says no rank or node count (give --ranks and --nodes)")
+        why = why or (None if isinstance(n, int) and isinstance(m, int) and not isinstance(n, bool) and
+                       not isinstance(m, bool) else "its rank or node count is not a whole number")
+        why = why or layout_problem(topo, n, m, oversubscribed)
         busbw = rec.get("busbw_gbps")
         why = why or (None if isinstance(busbw, (int, float)) and math.isfinite(busbw) else "no busbw")
         if why:

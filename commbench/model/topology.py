@@ -188,6 +188,26 @@ class Topology:
                 "source": self.source}
 
 
+MAX_RANKS = 1 << 20         # ranks of one job: ten times the largest clusters (100,000 GPUs)
+OVERSUBSCRIBE = "--oversubscribe"
+
+
+def layout_problem(topo, ranks, nodes, oversubscribed=False):
+    """Why `ranks` over `nodes` cannot be a run on topo (None where it can): 2..MAX_RANKS ranks, at least one per
+    node, and on a GPU system at most its GPUs per node unless the ranks share GPUs (oversubscribed)."""
+    if ranks < 2:
+        return "one rank moves no data: the model needs 2 or more ranks"
+    if ranks > MAX_RANKS:
+        return f"more than {MAX_RANKS:,} ranks, which no job has"
+    if not 1 <= nodes <= ranks:
+        return f"{nodes:,} nodes for {ranks:,} ranks: every node holds one rank or more"
+    per_node = -(-ranks // nodes)
+    if topo.gpus_per_node and per_node > topo.gpus_per_node and not oversubscribed:
+        return (f"{per_node:,} ranks per node, but a {topo.name} node has {topo.gpus_per_node} GPUs (give "
+                f"{OVERSUBSCRIBE} where ranks share GPUs)")
+    return None
+
+
 def known_fields(key):
     """The fields a topology may have where `key` was found: that section's, or the top level's and the sections
     (the whole list would be a screen long)."""

@@ -5,6 +5,7 @@ what its setup was). Each is imported as `import` would, judged with the topolog
 the diagnosis must match that setup; records edited to each class check the classes the real logs lack."""
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +14,7 @@ from benchcore.results.records import dumps
 from commbench.model import nccl, topology
 from commbench.model.alphabeta import Shape
 from commbench.model.judge import FAILING, judge, judge_one
-from tests.conftest import run_tool
+from tests.conftest import assert_one_line_error, run_tool
 
 LOGS = topology.DIR.parent / "tests" / "fixtures" / "gpu_logs"
 # file, topology, ranks and nodes where the log does not say, the setup's NCCL settings, the class at its largest
@@ -130,3 +131,36 @@ def test_bad_input_to_judge_is_one_line(tmp_path):
     assert "Traceback" not in missing.stderr
     bad = run_tool("commbench", "judge", LOGS / REAL[0][0], "--topology", "dgx-h100", "--env", "ALGO")
     assert bad.returncode == 2 and "--env 'ALGO': expected NCCL_NAME=VALUE" in bad.stderr
+
+
+JUDGED_LOG = Path(__file__).resolve().parents[2] / "fixtures" / "gpu_logs" / "h100-1node-aws-p5-batch-all_reduce.log"
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--ranks", 1, "--nodes", 8], "--ranks 1 --nodes 8: one rank moves no data"),                       # N19
+    (["--ranks", 4, "--nodes", 8], "--ranks 4 --nodes 8: 8 nodes for 4 ranks: every node holds one rank or more"),
+    (["--ranks", 10 ** 20, "--nodes", 1], f"--ranks {10 ** 20}: more than 1,048,576 ranks"),              # N20
+    (["--ranks", 8, "--nodes", 10 ** 20], f"--nodes {10 ** 20}: more than 524,288 nodes"),
+    (["--ranks", 16, "--nodes", 1], "16 ranks per node, but a dgx-h100 node has 8 GPUs (give --oversubscribe"),
+])
+def test_rank_and_node_counts_are_bounded_and_checked_against_the_topology(args, needle):
+    assert_one_line_error(run_tool("commbench", "judge", JUDGED_LOG, "--topology", "dgx-h100", *args), needle)
+
+
+def test_stated_oversubscription_is_judged_and_the_model_checks_the_same_bounds():
+    done = run_tool("commbench", "judge", JUDGED_LOG, "--topology", "dgx-h100", "--ranks", 16, "--nodes", 1,
+                    "--oversubscribe")
+    assert done.returncode in (0, 1) and "Traceback" not in done.stderr and "FAIL: " in done.stdout, done.stderr
+    model = ("commbench", "model", "--topology", "dgx-h100", "-b", "1M", "-e", "1M")
+    assert_one_line_error(run_tool(*model, "--nodes", 10 ** 20), "more than 1,048,576 ranks")
+    assert_one_line_error(run_tool(*model, "--nodes", 2, "--nproc-per-node", 16),
+                          "--nodes 2 x --nproc-per-node 16: 16 ranks per node, but a dgx-h100 node has 8 GPUs")
+    assert run_tool(*model, "--nodes", 2, "--nproc-per-node", 16, "--oversubscribe").returncode == 0
+
+
+def test_records_whose_counts_cannot_be_a_run_on_the_topology_are_left_out_saying_why():
+    rec = {"collective": "all_reduce", "size_bytes": 1 << 30, "world_size": 1, "nodes": 8, "busbw_gbps": 400.0,
+           "backend": "nccl"}
+    rows, skipped = judge([rec, {**rec, "world_size": 10 ** 20, "nodes": 1}], topology.resolve("dgx-h100"))
+    assert rows == [] and list(skipped) == ["one rank moves no data: the model needs 2 or more ranks",
+                                            "more than 1,048,576 ranks, which no job has"]
