@@ -154,8 +154,10 @@ def ckpt(paths, profiles, quick, runtime, size, bs, iodepth, jobs, ranks, direct
         bench.dry_run(targets, job_list, run_id, "ckpt")
         return
     sharing = bench.Sharing(concurrent, wait)
-    records = bench.run_jobs(targets, job_list, run_id, timeout, keep, writer, sharing, keeper)
+    with Busy() as busy:
+        records = bench.run_jobs(targets, job_list, run_id, timeout, keep, writer, sharing, keeper)
     emit(records, fmt, lambda recs: print_results(recs, title=f"iobench ckpt  (run {run_id})"))
+    click.echo(busy_line(busy.fields), err=True)
     metrics.publish(records, "iobench")
     if plot:
         bar_plot(plot, records, title=f"iobench ckpt {run_id}")
@@ -208,8 +210,10 @@ def run_cmd(jobfile, path, dry_run, out, fmt, timeout, keep, keep_json, concurre
         click.echo(bench.rerun_line(directory, jobpath, *bench.RUN_ARGS))
         return
     sharing = bench.Sharing(concurrent, wait)
-    records = bench.run_file(target, jobpath, text, run_id, timeout, keep, writer, sharing, keeper)
+    with Busy() as busy:
+        records = bench.run_file(target, jobpath, text, run_id, timeout, keep, writer, sharing, keeper)
     emit(records, fmt, lambda recs: print_results(recs, title=f"iobench run {Path(jobfile).name}  (run {run_id})"))
+    click.echo(busy_line(busy.fields), err=True)
     metrics.publish(records, "iobench")
 
 
@@ -319,12 +323,15 @@ def torch_ckpt(path, size, ranks, ckpt_formats, repeats, fio_ceiling, out, fmt, 
 @click.option("--mtbf", type=float, default=None,
               help="--save-mode: the job's mean time between failures in hours, for the checkpoint interval "
                    "[default: the layout's GPUs at Llama 3's one failure per 50,676 GPU-hours]")
+@click.option("--restart-ranks", type=int, default=None, callback=positive("--restart-ranks"),
+              help="--save-mode: after the writes, restart from the latest checkpoint on this many ranks (fewer than "
+                   "--ranks: DCP redistributes), cache dropped, timed to the first step, every tensor compared.")
 @click.option("--plot", default=None, callback=new_output_option("--plot", PLOT_SUFFIXES),
               help="--save-mode: a new image file of step time across a save, per mode (.png, .svg, .pdf).")
 @click.option("--dry-run", is_flag=True, help="Print the layout (files and sizes) and run nothing.")
 @output_options
 def model_ckpt_cmd(path, model_name, tp, pp, dp, zero, scale, ranks, writes, reads, drop, nodes, node_rank,
-                   rdzv_endpoint, fmt_ckpt, fio_same, save_modes, plan_cache, step, mtbf, plot, dry_run, out, fmt,
+                   rdzv_endpoint, fmt_ckpt, fio_same, save_modes, plan_cache, step, mtbf, restart_ranks, plot, dry_run, out, fmt,
                    timeout, keep, keep_json, concurrent, wait):
     """Write and read a model-shaped checkpoint as a training job does (MLPerf Storage v2's checkpointing).
 
@@ -344,7 +351,7 @@ def model_ckpt_cmd(path, model_name, tp, pp, dp, zero, scale, ranks, writes, rea
     if rdzv_endpoint:
         split_endpoint(rdzv_endpoint)   # HOST:PORT, else one line before anything runs
     layout = models.layout(model_name, tp, pp, dp, zero, scale)
-    modes = model_ckpt.save_modes(save_modes, fmt_ckpt, nodes, plan_cache, step, mtbf, layout)
+    modes = model_ckpt.save_modes(save_modes, fmt_ckpt, nodes, plan_cache, step, mtbf, layout, restart_ranks)
     if plot and not modes:
         raise UserError("--plot draws step time across a save: give --save-mode")
     ranks = ranks or max(1, min(layout.ranks // nodes, os.cpu_count() or 1))
@@ -353,6 +360,8 @@ def model_ckpt_cmd(path, model_name, tp, pp, dp, zero, scale, ranks, writes, rea
     crowd = too_many(ranks + 1)
     if crowd:
         raise UserError(f"--ranks {ranks} on this machine is {crowd}: fewer --ranks")
+    if restart_ranks and restart_ranks > ranks:
+        raise UserError(f"--restart-ranks {restart_ranks} is more than the --ranks {ranks} that saved it")
     if nodes > 1 and fio_same:
         bench.say("model-ckpt: fio's same workload runs on one node only; over several nodes none runs")
     published = models.MODELS[model_name].published_bytes

@@ -2,6 +2,7 @@
 Storage's checkpointing workload does: --writes checkpoints, then --reads reads of them, the cache dropped before
 each read, every file fsynced; durations from each rank's own start and end, bytes proven by the mount's counter."""
 import statistics
+import time
 from dataclasses import dataclass
 
 from benchcore.errors import UserError
@@ -25,17 +26,18 @@ class SaveModes:
     step: int
     mtbf_h: float
     mtbf_source: str
+    restart_ranks: int = 0    # restart the latest checkpoint on this many ranks after the writes (0: none)
 
     def args(self):
         return ["--save-modes", ",".join(self.names), "--step", self.step] + (["--plan-cache"] if self.plan_cache
                                                                                 else [])
 
 
-def save_modes(text, fmt, nodes, plan_cache, step, mtbf_h, layout):
+def save_modes(text, fmt, nodes, plan_cache, step, mtbf_h, layout, restart_ranks=None):
     """--save-mode's SaveModes, or None without it; one line for what cannot run."""
     if text is None:
-        if step or mtbf_h:
-            raise UserError("--step and --mtbf are --save-mode's: give --save-mode")
+        if step or mtbf_h or restart_ranks:
+            raise UserError("--step, --mtbf and --restart-ranks are --save-mode's: give --save-mode")
         return None
     names = savemodes.parse_modes(text)
     if fmt != "dcp":
@@ -46,7 +48,7 @@ def save_modes(text, fmt, nodes, plan_cache, step, mtbf_h, layout):
         raise UserError(f"--mtbf must be hours above 0 (at most 1e7), got {mtbf_h:g}")
     source = f"--mtbf {mtbf_h:g} h" if mtbf_h else f"{layout.ranks} GPUs at {interval.MTBF_SOURCE}"
     return SaveModes(tuple(names), plan_cache, step or savemodes.DEFAULT_STEP,
-                     mtbf_h or interval.job_mtbf_h(layout.ranks), source)
+                     mtbf_h or interval.job_mtbf_h(layout.ranks), source, restart_ranks or 0)
 
 
 # per checkpoint, over its ranks: training waits for its slowest rank, so the worst rank's figure is the checkpoint's
@@ -105,7 +107,7 @@ def space_needed(layout, writes, fio, modes=0):
     return int(layout.total_bytes * 1.01 * count * (2 if fio else 1)) + (1 << 20)
 
 
-def records_from(result, target, layout, run_id, fmt="torch-save", modes=None):
+def records_from(result, target, layout, run_id, fmt="torch-save", modes=None, restarted=None):
     """One record per direction (writes: per save mode): the median over its checkpoints of each phase figure, the
     range of the aggregate, and bytes moved / payload; a direction the counter says a cache served reports no storage
     throughput; a save mode's write also what training felt (felt())."""
@@ -132,7 +134,8 @@ def records_from(result, target, layout, run_id, fmt="torch-save", modes=None):
         records.append(bench.record(
             run_id, target, profile=PROFILES[fmt].format(layout.model) + (f"-{mode}" if mode else ""), rw=direction,
             direction=direction, ckpt_format=fmt,
-            **({"save_mode": mode, **felt(phases, modes), **mode_fields(result["feel"], mode)} if mode else {}),
+            **({"save_mode": mode, **felt(phases, modes, restarted and restarted["restart_s"]),
+                **mode_fields(result["feel"], mode)} if mode else {}),
             model=layout.model, tp=layout.tp, pp=layout.pp, dp=layout.dp, zero=layout.zero, scale=layout.scale,
             layout_ranks=layout.ranks, numjobs=result["world_size"], files=result["files"], size_bytes=payload,
             repeats=len(phases), duration_s=statistics.median(f["duration_s"] for f in figures) if counted else None,
@@ -149,7 +152,38 @@ def records_from(result, target, layout, run_id, fmt="torch-save", modes=None):
             **({"fio_profile": "model-ckpt-fio", "fio_bw_mbps": statistics.median(b for b in fio if b),
                 "ratio_to_fio": statistics.median(paired), "ratio_min": min(paired), "ratio_max": max(paired),
                 "fio_moved_ratio": statistics.median(fio_moved) if fio_moved else None} if paired else {})))
+    if restarted:
+        records.append(restart_record(restarted, target, layout, run_id, result))
     return records
+
+
+def restart(here, data, layout, modes, writes, timeout):
+    """The latest checkpoint (the last mode's last write: model_worker's ckpt-MODE-INDEX) loaded by a fresh torchrun
+    of modes.restart_ranks ranks (iobench.restart_worker), timed from before torchrun starts to their first step."""
+    latest = data / f"ckpt-{modes.names[-1]}-{writes - 1}"
+    result = here / "restart.json"
+    return run_ranks("iobench.restart_worker",
+                     ["--dir", latest, "--result", result, "--t0", repr(time.time()), "--model", layout.model,
+                      "--tp", layout.tp, "--pp", layout.pp, "--dp", layout.dp, "--zero", layout.zero,
+                      "--scale", repr(layout.scale), "--step", modes.step, "--timeout", timeout],
+                     modes.restart_ranks, timeout, here, result, "model-ckpt's restart", f" (--timeout {timeout} s)")
+
+
+def restart_record(res, target, layout, run_id, result):
+    """The restart's record: its seconds to the first step, the load's, every tensor compared, the bytes moved."""
+    served, ratio = moved.verdict(res["moved"].get("bytes"), res["bytes"], memory="memory" in res["moved"])
+    counted = served in ("storage", "unproven")
+    return bench.record(
+        run_id, target, profile=f"{layout.model}-dcp-restart", rw="read", direction="read", ckpt_format="dcp",
+        model=layout.model, tp=layout.tp, pp=layout.pp, dp=layout.dp, zero=layout.zero, scale=layout.scale,
+        layout_ranks=layout.ranks, numjobs=res["world_size"], size_bytes=res["bytes"], repeats=1,
+        restart_s=res["restart_s"], restart_ranks=res["world_size"], restart_wrong=res["wrong"], wrong=res["wrong"],
+        tensors=res["tensors"], duration_s=res["load_s"] if counted else None,
+        bw_mbps=res["bytes"] / res["load_s"] / 1e6 if counted and res["load_s"] else None,
+        cache_mbps=None if counted or not res["load_s"] else res["bytes"] / res["load_s"] / 1e6,
+        bytes_moved_ratio=ratio, served_by=served, byte_counter=res["counter"],
+        served_reason=res["moved"].get("reason") or res["moved"].get("memory"),
+        torch_version=result["torch_version"])
 
 
 def cache_drop(target, drop):
@@ -208,10 +242,11 @@ def run(path, layout, processes, writes, reads, timeout, keep, writer, run_id, s
                                "model-ckpt",
                                f" (--timeout {timeout} s for each of {saves + reads} checkpoints"
                                + (" and fio's run beside each)" if jobs else ")"), nodes)
+            restarted = restart(here, data, layout, modes, writes, timeout) if modes and modes.restart_ranks else None
     if not first:
         bench.say(f"model-ckpt: node {nodes[1]}'s ranks finished; node 0 makes the records")
         return []
-    records = [dict(r, cache_drop=how) for r in records_from(result, target, layout, run_id, fmt, modes)]
+    records = [dict(r, cache_drop=how) for r in records_from(result, target, layout, run_id, fmt, modes, restarted)]
     for rec in records:
         if writer:
             writer.write(rec)
@@ -219,7 +254,8 @@ def run(path, layout, processes, writes, reads, timeout, keep, writer, run_id, s
 
 
 def print_model(records):
-    rows = [dict(r, label=r["rw"] + (f" {r['save_mode']}" if r.get("save_mode") else ""),
+    rows = [dict(r, label="restart" if r.get("restart_ranks") else
+                 r["rw"] + (f" {r['save_mode']}" if r.get("save_mode") else ""),
                  moved="n/a" if r.get("bytes_moved_ratio") is None else f"{r['bytes_moved_ratio']:.2f}",
                  bw=r["bw_mbps"] if r.get("bw_mbps") is not None else f"({r['served_by']})",
                  ratios=f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f}" if r.get("ratio_min") else None)

@@ -206,11 +206,11 @@ def arguments():
 
 
 def schedule(args):
-    """[(phase, index, save mode)]: each mode's writes in turn (one pass without a mode), then the reads, of the
-    first mode's checkpoints."""
+    """[(phase, index, save mode)]: each mode's writes in turn (one pass without a mode), then the reads, each of
+    the next mode's checkpoints in turn (every mode's is read back and compared)."""
     modes = [m for m in args.save_modes.split(",") if m] or [None]
     return [("write", i, m) for m in modes for i in range(args.writes)] + \
-        [("read", i, modes[0]) for i in range(args.reads)]
+        [("read", i // len(modes), modes[i % len(modes)]) for i in range(args.reads)]
 
 
 def ckpt_dir(root, index, mode, writes):

@@ -24,7 +24,7 @@ def print_modes(records):
         first = mine[0]
         print_table(mine, [("save_mode", "save mode", None), ("blocked_s", "blocked s", ".3f"),
                            ("staging_s", "staging s", ".3f"), ("background_s", "to last byte s", ".3f"),
-                           ("durable_s", "to durable s", ".3f"), ("steps_during", "steps during", "d"),
+                           ("durable_s", "to durable s", ".3f"), ("steps_during", "steps during", "g"),
                            ("rate", "step rate during", None), ("step_lost_s", "step time lost s", ".3f"),
                            ("cost_s", "cost s", ".3f"), ("bw", "MB/s to last byte", ",.0f"),
                            ("bytes_moved_ratio", "moved x", ".2f")],
@@ -50,6 +50,14 @@ def print_modes(records):
                       + ", ".join(f"{r['step_rate_during']:.2f} ({r['save_mode']})" for r in slow)
                       + " of their undisturbed rate while it ran; on a GPU node the steps run on the GPU and the "
                         "writer on host cores")
+        for r in records:
+            if r.get("restart_ranks") and r["mount"] == mount:
+                out.print(f"restart: the latest checkpoint ({mine[-1]['save_mode']}'s, saved by {first['numjobs']} "
+                          f"ranks) loaded by {r['restart_ranks']} fresh rank(s), the cache dropped: "
+                          f"{r['restart_s']:.2f} s from starting torchrun to the first step, every one of "
+                          f"{r['tensors']} tensors compared ({r['restart_wrong']} wrong); the load served by "
+                          f"{r['served_by']}" + (f" ({r['bytes_moved_ratio']:.2f} of its bytes)"
+                                                 if r.get("bytes_moved_ratio") is not None else ""))
     sync = {r["mount"]: r["blocked_s"] for r in rows if r["save_mode"] == "sync"}
     ours = [{"anchor": f"this run on {r['mount']}: {r['save_mode']}", "sync_s": sync.get(r["mount"]),
              "blocked_s": r["blocked_s"], "background_s": r["background_s"],

@@ -88,6 +88,14 @@ def _profiles(check):
     return set(_joined(check["profiles"]).split(",")) if "profiles" in check else set(PROFILES)
 
 
+def _checkpoint_groups(check):
+    """model-ckpt's profiles: MODEL-ckpt or MODEL-dcp, MODEL-dcp-MODE per --save-mode (blocked_s, training_lost...),
+    MODEL-dcp-restart."""
+    base = f"{check.get('model')}-{'dcp' if check.get('ckpt_format') == 'dcp' else 'ckpt'}"
+    modes = [m for m in _joined(check.get("save_mode", "")).split(",") if m]
+    return {base} | {f"{base}-{m}" for m in modes} | ({f"{base}-restart"} if check.get("restart_ranks") else set())
+
+
 def _commbench_words(check):
     return (["run", "--collective", _joined(check["collective"])] if "collective" in check else
             ["compare", "--strategies", _joined(check["strategy"]), "--baseline",
@@ -123,10 +131,10 @@ KINDS = {
                         "tp": ("--tp", "whole"), "pp": ("--pp", "whole"), "dp": ("--dp", "whole"),
                         "ranks": ("--ranks", "whole"), "writes": ("--writes", "whole"),
                         "reads": ("--reads", "whole"), "no_drop": ("--no-drop", "flag"), "wait": ("--wait", "whole"),
-                        "ckpt_format": ("--ckpt-format", "text")},
-                       required=("mount", "model"), dry_run=True,
-                       groups=lambda check: {f"{check.get('model')}-"
-                                             f"{'dcp' if check.get('ckpt_format') == 'dcp' else 'ckpt'}"}),
+                        "ckpt_format": ("--ckpt-format", "text"), "save_mode": ("--save-mode", "names"),
+                        "no_plan_cache": ("--no-plan-cache", "flag"), "mtbf": ("--mtbf", "whole"),
+                        "restart_ranks": ("--restart-ranks", "whole"), "no_fio": ("--no-fio", "flag")},
+                       required=("mount", "model"), dry_run=True, groups=_checkpoint_groups),
     "selftest-link": Kind("commbench", "commbench.commands.cli", lambda check: ["selftest", "link"],
                           {"rate": ("--rate", "text"), "collective": ("--collective", "names"), **SIZES,
                            "cycles": ("-N", "whole")},
