@@ -5,6 +5,7 @@ import sys
 
 from rich.console import Console
 
+from benchcore.processes.busy import OTHERS_BUSY
 from benchcore.report.render import console, emit, print_table
 from benchcore.units import format_size
 from benchcore.vocabulary import TYPES
@@ -17,14 +18,15 @@ ROW_COLUMNS = [("size", "size\n(B)", "d"), ("count", "count\n(elements)", "d"), 
 PLACE_COLUMNS = [("time_us", "time\n(us)", ".1f"), ("algbw_gbps", "algbw\n(GB/s)", ".3f"),
                  ("busbw_gbps", "busbw\n(GB/s)", ".3f"), ("wrong", "\n#wrong", "d"),
                  ("link_utilization", "\nutil", ".2f"), ("predicted_time_us", "model\n(us)", ".1f"),
-                 ("spread", "\nspread", None)]
+                 ("spread", "\n~!b", None)]   # the marks' own header: 3 columns (long numbers still fit 100)
 SIDES = (("out", "out-of-place"), ("in", "in-place"))
 # A row's time is a mean over iterations; where they were not steady the row says so. ~: their coefficient of
 # variation is over 10 % (pyperf's `check`: "the standard deviation is N % of the mean", from 10 %); !: their p99 is
 # over twice their p50 (a heavy tail: some iterations stalled). The records keep time_cv, time_us_p50, time_us_p99.
 STEADY_CV, TAIL_RATIO = 0.10, 2.0
 SPREAD_RULE = (f"~ = the iterations' cv over {STEADY_CV:.0%} (pyperf's stability rule), ! = their p99 over "
-               f"{TAIL_RATIO:g} x their p50 (a heavy tail)")
+               f"{TAIL_RATIO:g} x their p50 (a heavy tail), b = other processes took over {OTHERS_BUSY:.0%} of the "
+               f"host's CPUs during the loop (a busy machine)")
 
 
 def spread_line(recs):
@@ -35,16 +37,19 @@ def spread_line(recs):
     if all(m is None for m in marks):
         return None, 0
     return (f"# {'Spread':<20} : {unsteady} of {len(recs)} measurements unsteady: {SPREAD_RULE}" if unsteady else
-            f"# {'Spread':<20} : every measurement steady (cv <= {STEADY_CV:.0%}, p99 <= {TAIL_RATIO:g} x p50)",
+            f"# {'Spread':<20} : every measurement steady (cv <= {STEADY_CV:.0%}, p99 <= {TAIL_RATIO:g} x p50, "
+            f"others took <= {OTHERS_BUSY:.0%} of the host's CPUs)",
             unsteady)
 
 
 def spread(rec):
-    """'' (steady), '~', '!' or '~!' as SPREAD_RULE says; None where the record has no per-iteration statistics."""
+    """'' (steady), or '~', '!', 'b' together as SPREAD_RULE says; None where the record has no per-iteration statistics."""
     cv, p50, p99 = rec.get("time_cv"), rec.get("time_us_p50"), rec.get("time_us_p99")
-    if cv is None and (p50 is None or p99 is None):
+    others = rec.get("others_cpu_fraction")
+    if cv is None and (p50 is None or p99 is None) and others is None:
         return None
-    return ("~" if cv is not None and cv > STEADY_CV else "") + ("!" if p50 and p99 and p99 > TAIL_RATIO * p50 else "")
+    return ("~" if cv is not None and cv > STEADY_CV else "") + ("!" if p50 and p99 and p99 > TAIL_RATIO * p50 else "") \
+        + ("b" if others is not None and others > OTHERS_BUSY else "")
 
 
 def measurements(records):

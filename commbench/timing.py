@@ -12,10 +12,13 @@ import time
 
 import torch
 
+from benchcore.processes.busy import host_busy_s, host_key, others_fraction
 from commbench import rankstats
 from commbench.cases import faults
 from commbench.cases.case import TOTAL, label
 from commbench.cases.collectives import DTYPES, torch_dtype
+
+HOST = host_key()   # ranks with rank 0's key share its host's CPUs (over_ranks)
 
 
 def time_loop(ctx, run_once, iters, blocking, samples=None, departures=True):
@@ -120,11 +123,17 @@ def _graph_loop(ctx, run_once, ops):
     return seconds / (ops * ctx.plan.cuda_graph)
 
 
-def over_ranks(ctx, seconds):
-    """(aggregated, min, max) of every rank's time, aggregated by the plan's --agg."""
-    every = [t for t, in ctx.comm.gather_floats([seconds])]
+def over_ranks(ctx, seconds, busy=None):
+    """(aggregated, min, max) of every rank's time, aggregated by the plan's --agg, and the share of rank 0's host's
+    CPUs that processes other than the ranks took meanwhile (busy: this rank's (host busy s, own CPU s, wall s)
+    over the loop; every rank on rank 0's host counts as the run's own; None without busy)."""
+    host_busy, own, wall = busy or (0.0, 0.0, 0.0)
+    rows = ctx.comm.gather_floats([seconds, host_busy, own, wall, HOST])
+    every = [row[0] for row in rows]
     avg, lo, hi = sum(every) / len(every), min(every), max(every)
-    return {"avg": avg, "min": lo, "max": hi, "rank0": every[0]}[ctx.plan.agg], lo, hi
+    first = rows[0]
+    others = others_fraction(first[1], sum(row[2] for row in rows if row[4] == first[4]), first[3]) if busy else None
+    return {"avg": avg, "min": lo, "max": hi, "rank0": every[0]}[ctx.plan.agg], lo, hi, others
 
 
 def check(ctx, timed):
@@ -166,15 +175,18 @@ def measure_case(ctx, case, cfg, size, shared):
             time_loop(ctx, run_once, warmup, blocking)
         counts.append({"iters": iters, "warmup": warmup})
         pos.at("timed loop")
+        host_before, cpu_before, wall_before = host_busy_s(), time.process_time(), time.perf_counter()
         seconds = time_loop(ctx, run_once, iters, blocking, samples, timed.departures) / timed.per_run
+        busy = (host_busy_s() - host_before, time.process_time() - cpu_before, time.perf_counter() - wall_before)
         pos.at("gathering the times")
-        t, t_min, t_max = over_ranks(ctx, seconds)
+        t, t_min, t_max, others = over_ranks(ctx, seconds, busy)
         stats = rank_stats(ctx, samples, timed.per_rank, timed.per_run, timed.departures) if samples else {}
         moved = timed.factors[phase] is not None   # a phase that moves no payload (compute) has no bandwidth
         algbw = size / t / 1e9 if moved else None
         rows.append({"phase": phase, "blocking": blocking, "time_source": time_source(ctx), "time_us": t * 1e6,
                      "time_us_min": t_min * 1e6, "time_us_max": t_max * 1e6, "algbw_gbps": algbw,
-                     "busbw_gbps": algbw * timed.factors[phase] if moved else None, **stats, **timed.fields(phase),
+                     "busbw_gbps": algbw * timed.factors[phase] if moved else None, "others_cpu_fraction": others,
+                     **stats, **timed.fields(phase),
                      **({"time_budget_s": plan.time_budget} if plan.time_budget else {})})
     pos.at("check")
     wrong, fields = check(ctx, faults.checked(ctx, case, timed)) if plan.check else (None, {})

@@ -5,6 +5,7 @@ from pathlib import Path
 import click
 
 from benchcore.errors import UserError, refuse_given, run_cli
+from benchcore.processes.busy import Busy, busy_line
 from benchcore.processes.route import split_endpoint
 from benchcore.processes.torchrun import too_many
 from benchcore.progress import quiet_option

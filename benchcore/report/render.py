@@ -50,7 +50,8 @@ def print_table(rows, columns, title=None, out=None, compact=False):
     instead; with out, as asked (commbench/output.py fits its own layouts). compact: nccl-tests' look, columns two
     spaces apart under a rule."""
     cells = [[_cell(row.get(key), fmt) for key, _, fmt in columns] for row in rows]
-    columns = [(key, printable(header), fmt) for key, header, fmt in columns]
+    columns = [(key, "\n".join(printable(line) for line in header.split("\n")), fmt)   # headers keep their
+               for key, header, fmt in columns]                                            # two lines
     title = printable(title) if title else title
     table = _table(cells, columns, title, wrap=False, compact=compact)
     if out is None:

@@ -73,6 +73,9 @@ EXTENSIONS = {
         "repeat": "which of --repeats separate measurements of this config at this size (sweep: the round)",
         "time_us_p50": "median iteration time over every iteration of every rank (per operation)",
         "time_us_p99": "99th percentile of the same", "time_cv": "their coefficient of variation (stdev / mean)",
+        "others_cpu_fraction": "the share of rank 0's host's CPU time that processes other than the run's ranks took "
+                               "during the timed loop (/proc/stat busy time minus every rank's on that host, over "
+                               "the loop's wall time x CPUs): over 0.1, the table marks the row busy",
         "time_budget_s": "p2p --time-budget: this launch's share of the budget (start-up included); iters were "
                          "fitted to it by a calibration, whose runs (warmup) warm up",
         "slowest_rank": "the rank the others wait for: latest to reach the iterations (host clock)",
