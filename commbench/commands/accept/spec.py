@@ -42,7 +42,8 @@ MAX_NAME = 100
 
 
 def _q(value):
-    """A spec's value as an error line may quote it: short, no control character."""
+    """A check's name as an error line may quote it: short, no control character (a value never is: the line
+    number and the reason say which)."""
     return inputs.shown(repr(value), 60)
 
 
@@ -157,7 +158,7 @@ def load_spec(path):
             fail(data, key, f"unknown key {inputs.key(key)} (known: {', '.join(TOP)})")
     topology = data.get("topology")
     if topology is not None and not is_argument(topology):
-        fail(data, "topology", f"topology is {_q(topology)}, expected {VALUES['text'][1]}")
+        fail(data, "topology", f"topology: expected {VALUES['text'][1]}")
     cluster = data.get("cluster")
     if cluster is not None:
         check_cluster(cluster, data, fail)
@@ -179,7 +180,7 @@ def load_spec(path):
         fail(cluster, "rdzv_endpoint", f"rdzv_endpoint's port + one per check ({len(out)}) passes 65535")
     history = data.get("history")
     if history is not None and not is_argument(history):
-        fail(data, "history", f"history is {_q(history)}, expected {VALUES['text'][1]}")
+        fail(data, "history", f"history: expected {VALUES['text'][1]}")
     return Spec(str(path), out, cluster, lines.get(id(cluster), {}).get("exec", 1), history)
 
 
@@ -202,7 +203,7 @@ def _check(raw, topology, fail_at, lines):
     for key, value in values.items():
         valid, what, _ = VALUES[kind.options[key][1]]
         if not valid(value):
-            fail(key, f"check {_q(name)}: {key} is {_q(value)}, expected {what}")
+            fail(key, f"check {_q(name)}: {key}: expected {what}")     # a line and a reason, never the value
     if kind.nodes_key in kind.required and kind.nodes_key not in values and allocation_nodes():
         values[kind.nodes_key] = allocation_nodes()      # how many nodes: the Slurm allocation's, as it says
     for key in kind.required:
@@ -218,7 +219,7 @@ def _check(raw, topology, fail_at, lines):
     timeout = raw.get("timeout", DEFAULT_TIMEOUT_S)
     try:
         if not isinstance(timeout, (int, float)) or isinstance(timeout, bool):
-            raise UserError(f"timeout is {_q(timeout)}, expected seconds")
+            raise UserError("timeout: expected seconds")
         timeout = inputs.finite(timeout, "timeout (seconds)", 0, MAX_TIMEOUT_S, lo_open=True)
     except UserError as exc:
         fail("timeout", f"check {_q(name)}: {exc}")
@@ -244,8 +245,8 @@ def _check(raw, topology, fail_at, lines):
             fail_at(texts, i, f"check {_q(name)}: {inputs.shown(exc)}")
         groups = kind.groups(values)
         if threshold.group is not None and threshold.group not in groups:
-            fail_at(texts, i, f"check {_q(name)}: threshold {_q(text)}: {_q(threshold.group)} is none of what this "
-                              f"check measures ({', '.join(sorted(groups))})")
+            fail_at(texts, i, f"check {_q(name)}: {_q(threshold.group)} is none of what this check measures "
+                              f"({', '.join(sorted(groups))})")
         judged.append((threshold, lines.get(id(texts), {}).get(i)))
     return Check(name, raw["kind"], lines.get(id(raw), {}).get(None, 1), values, judged, timeout, env, allow, paths,
                  expect)

@@ -54,7 +54,7 @@ checks:
     (("      - wrong == 0\n", "      - busbw is big\n"), 8, "is not FIELD OP VALUE"),
     (("      - wrong == 0\n", "      - all_gather busbw >= 1\n"), 8,
      "'all_gather' is none of what this check measures"),
-    (("    min_bytes: 1K\n", "    min_bytes: lots\n"), 5, "min_bytes is 'lots', expected a size"),
+    (("    min_bytes: 1K\n", "    min_bytes: lots\n"), 5, "min_bytes: expected a size"),
     (("    collective: all_reduce\n", "    collective: all_reduce\n    strategy: ring\n"), 2,
      "exactly one of collective, strategy"),
     (("checks:\n", "checkz:\n"), 1, "unknown key 'checkz'"),
