@@ -174,3 +174,19 @@ def test_nvlinks_up_against_the_expected_and_a_link_down(captured):
     result = survey("quick", SECONDS)
     assert rows(result, "GPU 3")["NVLink links up"] == ("fail", "11 up of 12, 275 GB/s; down: 7")
     assert rows(result, "GPU 2")["NVLink links up"][0] == "ok"
+
+
+@pytest.mark.gpu
+def test_the_full_level_on_real_gpus_reads_every_gpu_under_load():
+    """Where a GPU and its driver are (no hooks): every GPU judged, the PCIe link read under the load."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COMMBENCH_TEST")}
+    p = subprocess.run([sys.executable, "-m", "commbench.commands.cli", "node", "--level", "full", "--seconds", "5",
+                        "--format", "json"], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode in (0, 1), p.stderr
+    recs = [json.loads(line) for line in p.stdout.splitlines()]
+    pcie = [r for r in recs if r.get("item") == "PCIe link"]
+    assert len(pcie) == torch.cuda.device_count() and all("under load" in r["value"] for r in pcie), pcie
+    assert any(r.get("subject") == "copy engine" and r["item"].startswith("H2D GPU") for r in recs)
