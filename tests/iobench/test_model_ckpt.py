@@ -74,7 +74,8 @@ def test_layout_size_and_scale_are_bounded_before_anything_is_built(tool, tmp_pa
         models.layout("llama3-8b", tp=10**20, dp=10)
     assert len(models.layout("llama3-8b", dp=models.MAX_RANKS).shards) == 2 * models.MAX_RANKS   # the largest allowed
     tiny = models.layout("llama3-8b", scale=1e-10)
-    assert {s.nbytes for s in tiny.shards} == {1} and tiny.full_bytes == P_8B * 14 == models.layout("llama3-8b").full_bytes
+    assert {s.nbytes for s in tiny.shards} == {1}
+    assert tiny.full_bytes == P_8B * 14 == models.layout("llama3-8b").full_bytes
     with pytest.raises(Exception, match=r"--scale 1e-300 leaves every file .* smallest useful scale is 8.3e-11"):
         models.layout("llama3-8b", scale=1e-300)
     assert_one_line_error(tool("iobench", "model-ckpt", tmp_path, "--model", "llama3-8b", "--tp", "100000", "--dp",
