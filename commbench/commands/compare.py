@@ -2,7 +2,9 @@
 
 Every strategy leaves each rank holding the same N-byte tensor, so the headline is the time to that
 tensor. Each config runs --repeats separate timed measurements, interleaved per payload; a strategy
-is called faster only where commbench/commands/verdict.py finds the difference beyond the repeats' spread.
+is called faster only where commbench/commands/verdict.py finds the difference beyond the repeats' spread, and
+only on evidence: a config whose launch's requested setting did not apply (the records' applied block) is shown but
+never ranked; one no evidence proves is ranked, marked (verdict.on_evidence).
 """
 import statistics
 
@@ -55,11 +57,20 @@ def candidates(records):
             lambda rec: verdict.record_work(rec) + (rec["backend"],))
 
 
-def payload_rows(records, outcomes, baseline):
+def on_evidence(records):
+    """(the records compare ranks, their candidate_of (unproven ones marked), work_of, the lines to say, the
+    candidates not ranked): verdict.on_evidence over each record's applied block."""
+    label_of, work_of = candidates(records)
+    kept, marked, dropped, unproven, _ = verdict.on_evidence(records, label_of, lambda r: r.get("applied"))
+    return kept, marked, work_of, verdict.evidence_lines(dropped, unproven), dropped
+
+
+def payload_rows(records, outcomes, baseline, label_of=None, dropped=()):
     """{size: [row per config and phase]}: medians over repeats, the spread (None from one repeat: n/a, not 0),
-    speed-up vs baseline."""
+    speed-up vs baseline ('not ranked' for a config in dropped: a setting not applied); label_of: the rows' names
+    (default: candidates')."""
     by = {}
-    label_of = candidates(records)[0]
+    label_of = label_of or candidates(records)[0]
     for rec in records:
         if not rec.get("event"):
             by.setdefault(rec["size_bytes"], {}).setdefault(label_of(rec), []).append(rec)
@@ -74,7 +85,8 @@ def payload_rows(records, outcomes, baseline):
                          "repeats": len(recs), "busbw_gbps": _median([r["busbw_gbps"] for r in recs]),
                          "link_utilization": _median([r.get("link_utilization") for r in recs]),
                          "predicted_time_us": recs[0].get("predicted_time_us"),  # the model's: same every repeat
-                         "vs": _speedup(found.get(size), label, baseline) if recs[0].get("phase") == TOTAL else "",
+                         "vs": "" if recs[0].get("phase") != TOTAL else "not ranked: not applied"
+                         if label in dropped else _speedup(found.get(size), label, baseline),
                          "wrong": sum(r["wrong"] or 0 for r in recs) if recs[0].get("wrong") is not None else None,
                          **{k: recs[0].get(k) for k in ("wire_bytes", "max_abs_error", "max_rel_error")}})
         table[size] = rows
@@ -84,15 +96,17 @@ def payload_rows(records, outcomes, baseline):
 def print_compare(records, baseline="ring"):
     """One table per payload, then the verdict records' sentences (none when the run failed or was wrong)."""
     out = console()
-    label_of, work_of = candidates(records)
-    outcomes = verdict.judge(records, candidate_of=label_of, work_of=work_of)
+    kept, label_of, work_of, evidence, dropped = on_evidence(records)
+    outcomes = verdict.judge(kept, candidate_of=label_of, work_of=work_of)
     first = next(r for r in records if not r.get("event"))
     backends = "/".join(dict.fromkeys(r["backend"] for r in records if not r.get("event")))
-    if label_of is not record_label:  # several backends: the baseline on the first one
+    if candidates(records)[0] is not record_label:  # several backends: the baseline on the first one
         baseline = label_of({**first, "case": baseline, "phase": TOTAL})
+    elif any(baseline + verdict.UNPROVEN in g.labels for o in outcomes for g in o.groups):
+        baseline += verdict.UNPROVEN
     notes = [r["reason"] for r in records if r.get("event") == "verdict" and r["check"] == "fastest"]
     notes += verdict.equivalence_lines(outcomes)
-    notes += [r["reason"] for r in records if r.get("event") == "verdict" and r["check"] == "chunked"]
+    notes += [r["reason"] for r in records if r.get("event") == "verdict" and r["check"] == "chunked"] + evidence
     columns = [("label", "strategy", None), ("time_us", "time us", ".1f"), ("predicted_time_us", "model us", ".1f"),
                ("spread", "spread %", ".1f"),
                ("repeats", "n", "d"), ("busbw_gbps", "busbw GB/s", ".3f"), ("link_utilization", "link util", ".2f"),
@@ -104,7 +118,7 @@ def print_compare(records, baseline="ring"):
     if any(r.get("max_abs_error") is not None for r in records):
         columns += [("wire", "wire bytes", None), ("max_abs_error", "max abs err", ".2e"),
                     ("max_rel_error", "max rel err", ".2e")]
-    for size, rows in payload_rows(records, outcomes, baseline).items():
+    for size, rows in payload_rows(records, outcomes, baseline, label_of, dropped).items():
         for row in rows:
             row["wire"] = format_size(row["wire_bytes"]) if row.get("wire_bytes") else ""
         print_table(rows, columns, title=f"payload {format_size(size)}: time to the same final tensor on every rank "
@@ -133,8 +147,8 @@ def plot(records, path, command="compare"):
 
 def judge(records, answer=None):
     """The verdict records of a compare; answer(outcomes, run_id): one more, the command's answer (chunked's)."""
-    label_of, work_of = candidates(records)
-    outcomes = verdict.judge(records, candidate_of=label_of, work_of=work_of)
+    kept, label_of, work_of, *_ = on_evidence(records)
+    outcomes = verdict.judge(kept, candidate_of=label_of, work_of=work_of)
     run_id = next((r["run_id"] for r in records if r.get("run_id")), None)
     found = verdict.verdicts(outcomes, run_id)
     if answer:
