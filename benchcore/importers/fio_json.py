@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 
 from benchcore.errors import UserError
+from benchcore.inputs import key as key_of
 from benchcore.inputs import shown
 from benchcore.processes.procs import one_line
 from benchcore.units import parse_size
@@ -64,7 +65,7 @@ def units(version_text):
     """Units of a document written by fio version_text ('fio-3.33', 'fio-2.1.10-12-gabc'); UserError if unknown."""
     m = re.match(r"\s*fio-(\d+)\.(\d+)", str(version_text or ""))
     if not m:
-        raise UserError(f"no fio version in the document ({shown(repr(version_text), 60)}): fio's units changed "
+        raise UserError("no fio version in the document (its \"fio version\" is not fio-X.Y): fio's units changed "
                         "between versions, so its numbers cannot be read")
     v = (int(m.group(1)), int(m.group(2)))
     ns = v >= SINCE["latency_ns"]
@@ -100,7 +101,7 @@ def find_json(text):
     starts = [m.start() for m in re.finditer(r"^\s*\{", text, re.MULTILINE)] or \
         ([text.index("{")] if "{" in text else [])
     if not starts:
-        raise NoJson(f"no JSON object (starts: {one_line(text, 160)})")
+        raise NoJson("no JSON object")     # never the text: a file that is not fio's may be anything
     error, other = None, None
     for start in starts:
         try:
@@ -115,7 +116,7 @@ def find_json(text):
             return data, start
         other = other or data
     if other is not None:
-        keys = ", ".join(list(other)[:5]) if isinstance(other, dict) else type(other).__name__
+        keys = ", ".join(map(key_of, list(other)[:5])) if isinstance(other, dict) else type(other).__name__
         raise ValueError(f"JSON without fio's \"jobs\" list (has: {keys}): not fio --output-format=json")
     raise ValueError(f"truncated or malformed ({error})")
 
@@ -196,7 +197,7 @@ def _option(opts, key, default):
     try:
         return int(opts.get(key, default))
     except ValueError:
-        raise UserError(f"option {key}={opts[key]!r} is not a whole number: not as fio writes it") from None
+        raise UserError(f"option {key} is not a whole number: not as fio writes it") from None
 
 
 def _direction(section, u, opts, known, sync, job, where):
@@ -263,7 +264,7 @@ def job_results(data):
 def _scalar(value, key):
     """A fio option's value: fio writes each as a string (a number or a flag in hand-made files)."""
     if isinstance(value, (dict, list)):
-        raise UserError(f"option {shown(key, 60)} is a JSON {type(value).__name__}: not as fio writes it")
+        raise UserError(f"option {key_of(key)} is a JSON {type(value).__name__}: not as fio writes it")
     return value
 
 

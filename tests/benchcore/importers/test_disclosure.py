@@ -29,3 +29,21 @@ def test_a_directory_argument_never_follows_a_link_out_of_it(tmp_path):
     done = run_tool("iobench", "diff", results, results, timeout=120)
     assert "hunter2" not in done.stdout + done.stderr and "b.json" not in done.stdout + done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+SHAPED = {   # files shaped to reach a reader's later refusals, each holding the secret where a value goes
+    "fio-ish.json": SECRET + ' "fio version"\n',
+    "fio-keys.json": '{"' + SECRET + '": 1}\n',
+    "nccl.json": '{"version":3,"args":["./all_reduce_perf"],"results":[{"size":"' + SECRET + '"}]}',
+    "rccl.json": '[{"numCycle":0,"name":"' + SECRET + '","gpus":8}]',
+    "fio-version.json": '{"fio version": "' + SECRET + '", "jobs": [{"jobname": "x"}]}',
+}
+
+
+def test_a_file_shaped_like_a_result_never_has_a_value_quoted(tmp_path):
+    for name, text in SHAPED.items():
+        path = tmp_path / name
+        path.write_text(text)
+        done = run_tool("commbench", "import", path, timeout=120)
+        assert_one_line_error(done, name)
+        assert "SECRET_TOKEN" not in done.stdout + done.stderr and "hunter2" not in done.stderr, done.stderr

@@ -190,7 +190,7 @@ def test_real_fio_interrupted_and_job_error():
 @pytest.mark.parametrize("text,why", [
     ("", "empty file"),
     ("fio: failed parsing bs=4q\n", "neither an nccl-tests/rccl-tests table"),
-    ('{"benchmarks": [{"name": "x"}]}\n', "JSON without fio's \"jobs\" list (has: benchmarks)"),
+    ('{"benchmarks": [{"name": "x"}]}\n', "JSON without fio's \"jobs\" list (has: 'benchmarks')"),
     ('{"fio version": "fio-3.33", "jobs": [{"jobname": "x",', "truncated or malformed"),
 ])
 def test_not_fio_or_nccl_tests_is_refused_with_the_file_and_why(tmp_path, text, why):
@@ -214,7 +214,7 @@ def test_import_cli_converts_the_good_files_refuses_the_rest(tmp_path):
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert errors == [f"error: {tmp_path / 'empty.json'}: empty file",
                       f"error: {tmp_path / 'other.json'}: not usable fio JSON: JSON without fio's \"jobs\" list "
-                      f"(has: results): not fio --output-format=json"]
+                      f"(has: 'results'): not fio --output-format=json"]
     recs = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["source_format"] for r in recs] == ["nccl-tests"] * 6 + ["fio-json"]
     assert recs == load("nccl-tests-1.x.log") + load("fio-3.1.json")
