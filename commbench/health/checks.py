@@ -167,7 +167,8 @@ def nvlinks_up(f):
 def nvlink_errors(f):
     before, after = _get(f, "before", "nvlinks") or {}, _get(f, "after", "nvlinks") or {}
     if not after:
-        return "unknown", "NVML reported no NVLink"
+        return ("ok", "none: not an NVLink GPU") if f["expect"].get("nvlink_links") == 0 else \
+            ("unknown", "NVML reported no NVLink")
     worst_v, parts, read = "ok", [], False
     for link, a in after.items():
         b = before.get(link, {})
@@ -310,7 +311,8 @@ CHECKS = (
           retired_pending),
     Check("row remap failure", "gpu", "nvmlDeviceGetRemappedRows", "no (RMA)", f"{WATCH}:1931; {REMAP_POLICY}",
           remap_failure),
-    Check("row remap pending", "gpu", "nvmlDeviceGetRemappedRows", "no (reset)", REMAP_POLICY, remap_pending),
+    Check("row remap pending", "gpu", "nvmlDeviceGetRemappedRows", "no (reset)",
+          f"{DCGM}:nvvs/src/Software.cpp:840-883 (level 1 fails on it); {REMAP_POLICY}", remap_pending),
     Check("row remaps", "gpu", "nvmlDeviceGetRemappedRows", f"uncorrectable < {REMAP_UNCORRECTABLE_MAX} (warn)",
           f"{LIMITS}:39, {WATCH}:1966", remap_uncorrectable),
     Check("PCIe link", "gpu", "nvmlDeviceGetCurrPcieLinkGeneration/Width vs Max", "current = max (under load)",

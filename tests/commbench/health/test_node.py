@@ -87,8 +87,13 @@ def test_other_captured_systems(captured, capture, gpus, model, temp, nodes):
         assert g0["temperature"][1].endswith("of 89 C") and g0["fabric"] == ("unknown", "not reported")
     else:
         assert g0["fabric"] == ("ok", "n/a: a PCIe card")
-    if capture.startswith("l40s"):
-        assert g0["NVLink links up"] == ("ok", "none: not an NVLink GPU")
+    if capture.startswith("l40s"):     # a real idle link: Gen1 of Gen4, a warning at the quick level, not a fault
+        assert g0["NVLink links up"] == g0["NVLink errors"] == ("ok", "none: not an NVLink GPU")
+        assert g0["PCIe link"] == ("warn", "Gen1 x16 of Gen4 x16 idle (a link slows when idle: --level full reads it "
+                                           "under load)")
+    if capture.startswith("a100"):     # the real capture's GPU 1 has a row remap pending: reset it
+        assert rows(result, "GPU 1")["row remap pending"] == ("fail", "yes: reset the GPU")
+        assert failing(result)[1:] == ["GPU 1 00000000:9E:00.0 row remap pending: yes: reset the GPU"]
 
 
 @pytest.mark.slow
