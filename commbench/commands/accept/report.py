@@ -59,7 +59,11 @@ def _expected(o):
 
 
 def _size(v):
-    return format_size(v) if v else "n/a"
+    """'16M' where the size is a whole unit, else '21.4M (22,484,704 B)': never a bare 8-digit byte count."""
+    if not v:
+        return "n/a"
+    exact = format_size(v)
+    return f"{format_size(v, approx=True)} ({v:,} B)" if exact.isdigit() and v >= 1024 else exact
 
 
 HISTORY = [("node", "node", None), ("last_result", "this run", None), ("fails", "fails in its last runs", None),
