@@ -14,7 +14,7 @@ from benchcore.results import commands, metrics
 from benchcore.results.records import (PLOT_SUFFIXES, RecordWriter, new_output, new_output_option, new_run_id,
                                        output_file, version_option)
 from benchcore.units import format_size, parse_size
-from iobench import bench, model_ckpt, models, modes_table, torchckpt
+from iobench import bench, model_ckpt, models, modes_table, savemodes, torchckpt
 from iobench.jobfile import read_job_file, space_estimate
 from iobench.mounts import all_mounts
 from iobench.output import bar_plot, mount_row, print_mounts, print_results
@@ -253,9 +253,15 @@ def clean(paths):
               help="Run fio's reference at the start of each repeat, and once untimed before them (shard-write, "
                    "restore-read-buffered: same bytes, buffered, durable write, read after a cache drop), for the "
                    "ratio.")
+@click.option("--save-mode", "save_modes", default=None,
+              help="Also save dcp in these modes, each a format of its own (dcp-MODE): sync, async-thread, "
+                   "async-process (DCP's async_save with a thread or a process); its record adds blocked_s. What "
+                   "training feels of each: model-ckpt --save-mode.")
+@click.option("--plan-cache/--no-plan-cache", default=True, show_default=True,
+              help="--save-mode: DCP's save-plan caching.")
 @output_options
-def torch_ckpt(path, size, ranks, ckpt_formats, repeats, fio_ceiling, out, fmt, timeout, keep, keep_json, concurrent,
-               wait):
+def torch_ckpt(path, size, ranks, ckpt_formats, repeats, fio_ceiling, save_modes, plan_cache, out, fmt, timeout, keep,
+               keep_json, concurrent, wait):
     """Write a real PyTorch checkpoint, fsync, read it back, verify every tensor; compare with fio.
 
     \b
@@ -264,6 +270,8 @@ def torch_ckpt(path, size, ranks, ckpt_formats, repeats, fio_ceiling, out, fmt, 
       iobench torch-ckpt /mnt/cephfs --size 8G --ranks 8 --ckpt-format dcp --out results.jsonl --format json
     """
     formats = torchckpt.parse_formats(ckpt_formats)
+    if save_modes:
+        formats += [f"dcp-{m}" for m in savemodes.parse_modes(save_modes) if f"dcp-{m}" not in formats]
     if not fio_ceiling:
         refuse_given(["keep_json"], "keeps fio's JSON: not with --no-fio, which runs no fio")
     if size < ranks << 20:
@@ -275,7 +283,7 @@ def torch_ckpt(path, size, ranks, ckpt_formats, repeats, fio_ceiling, out, fmt, 
     writer = open_writer(out)
     keeper = json_keeper(keep_json, out, run_id)
     records = torchckpt.run(path, size, ranks, formats, fio_ceiling, timeout, keep, writer, run_id,
-                            bench.Sharing(concurrent, wait), keeper, repeats)
+                            bench.Sharing(concurrent, wait), keeper, repeats, plan_cache)
     emit(records, fmt, torchckpt.print_torch)
     metrics.publish(records, "iobench")
     wrong = sum(r.get("wrong") or 0 for r in records)

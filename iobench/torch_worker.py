@@ -29,13 +29,13 @@ from torch.distributed.tensor import DTensor, Shard
 from benchcore.errors import UserError
 from benchcore.files import write_new_text
 from benchcore.processes.torchrun import rank_sum
-from iobench import torchckpt
+from iobench import savemodes, torchckpt
 from iobench.fio import run_fio
 from iobench.mounts import disk_bytes
 from iobench.profiles import fio_directory
 
 DTYPES = (torch.float32, torch.bfloat16)
-LISTS = ("write_s", "read_s", "device_write_bytes", "device_read_bytes")   # per timed repeat
+LISTS = ("write_s", "read_s", "device_write_bytes", "device_read_bytes", "blocked_s")   # per timed repeat
 COLS = 1024
 
 
@@ -109,6 +109,27 @@ def load_dcp(target, directory, rank):
 
 # format: (save, what load reads into (made before its clock), load); torch.load allocates as it reads
 FORMATS = {"torch-save": (save_torch, lambda plan, mesh: None, load_torch), "dcp": (save_dcp, dcp_target, load_dcp)}
+SAVERS = {}     # --save-mode: each mode's saver (iobench.savemodes), made by every rank at its first save
+PLAN_CACHE = [True]
+
+
+def save_mode(mode):
+    """dcp's save in --save-mode `mode` (iobench.savemodes): the same DTensors, the save waited for to its last byte
+    (the checkpoint's throughput); returns the seconds the save call blocked (training resumes after them)."""
+    def save(state, directory, rank, mesh):
+        if mode not in SAVERS:
+            SAVERS[mode] = savemodes.Saver(mode, PLAN_CACHE[0], torch.device("cpu"))
+        sharded = {k: DTensor.from_local(v, mesh, [Shard(0)], run_check=False) for k, v in state.items()}
+        start = time.perf_counter()
+        future = SAVERS[mode].save(sharded, directory)
+        blocked = time.perf_counter() - start
+        future.result()
+        return blocked
+    return save
+
+
+for _mode in savemodes.MODES:
+    FORMATS[f"dcp-{_mode}"] = (save_mode(_mode), dcp_target, load_dcp)
 
 
 def timed(fn, *args, then=None, disks=()):
@@ -146,7 +167,9 @@ def checkpoint(res, fmt, directory, state, plan, mesh, disks, keep):
     if rank == 0:
         directory.mkdir(parents=True)
     dist.barrier()
-    write_s, _, wrote = timed(save, state, directory, rank, mesh, then=lambda: fsync_dir(directory), disks=disks)
+    write_s, blocked, wrote = timed(save, state, directory, rank, mesh, then=lambda: fsync_dir(directory), disks=disks)
+    if blocked is not None:   # a --save-mode's: the slowest rank's seconds until training could resume
+        res["blocked_s"].append(max(all_ranks(blocked)))
     drop_cache(directory)
     read_s, loaded, read = timed(load, prepare(plan, mesh), directory, rank, disks=disks)
     res["wrong"] += rank_sum(wrong_tensors(loaded, rank, plan))
@@ -179,6 +202,12 @@ def reference(jobs, args, repeat, disks, runs):
     return None
 
 
+def all_ranks(value):
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, value)
+    return gathered
+
+
 def broadcast(objects):
     dist.broadcast_object_list(objects, src=0)
     return objects
@@ -196,7 +225,9 @@ def main():
     parser.add_argument("--fio-dir", default="", help="where fio's reference runs (its job files are there)")
     parser.add_argument("--fio-jobs", default="", help="fio job files in --fio-dir, run in this order each repeat")
     parser.add_argument("--disks", default="", help="the mount's whole disks (sysfs names), whose bytes are counted")
+    parser.add_argument("--no-plan-cache", action="store_true", help="--save-mode formats: DCP's plan caching off")
     args = parser.parse_args()
+    PLAN_CACHE[0] = not args.no_plan_cache
 
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
     rank, world = dist.get_rank(), dist.get_world_size()

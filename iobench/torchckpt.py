@@ -6,7 +6,7 @@ from contextlib import nullcontext
 from benchcore.errors import UserError
 from benchcore.files import write_new_text
 from benchcore.report.render import console, print_table
-from iobench import bench, fio
+from iobench import bench, fio, savemodes
 from iobench.profiles import PROFILES, build_job, job_file
 from iobench.ranks import run_ranks
 from iobench.safety import ScratchDir, sigterm_as_interrupt
@@ -23,7 +23,9 @@ FIO_REFERENCE = {
 }
 MAX_TENSOR_BYTES = 64 << 20
 # Checkpoint formats (implemented in torch_worker.FORMATS) and the profile name of their records.
-PROFILE_NAMES = {"torch-save": "torch-save", "dcp": "torch-dcp"}
+PROFILE_NAMES = {"torch-save": "torch-save", "dcp": "torch-dcp",
+                 # --save-mode: dcp saved in each of iobench.savemodes' modes (torch_worker.save_mode)
+                 **{f"dcp-{m}": f"torch-dcp-{m}" for m in savemodes.MODES}}
 DEFAULT_REPEATS = 3
 SHORT_RUN_S = 1.0     # timed runs shorter than this: the ratio range is mostly noise (said under the table)
 
@@ -65,7 +67,8 @@ def parse_formats(text):
     return names
 
 
-def launch(scratch, formats, size, ranks, timeout, repeats=1, keep=False, disks=(), fio_dir=None, fio_jobs=()):
+def launch(scratch, formats, size, ranks, timeout, repeats=1, keep=False, disks=(), fio_dir=None, fio_jobs=(),
+           plan_cache=True):
     """Start the worker on `ranks` local ranks with torchrun; return its result JSON (disks: whose bytes it counts;
     fio_jobs: job files in fio_dir that rank 0 runs before each repeat's checkpoints, and once before them all)."""
     result = scratch / "result.json"
@@ -73,7 +76,7 @@ def launch(scratch, formats, size, ranks, timeout, repeats=1, keep=False, disks=
     args = ["--dir", scratch, "--formats", ",".join(formats), "--per-rank-bytes", size // ranks,
             "--result", result, "--timeout", timeout * (1 + len(fio_jobs)), "--repeats", repeats,
             "--disks", ",".join(disks), "--fio-dir", fio_dir or "", "--fio-jobs", ",".join(fio_jobs)] + \
-        (["--keep"] if keep else [])
+        (["--keep"] if keep else []) + ([] if plan_cache else ["--no-plan-cache"])
     each = f" for the checkpoints and each of {runs - 1} fio runs" if runs > 1 else ""
     return run_ranks("iobench.torch_worker", args, ranks, timeout * runs, scratch, result, "torch-ckpt",
                      f" (--timeout {timeout} s{each})")
@@ -102,12 +105,14 @@ def records_from(result, target, run_id, ranks, fio_records):
                 ratio_min=min(paired) if paired else None, ratio_max=max(paired) if paired else None,
                 tensors=res["tensors"], wrong=res["wrong"], file_bytes=res["file_bytes"],
                 cache_drop="posix_fadvise DONTNEED", torch_version=result["torch_version"],
+                **({"save_mode": res["ckpt_format"].removeprefix("dcp-"), "blocked_s": median(res["blocked_s"])}
+                   if direction == "write" and res.get("blocked_s") else {}),
                 **{k: median(res[k]) for k in [f"device_{direction}_bytes"] if res.get(k)}))
     return records
 
 
 def run(path, size, ranks, formats, fio_ceiling, timeout, keep, writer, run_id, sharing=bench.Sharing(), keeper=None,
-        repeats=DEFAULT_REPEATS):
+        repeats=DEFAULT_REPEATS, plan_cache=True):
     """fio's reference and the real checkpoints in turns, `repeats` times: each repeat runs fio's write and read
     (in a directory of its own), then each format's write and read, so a repeat's ratio pairs runs moments apart;
     fio and each format run once more before the first repeat, untimed (first writes to fresh storage and a format's
@@ -127,7 +132,7 @@ def run(path, size, ranks, formats, fio_ceiling, timeout, keep, writer, run_id, 
                             + (", fio's reference before each" if jobs else "")):
             try:
                 result = launch(scratch.path, formats, size, ranks, timeout, repeats, keep, target.mount.disks,
-                                fio_dir and fio_dir.path, [f"{j.profile}.fio" for j in jobs])
+                                fio_dir and fio_dir.path, [f"{j.profile}.fio" for j in jobs], plan_cache)
             except UserError as exc:
                 if writer:
                     writer.write(bench.event(run_id, target.path, "failed", str(exc)))
@@ -171,7 +176,8 @@ def print_torch(records):
                   for r in torch_rows]
     print_table(torch_rows, [("label", "checkpoint", None), ("numjobs", "ranks", "d"), ("repeats", "reps", "d"),
                              ("bw_mbps", "MB/s median", ".1f"), ("ratio_to_fio", "ratio to fio", ".2f"),
-                             ("spread", "ratio range", None), DEVICE_COLUMN, ("tensors", "tensors", "d"),
+                             ("spread", "ratio range", None), DEVICE_COLUMN, ("blocked_s", "save blocked s", ".3f"),
+                             ("tensors", "tensors", "d"),
                              ("wrong", "wrong", "d")],
                 title="torch checkpoint (durable write incl. directory fsync; buffered read after a cache drop)")
     out = console()
