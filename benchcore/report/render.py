@@ -23,13 +23,22 @@ FOLD_MIN = 12      # a text column folds its words no narrower than this
 COMPACT = dict(box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1), show_edge=False, pad_edge=False)   # print_table(compact)
 
 
+class _Printable(Console):
+    """A rich Console whose every text passes errors.printable line by line (a note or diagnosis that carries a
+    record's, a file's or a host's words never moves the terminal's cursor)."""
+
+    def print(self, *objects, **kw):
+        return super().print(*("\n".join(map(printable, o.split("\n"))) if isinstance(o, str) else o
+                               for o in objects), **kw)
+
+
 def console(stderr=False):
     """Rich console for tables and notes: tables fit the terminal's width, else COLUMNS, else PIPE_WIDTH; a line of
-    text is never wrapped (print_table wraps a table's title)."""
+    text is never wrapped (print_table wraps a table's title); text through errors.printable."""
     columns = os.environ.get("COLUMNS", "")
     width = None if sys.stdout.isatty() else int(columns) if columns.isascii() and \
         columns.isdigit() and len(columns) <= 5 and int(columns) > 0 else PIPE_WIDTH
-    return Console(stderr=stderr, highlight=False, markup=False, soft_wrap=True, width=width)
+    return _Printable(stderr=stderr, highlight=False, markup=False, soft_wrap=True, width=width)
 
 
 def _cell(value, fmt):

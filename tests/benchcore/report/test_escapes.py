@@ -72,3 +72,11 @@ def run_cli_with(group, argv):
         run_cli(group)
     finally:
         sys.argv = saved
+
+
+def test_every_console_note_is_filtered_line_by_line(capsys):
+    """judge's diagnoses, health's notes, model's lines: whatever a command prints through render.console()."""
+    from benchcore.report.render import console
+    console().print(f"[algorithm from NCCL_ALGO=Ring{EVIL}]\nsecond line\x07")
+    out = capsys.readouterr().out
+    assert out.splitlines() == ["[algorithm from NCCL_ALGO=RingR   X ]", "second line "] and not CONTROL.search(out)
