@@ -33,7 +33,7 @@ class Loaded:
 
 FIO_JSON_MAX_BYTES = 64 << 20   # fio's JSON is read whole: 64 MiB holds thousands of jobs (about 6 KB each)
 SNIFF_BYTES = 64 << 10          # what is read first to tell the foreign formats apart
-SNIFF_LINES = 20                # the suite's JSONL: one of its first lines is a record (a torn or foreign line may lead)
+SNIFF_LINES = 20                # the suite's JSONL: one of its first lines is a record (a torn line may lead)
 # how the record writer starts every line (records.dumps: "tool" first): a record too deep to parse still says so
 RECORD_START = re.compile(rb'\s*\{\s*"tool"\s*:\s*"(?:commbench|iobench)"')
 

@@ -189,7 +189,8 @@ def model(topology, nodes, nproc_per_node, collectives, strategies, patterns, mi
     """
     if fit_file:
         refuse_given(["nodes", "nproc_per_node", "collectives", "strategies", "patterns", "min_bytes", "max_bytes",
-                      "step_factor", "backend", "oversubscribe", *case_kw], "not with --fit, which fits the model to the records' "
+                      "step_factor", "backend", "oversubscribe", *case_kw],
+                     "not with --fit, which fits the model to the records' "
                      "own sizes and cases (--topology names the tiers)")
     # the model takes every config in place, and sizes compute as --compute-ratio x its predicted communication
     refuse_given(["place", "gemm", "compute_kernel", "compute_threads"], "the model does not tell it apart "

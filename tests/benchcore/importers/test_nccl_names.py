@@ -115,7 +115,8 @@ def test_nccl_tests_and_rccl_tests_json_through_the_cli(tmp_path):
         "no reason",
         f"{FOREIGN / 'rccl-tests-Z-json-all_gather.json'}: 8 measurements (rccl-tests-json)",
         f"{FOREIGN / 'rccl-tests-Z-csv-all_reduce.csv'}: 4 measurements (rccl-tests-csv)",
-        f"error: {tmp_path / 'gpu_perf.json'}: no collective named: its binary's name (args[0]) names none, and the file "
+        f"error: {tmp_path / 'gpu_perf.json'}: no collective named: its binary's name (args[0]) names none, and the "
+        "file "
         "name says gpu_perf, and 'gpu' is not a collective; say which with import --collective NAME (all_reduce, "
         "all_gather, reduce_scatter, broadcast, reduce, all_to_all, sendrecv, gather, scatter, all_to_allv, "
         "hypercube)"]
