@@ -55,9 +55,10 @@ class Context:
         self.backend = backend
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         timeout = datetime.timedelta(seconds=plan.timeout)
-        more_versions, before = {}, gloo.socket_inodes() if backend == "gloo" else None
+        more_versions, before = {}, gloo.socket_inodes() if backend == "gloo" and plan.evidence else None
         if backend == "mpi":  # mpirun started the ranks; MPI_COMM_WORLD is the process group
-            self.comm, self.device, self.rank, self.world_size, more_versions = mpi.start(self.local_rank)
+            self.comm, self.device, self.rank, self.world_size, more_versions = mpi.start(self.local_rank,
+                                                                                          plan.evidence)
         else:
             if backend == "nccl":
                 self.device = torch.device("cuda", self.local_rank)
@@ -83,7 +84,7 @@ class Context:
         self.env = env if all(e == env for *_, e in ids) else envs  # per host when the ranks' differ
         # what Gloo's sockets and Open MPI's selection say ran (NCCL's: read by the launcher), once the first
         # collective has connected the ranks; applied: the settings in env that a row of evidence.applied proves
-        self.effective = gloo.collect(self.comm, before) if backend == "gloo" else \
+        self.effective = None if not plan.evidence else gloo.collect(self.comm, before) if backend == "gloo" else \
             evidence_mpi.collect(self.comm) if backend == "mpi" else None
         self.requested = {k: v for k, v in env.items() if k in ROWS and backend in envvars.read_by(k)}
         self.applied = self.effective and judge_settings(self.requested, self.effective)

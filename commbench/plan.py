@@ -39,6 +39,7 @@ class Plan:
     cycles: int = 1              # the whole sweep this many times (nccl-tests -N)
     repeats: int = 1             # per size, every config this many times, interleaved (records carry repeat)
     iter_stats: bool = True      # per-iteration marks on every rank: p50/p99/cv, the slowest rank (rankstats.py)
+    evidence: bool = True        # what the transport says it ran, and each setting applied or not (commbench/evidence)
     time_budget: Optional[float] = None   # seconds this launch may take, start-up included: each measurement runs
                                           # the iterations that fit its share (calibrated; at most iters; p2p)
     launched_at: float = 0.0     # time.time() when this launch started (the budget counts from it; per node)

@@ -105,7 +105,7 @@ def build_plan(names, measure, case_opts, spec, repeats=1):
                 check=measure.check and not measure.no_check, agg=agg,
                 blocking=z if z is not None else measure.blocking, agg_iters=measure.agg_iters,
                 cuda_graph=measure.cuda_graph, cpu_time=measure.cpu_time, cycles=measure.cycles, repeats=repeats,
-                iter_stats=measure.iter_stats,
+                iter_stats=measure.iter_stats, evidence=measure.evidence,
                 backend=spec.backend, timeout=spec.timeout, hang_timeout=spec.hang_timeout, launcher=spec.launcher,
                 emulated=spec.emulated,
                 topology=for_run(measure.topology, spec).as_dict(),

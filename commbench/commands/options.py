@@ -55,6 +55,7 @@ class MeasureOptions:
     cpu_time: bool
     cycles: int
     iter_stats: bool
+    evidence: bool = True
     topology: Optional[str] = None
     exact_sizes: bool = False
 
@@ -235,6 +236,9 @@ def measure_options(min_bytes="8", max_bytes="256M"):
                      help="Run the whole sweep this many times, one record each (nccl-tests -N; 0 is refused)."),
         click.option("--iter-stats/--no-iter-stats", default=True, show_default=True,
                      help="Keep every rank's per-iteration times: p50/p99/cv and the rank the others wait for."),
+        click.option("--evidence/--no-evidence", default=True, show_default=True,
+                     help="Record what the transport says it ran (NCCL's INFO lines, Gloo's sockets, Open MPI's "
+                          "selection) and whether each setting applied; sweep and compare rank on it."),
         click.option("--stats", "show_stats", is_flag=True,
                      help="Show the per-rank statistics table (p50, p99, cv, slowest rank and its excess)."),
         click.option("--out", default=None, metavar="FILE",

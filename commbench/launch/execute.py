@@ -133,9 +133,10 @@ def worker_state(pid):
     return st.state if st else None
 
 
-def launch_env(spec, env, logdir):
-    """env, and where the launch may use NCCL its debug output per rank into logdir (evidence.nccl.debug_env)."""
-    if spec.backend != "mpi" and spec.may_use_nccl():
+def launch_env(spec, env, logdir, evidence=True):
+    """env, and where the launch may use NCCL its debug output per rank into logdir (evidence.nccl.debug_env;
+    none under --no-evidence)."""
+    if evidence and spec.backend != "mpi" and spec.may_use_nccl():
         return {**env, **nccl_evidence.debug_env(env, logdir)}
     return env
 
@@ -197,7 +198,8 @@ class Supervisor:
         for i, (argv, env) in enumerate(cmds):
             log = open_new(self.logdir / f"agent{i}.log", "agent log")
             self.logs.append(log)
-            env = launch_env(self.spec, {**os.environ, **env, STATUS_ENV: str(self.logdir)}, self.logdir)
+            env = launch_env(self.spec, {**os.environ, **env, STATUS_ENV: str(self.logdir)}, self.logdir,
+                             self.plan.evidence)
             if self.spec.launcher != "slurm":  # torchrun's own torchelastic_* log dirs go in ours, removed with it
                 env["TMPDIR"] = str(self.logdir)
             self.agents.append(procs.spawn(argv, env=env, stdout=None if verbose else log,

@@ -16,7 +16,7 @@ from functools import partial
 
 from benchcore.errors import UserError
 from benchcore.lazy import lazy
-from commbench.evidence import mpi as evidence
+from commbench.evidence import mpi as evidence_mpi
 from commbench.transports.torch_dist import Primitives, Works
 
 torch = lazy("torch", globals())
@@ -66,11 +66,12 @@ def cuda_aware():
     return bool(query())
 
 
-def start(local_rank):
+def start(local_rank, evidence=True):
     """(primitives, device, rank, world size, versions) of this rank on MPI_COMM_WORLD; Open MPI's component
-    selection captured as it initialises (commbench/evidence/mpi.py)."""
+    selection captured as it initialises (commbench/evidence/mpi.py), unless evidence is False."""
     import mpi4py
-    evidence.capture()
+    if evidence:
+        evidence_mpi.capture()
     from mpi4py import MPI
     world = MPI.COMM_WORLD
     expected = int(os.environ.get("WORLD_SIZE", world.Get_size()))
