@@ -8,6 +8,7 @@ import ipaddress
 import json
 import os
 import socket
+import time
 
 from benchcore.processes import procs
 
@@ -39,27 +40,33 @@ def _endpoint(text):
     return str(ip), int(port, 16)
 
 
-def connections(inodes):
-    """[(local (addr, port), remote (addr, port))] of the established TCP sockets among inodes."""
+def connections(inodes, read=None):
+    """[(local (addr, port), remote (addr, port))] of the established TCP sockets among inodes; read: a list the
+    bytes read are appended to."""
     out = []
     for table in ("tcp", "tcp6"):
         try:
             with open(f"/proc/self/net/{table}") as f:
-                rows = f.read().splitlines()[1:]
+                text = f.read()
         except OSError:   # no IPv6 in this kernel
             continue
-        for row in rows:
+        if read is not None:
+            read.append(len(text))
+        for row in text.splitlines()[1:]:
             f = row.split()
             if len(f) > 9 and f[3] == ESTABLISHED and f[9] in inodes:
                 out.append((_endpoint(f[1]), _endpoint(f[2])))
     return out
 
 
-def interface_of():
-    """{address: interface} from the kernel's address list (`ip -j addr`); None where it cannot be read."""
+def interface_of(read=None):
+    """{address: interface} from the kernel's address list (`ip -j addr`); None where it cannot be read; read: a
+    list the bytes read are appended to."""
     try:
         done = procs.run(["ip", "-j", "addr", "show"], timeout=10)
         links = json.loads(done.stdout) if not done.returncode else None
+        if read is not None:
+            read.append(len(done.stdout))
     except (OSError, ValueError):
         links = None
     if not isinstance(links, list):
@@ -92,12 +99,12 @@ def _is_ip(text):
 def rank_evidence(before):
     """This rank's Gloo connections: the sockets opened since `before` (socket_inodes() just before
     init_process_group), less those to the store: {"connections": [[local addr, port, interface or None, remote
-    addr, port]], "interfaces_read": bool}."""
-    store = store_endpoints()
-    found = [(loc, rem) for loc, rem in connections(socket_inodes() - before) if rem not in store]
-    names = interface_of() if found else {}
+    addr, port]], "interfaces_read": bool, "read_bytes": what it read of /proc and ip}."""
+    store, read = store_endpoints(), []
+    found = [(loc, rem) for loc, rem in connections(socket_inodes() - before, read) if rem not in store]
+    names = interface_of(read) if found else {}
     return {"connections": [[loc[0], loc[1], (names or {}).get(loc[0]), rem[0], rem[1]] for loc, rem in found],
-            "interfaces_read": names is not None}
+            "interfaces_read": names is not None, "read_bytes": sum(read)}
 
 
 def effective(per_rank):
@@ -110,12 +117,16 @@ def effective(per_rank):
             "local_addrs": {r: uniq(c[0] for c in cs) for r, cs in conns.items()},
             "peer_addrs": {r: uniq(c[3] for c in cs) for r, cs in conns.items()},
             "connections": {r: len(cs) for r, cs in conns.items()},
-            "interfaces_read": all(ev["interfaces_read"] for ev in per_rank)}
+            "interfaces_read": all(ev["interfaces_read"] for ev in per_rank),
+            "read_bytes": {str(r): ev.get("read_bytes", 0) for r, ev in enumerate(per_rank)}}
 
 
 def collect(comm, before):
-    """Every rank's evidence gathered (after the process group's first collective), as `effective`."""
-    return effective(comm.gather_object(rank_evidence(before)))
+    """Every rank's evidence gathered (after the process group's first collective), as `effective`; collect_s: the
+    slowest rank's seconds reading and gathering it."""
+    t0 = time.perf_counter()
+    found = comm.gather_object(rank_evidence(before))
+    return {**effective(found), "collect_s": round(max(comm.gather_object(time.perf_counter() - t0)), 6)}
 
 
 def judge_ifname(eff, value):

@@ -9,6 +9,7 @@ evidence is then `unknown`, as it is under any MPI that is not Open MPI.
 import os
 import re
 import tempfile
+import time
 
 APPLIED, NOT_APPLIED, UNKNOWN = "applied", "not applied", "unknown"   # applied.py's statuses (it imports this)
 VERBOSE = {"OMPI_MCA_pml_base_verbose": "100", "OMPI_MCA_btl_base_verbose": "100"}
@@ -31,13 +32,16 @@ def capture():
 
 
 def rank_evidence():
-    """This rank's selection: {"pml": name or None, "btl": {peer rank: btl}, "read": bool}."""
+    """This rank's selection: {"pml": name or None, "btl": {peer rank: btl}, "read": bool, "read_bytes": the
+    capture's size}."""
     f = _capture.get("file")
     if f is None:
-        return {"pml": None, "btl": {}, "read": False}
-    text = os.pread(f.fileno(), MAX_BYTES, 0).decode(errors="replace")
+        return {"pml": None, "btl": {}, "read": False, "read_bytes": 0}
+    raw = os.pread(f.fileno(), MAX_BYTES, 0)
+    text = raw.decode(errors="replace")
     pml = _PML.findall(text)
-    return {"pml": pml[-1] if pml else None, "btl": {int(p): b for b, p in _BTL.findall(text)}, "read": True}
+    return {"pml": pml[-1] if pml else None, "btl": {int(p): b for b, p in _BTL.findall(text)}, "read": True,
+            "read_bytes": len(raw)}
 
 
 def effective(per_rank):
@@ -50,13 +54,16 @@ def effective(per_rank):
     return {"transport": "mpi",
             "pml": pmls.pop() if len(pmls) == 1 else {str(r): ev["pml"] for r, ev in enumerate(per_rank)},
             "btl": used, "links": links, "read": all(ev["read"] for ev in per_rank),
+            "read_bytes": {str(r): ev.get("read_bytes", 0) for r, ev in enumerate(per_rank)},
             "evidence": "; ".join(shown)}
 
 
 def collect(comm):
     """Every rank's evidence gathered (after the first collective: Open MPI adds its peers by then), as
-    `effective`."""
-    return effective(comm.gather_object(rank_evidence()))
+    `effective`; collect_s: the slowest rank's seconds reading and gathering it."""
+    t0 = time.perf_counter()
+    found = comm.gather_object(rank_evidence())
+    return {**effective(found), "collect_s": round(max(comm.gather_object(time.perf_counter() - t0)), 6)}
 
 
 def _allows(value, name):
