@@ -21,6 +21,7 @@ import socket
 import statistics
 import sys
 import threading
+import time
 import urllib.parse
 from dataclasses import dataclass
 from typing import Callable, Tuple
@@ -102,6 +103,30 @@ def _health(recs):
             for r in recs if r.get("event") == "health" and r.get("health") in HEALTH]
 
 
+def _started_s():
+    """When this process started (Unix seconds): /proc/self/stat's starttime after /proc/stat's btime."""
+    with open("/proc/self/stat") as f:
+        ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/stat") as f:
+        boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _last_run(what):
+    """The run's end (now) or its duration (since the command started), one sample per host the records name: a
+    stale textfile (a Prolog that stopped running) can be alerted on (time() - ..._last_run_timestamp_seconds)."""
+    def samples(recs):
+        if not recs:
+            return []
+        now = time.time()
+        try:
+            value = now if what == "timestamp" else now - _started_s()
+        except (OSError, ValueError, IndexError, StopIteration):
+            return []
+        return [({"host": _host(recs[-1])}, value)]
+    return samples
+
+
 @dataclass(frozen=True)
 class Family:
     name: str
@@ -109,6 +134,7 @@ class Family:
     help: str
     labels: Tuple[str, ...]
     samples: Callable   # records -> [(labels dict, value)]
+    of_the_run: bool = False   # about the run itself: written only beside a family of its records
 
 
 COMMBENCH_LABELS = ("collective", "strategy", "size_bytes", "in_place", "dtype", "backend", "nodes", "world_size",
@@ -126,6 +152,10 @@ FAMILIES = (
     Family("commbench_node_health", "commbench", "commbench node's verdict per GPU, InfiniBand port and item in the "
            "last run: 0 ok, 1 warn, 2 fail, -1 unknown (commbench/health/checks.py)", ("host", "subject", "item"),
            _health),
+    *(Family(f"{tool}_last_run_{what}_seconds", tool, help_text, ("host",), _last_run(what), of_the_run=True)
+      for tool in ("commbench", "iobench") for what, help_text in (
+          ("timestamp", "When the last run that wrote this ended (Unix seconds): alert on time() minus it"),
+          ("duration", "How long the last run that wrote this took, from its command's start (seconds)"))),
     Family("iobench_bw_mbps", "iobench", "Storage bandwidth in MB/s (1e6 bytes/s), fio's or the checkpoint's; median "
            "of the run's records with these labels", IOBENCH_LABELS, _measured("bw_mbps", _iobench)),
     Family("iobench_lat_p99_us", "iobench", "99th percentile I/O latency in microseconds; median of the run's records "
@@ -152,7 +182,7 @@ def exposition(records, tool):
     """The text of tool's families for records ('' when none has a sample)."""
     lines = []
     for fam in FAMILIES:
-        if fam.tool != tool:
+        if fam.tool != tool or (fam.of_the_run and not lines):
             continue
         series = {}
         for labels, value in fam.samples(records):

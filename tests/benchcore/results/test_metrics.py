@@ -184,8 +184,13 @@ def test_label_values_are_escaped_and_equal_labels_are_one_sample():
     text = metrics.exposition(recs, "commbench")
     lines = text.splitlines()
     assert lines[:2] == ["# HELP commbench_busbw_gbps " + metrics.FAMILIES[0].help, "# TYPE commbench_busbw_gbps gauge"]
-    (sample,) = lines[2:]
+    sample = lines[2]
     assert 'host="a\\"b\\\\c\\nd"' in sample and sample.endswith("} 2.0")   # the median of the three
+    # then when the run ended and how long it took (issue 49 item 8: a stale textfile can be alerted on)
+    assert [ln.split("{")[0] for ln in lines[3:] if not ln.startswith("#")] == [
+        "commbench_last_run_timestamp_seconds", "commbench_last_run_duration_seconds"]
+    stamp, took = (float(ln.rsplit(" ", 1)[1]) for ln in lines[3:] if not ln.startswith("#"))
+    assert abs(stamp - time.time()) < 3600 and 0 < took < 3600
     assert 'size_bytes="1024"' in sample and "run_id" not in sample
     assert metrics.exposition(recs, "iobench") == ""
 
@@ -193,7 +198,8 @@ def test_label_values_are_escaped_and_equal_labels_are_one_sample():
 def test_a_pairs_link_is_its_best_pairing_and_counts_for_both_its_ends():
     recs = [{"collective": "sendrecv", "size_bytes": 8, "busbw_gbps": bw, "host": a, "peer_host": b}
             for a, b, bw in (("n0", "n1", 4.0), ("n0", "n2", 2.0), ("n1", "n2", 1.0), ("n2", "n1", 0.5))]
-    samples = [ln for ln in metrics.exposition(recs, "commbench").splitlines() if not ln.startswith("#")]
+    samples = [ln for ln in metrics.exposition(recs, "commbench").splitlines()
+               if ln.startswith("commbench_busbw_gbps")]
     got = {ln.split('host="')[1].split('"')[0]: float(ln.rsplit(" ", 1)[1]) for ln in samples}
     # each node's median over the links it is on, a link the best of its pairings (n1-n2 met twice: 1.0)
     assert got == {"n0": 3.0, "n1": 2.5, "n2": 1.5}
