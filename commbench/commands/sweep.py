@@ -212,9 +212,12 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
     rounds (each round every config once, the baseline included, in a rotated
     order); a config is called faster only when the 95% interval of its time
     ratio excludes 1. Configs whose variables the backend ignores (NCCL_* on
-    Gloo) are one group, never ranked. A config that crashes, hangs or returns
-    wrong data is recorded as failed and the sweep goes on. SIGTERM (a time
-    limit) ends the sweep at once, exit 143; --resume runs what is left.
+    Gloo) are one group, never ranked. A config whose setting did not take
+    effect (the run's own evidence: NCCL's INFO lines, Gloo's sockets, Open
+    MPI's selection) is said "not applied" and never ranked; one that no
+    evidence proves is ranked, marked (unproven). A config that crashes, hangs
+    or returns wrong data is recorded as failed and the sweep goes on. SIGTERM
+    (a time limit) ends the sweep at once, exit 143; --resume runs what is left.
 
     \b
     Example:
