@@ -340,8 +340,8 @@ def torch_ckpt(path, size, ranks, ckpt_formats, repeats, fio_ceiling, save_modes
 @click.option("--dry-run", is_flag=True, help="Print the layout (files and sizes) and run nothing.")
 @output_options
 def model_ckpt_cmd(path, model_name, tp, pp, dp, zero, scale, ranks, writes, reads, drop, nodes, node_rank,
-                   rdzv_endpoint, fmt_ckpt, fio_same, save_modes, plan_cache, step, mtbf, restart_ranks, plot, dry_run, out, fmt,
-                   timeout, keep, keep_json, concurrent, wait):
+                   rdzv_endpoint, fmt_ckpt, fio_same, save_modes, plan_cache, step, mtbf, restart_ranks, plot, dry_run,
+                   out, fmt, timeout, keep, keep_json, concurrent, wait):
     """Write and read a model-shaped checkpoint as a training job does (MLPerf Storage v2's checkpointing).
 
     \b

@@ -280,7 +280,8 @@ def main():
         if rank == 0:
             phases.append({"phase": kind, "index": index, "mode": mode if kind == "write" else None,
                            "ranks": [g[0] for g in gathered], "wrong": wrong,
-                           **({"felt": [g[2] for g in gathered], "durable_s": synced[0] - min(g[0][0] for g in gathered)}
+                           **({"felt": [g[2] for g in gathered],
+                               "durable_s": synced[0] - min(g[0][0] for g in gathered)}
                               if felt else {}),
                            "moved": moved_on_nodes(counter, [g[1] for g in gathered if g[1]], kind),
                            "fio": fio_run})

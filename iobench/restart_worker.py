@@ -1,12 +1,13 @@
 """One process of model-ckpt's restart (--restart-ranks), started by torchrun: a job coming back after a failure.
 
 The parent notes the time before starting torchrun (--t0); each rank imports torch, joins the process group, rank 0
-drops the checkpoint from the page cache (posix_fadvise: a node that never read it), each rank allocates its share of the state (layout rank r of the layout goes to
-process r % world, as model_worker gives it out: with fewer processes than saved it, DCP finds each tensor in
-whichever rank's file holds it and reads it into its new owner), loads it with dcp.load, runs one training-like step
-(iobench.savemodes.Steps) and notes the time: restart = the last rank's first step - t0. Then, off the clock, every
-tensor is compared exactly with what was saved (model_worker.tensors regenerates it), and node 0's first rank's mount
-counter (iobench.moved) says whether storage served the load.
+drops the checkpoint from the page cache (posix_fadvise: a node that never read it), each rank allocates its share
+of the state (layout rank r of the layout goes to process r % world, as model_worker gives it out: with fewer
+processes than saved it, DCP finds each tensor in whichever rank's file holds it and reads it into its new owner),
+loads it with dcp.load, runs one training-like step (iobench.savemodes.Steps) and notes the time: restart = the last
+rank's first step - t0. Then, off the clock, every tensor is compared exactly with what was saved
+(model_worker.tensors regenerates it), and node 0's first rank's mount counter (iobench.moved) says whether storage
+served the load.
 """
 import argparse
 import datetime
