@@ -57,7 +57,9 @@ def print_modes(records):
                           f"{r['restart_s']:.2f} s from starting torchrun to the first step, every one of "
                           f"{r['tensors']} tensors compared ({r['restart_wrong']} wrong); the load served by "
                           f"{r['served_by']}" + (f" ({r['bytes_moved_ratio']:.2f} of its bytes)"
-                                                 if r.get("bytes_moved_ratio") is not None else ""))
+                                                 if r.get("bytes_moved_ratio") is not None else "")
+                          + (": a client cache held it (dcp.load reads through it), so this restart is faster than "
+                             "one on another node" if r["served_by"] == "cache" else ""))
     sync = {r["mount"]: r["blocked_s"] for r in rows if r["save_mode"] == "sync"}
     ours = [{"anchor": f"this run on {r['mount']}: {r['save_mode']}", "sync_s": sync.get(r["mount"]),
              "blocked_s": r["blocked_s"], "background_s": r["background_s"],

@@ -64,8 +64,13 @@ def test_restart_onto_fewer_ranks_is_exact(saved):
     restart, = [r for r in recs if r["profile"] == "llama3-8b-dcp-restart"]
     saved_by = {r["numjobs"] for r in recs if r.get("save_mode")}
     assert saved_by == {2} and restart["restart_ranks"] == 1 and restart["restart_wrong"] == 0
-    assert restart["tensors"] == 16 and restart["restart_s"] > restart["duration_s"] > 0
-    assert restart["served_by"] == "storage" and restart["bytes_moved_ratio"] >= 0.9
+    assert restart["tensors"] == 16 and restart["restart_s"] > 0
+    if restart["fs_type"] == "xfs":     # posix_fadvise emptied the page cache: the device served the whole load
+        assert restart["served_by"] == "storage" and restart["bytes_moved_ratio"] >= 0.9
+        assert restart["restart_s"] > restart["duration_s"] > 0 and restart["bw_mbps"] > 0
+    else:   # ceph-fuse keeps its own cache, which dcp.load (no O_DIRECT) cannot pass: said, never storage's figure
+        assert restart["served_by"] in ("storage", "cache")
+        assert (restart["bw_mbps"] is None) == (restart["served_by"] == "cache")
 
 
 def test_torch_ckpt_saves_in_every_mode_to_storage_and_back(loop_xfs_mount, tmp_path):
