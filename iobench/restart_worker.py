@@ -13,7 +13,6 @@ import argparse
 import datetime
 import json
 import time
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
