@@ -231,8 +231,9 @@ def run(path, layout, processes, writes, reads, timeout, keep, writer, run_id, s
                 jobs += [f"--fio-{direction}", here / f"fio-{direction}.fio"]
                 write_new_text(jobs[-1], model_fio.job_text(layout, processes, direction, how.startswith("O_DIRECT"),
                                                            fmt), "fio job file")
-        with bench.progress(f"iobench: {where}{layout.describe()} on {target.path}: {writes} writes, then {reads} "
-                            f"reads, by {processes} torch ranks" + (" on each node" if nodes else "")):
+        each = f" in each of {count} save modes" if count else ""
+        with bench.progress(f"iobench: {where}{layout.describe()} on {target.path}: {writes} writes{each}, then "
+                            f"{reads} reads, by {processes} torch ranks" + (" on each node" if nodes else "")):
             shared = ["--shared", scratch.shown, "--inode", scratch.inode()] if first else []
             result = run_ranks("iobench.model_worker", ["--dir", data if first else "", *shared,
                                                         "--result", result_file or "",
