@@ -41,7 +41,9 @@ def _load_side(paths, what):
     return loaded
 
 
-def import_command(tool):
+def import_command(tool, enrich=None):
+    """enrich(path, format) -> None or a function each record read from path passes through (a table row's record
+    as its JSON line): commbench's gives records of nccl-tests logs their NCCL evidence."""
     files, old, saved = EXAMPLES[tool]
 
     @click.command("import", help=f"""Convert nccl-tests/rccl-tests logs, their JSON (nccl-tests -J, rccl-tests
@@ -68,7 +70,7 @@ def import_command(tool):
         try:
             for source in read.expand(paths):
                 try:
-                    fmt, found, events = _convert(source, writer, out is None, collective)
+                    fmt, found, events = _convert(source, writer, out is None, collective, enrich)
                 except UserError as exc:
                     refused.append(str(exc))
                     continue
@@ -83,13 +85,15 @@ def import_command(tool):
     return command
 
 
-def _convert(path, writer, to_stdout, collective):
+def _convert(path, writer, to_stdout, collective, enrich=None):
     """Write one file's records to writer (or stdout, or nowhere) as they are read; (format, measurements,
     'event: reason, ...')."""
     fmt, found_records = read.records_of(path, collective, lines=True)
     if fmt == "records":
         raise UserError(f"{name(path)}: already records of the suite (JSONL): nothing to import")
     found, events, tools = 0, [], read.TOOLS
+    add = enrich(path, fmt) if enrich else None
+    found_records = map(add, found_records) if add else found_records
     write = writer.write if writer else (lambda rec: sys.stdout.write(dumps(rec) + "\n")) if to_stdout else None
     for rec in found_records:
         if write:
@@ -175,8 +179,8 @@ def report_command(tool, judge=None, notes=None):
     return command
 
 
-def add_to(group, tool, judge=None, notes=None):
-    """Add import, diff and report to a CLI group; judge, notes: see report_command."""
-    group.add_command(import_command(tool))
+def add_to(group, tool, judge=None, notes=None, enrich=None):
+    """Add import, diff and report to a CLI group; judge, notes: see report_command; enrich: import_command."""
+    group.add_command(import_command(tool, enrich))
     group.add_command(diff_command(tool))
     group.add_command(report_command(tool, judge, notes))

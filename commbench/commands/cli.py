@@ -62,7 +62,14 @@ def report_notes(records):
     return evidence_events(records)
 
 
-commands.add_to(cli, "commbench", judge=report_judge, notes=report_notes)  # import, diff, report (benchcore)
+def import_evidence(path, fmt):
+    """import: records of nccl-tests logs with NCCL INFO lines get their run's evidence (commbench/evidence/nccl.py)."""
+    from commbench.evidence.nccl import import_evidence as evidence
+    return evidence(path, fmt)
+
+
+commands.add_to(cli, "commbench", judge=report_judge, notes=report_notes,   # import, diff, report (benchcore)
+                enrich=import_evidence)
 
 
 def main():

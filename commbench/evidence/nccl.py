@@ -27,7 +27,9 @@ own. Rank 0 follows its node's files (Follower) and each record carries what the
 Cost: read_files and Follower read at most MAX_BYTES of each file (NCCL_DEBUG_FILE is per rank) and READ_TOTAL in all; lines
 are cut at MAX_LINE characters.
 """
+import bisect
 import glob
+import json
 import os
 import re
 
@@ -68,6 +70,12 @@ ENV_PLUGIN = re.compile(r"^NET/Plugin: Plugin name set by env to (\S+)")        
 TUNING_NAMED = re.compile(r"^(\w+):\s+(\d+) Bytes -> Algo (\w+) proto (\w+) channel\{Lo\.\.Hi\}=\{(\d+)\.\.(\d+)\}")
 TUNING_FUNC = re.compile(r"^(\w+): (\d+) Bytes -> Algo (\d+) proto (\d+) time ")
 TUNING_BARE = re.compile(r"^(\d+) Bytes -> Algo (\d+) proto (\d+) time ")
+
+
+# every message read() knows starts with or holds one of these: any other message is left at one search
+KNOWN = re.compile(r"NCCL version|Bytes -> Algo| via |^Using network|^NET/(?:Plugin: Loaded net|Plugin: Plugin name|"
+                   r"IB : Using|Socket : Using)|^Bootstrap|coll channels|^NVLS multicast|CollNet|^Connected all rings|"
+                   r"^TUNER/Plugin|^NCCL_\w+ set |MNNVL \d")
 
 
 def messages(text):
@@ -118,6 +126,8 @@ class _Reader:
         self.lines.setdefault(field, msg[:EVIDENCE_CHARS])
 
     def read(self, msg):
+        if not KNOWN.search(msg):
+            return
         eff = self.eff
         m = VERSION.match(msg)
         if m:
@@ -418,40 +428,96 @@ def run_summary(effs):
 HEADER = re.compile(r"# nThread \d+|# Collective test starting")    # where an nccl-tests run's output begins
 
 
-def by_table(text):
-    """[(first line, effective)] of an nccl-tests log: one per run (from its '# nThread' header to the next), the
-    NCCL lines of that run read into it."""
-    out, reader, start = [], _Reader(), 1
-    lines = text.splitlines()
-    for i, line in enumerate(lines, 1):
-        if HEADER.search(line[:MAX_LINE]) and i > start:
-            out.append((start, reader.result()))
-            reader, start = _Reader(), i
-        for msg in messages(line):
-            reader.read(msg)
+def by_table(lines):
+    """([(first line, effective)], lines read) of an nccl-tests log given as byte lines: one block per run (from its
+    '# nThread' header to the next; what comes before the first header is the first run's) with that run's NCCL
+    lines, read up to MAX_BYTES (a line cut there is not counted)."""
+    out, reader, start, n, headed, size, prefixed = [], _Reader(), 1, 0, False, 0, None
+    for raw in lines:
+        size += len(raw)
+        if size > MAX_BYTES or not raw.endswith(b"\n") and size == MAX_BYTES:
+            break
+        n += 1
+        if b"# nThread" in raw or b"# Collective test starting" in raw:
+            if headed:
+                out.append((start, reader.result()))     # lines left out below: a record keeps none
+                reader, start = _Reader(), n
+            headed = True
+        if b"CCL " in raw:
+            line = raw[:MAX_LINE].decode("utf-8", "replace")
+            m = INFO.search(line)
+            if m:
+                prefixed = True
+                reader.read(line[m.end():].strip())
     out.append((start, reader.result()))
-    return [(s, e) for s, e in out if e]
+    return [(s, {k: v for k, v in e.items() if k != "lines"}) for s, e in out if e], n
+
+
+def _tables(path):
+    from benchcore.inputs import regular_file      # on first use: a rank never imports it
+    try:
+        regular_file(path)
+        with open(path, "rb") as f:
+            return by_table(f)
+    except OSError:
+        return [], 0
+
+
+def _run_of(rec, tables, read_lines):
+    """The index in tables of the run rec's table belongs to (None: its line is in no run read)."""
+    line = rec.get("source_line") or 0
+    at = bisect.bisect_right(tables, line, key=lambda t: t[0]) - 1     # the last run that starts at or before it
+    return None if at < 0 or line > read_lines else at    # a row past what was read: not the last run's
+
+
+def _attach_one(rec, tables, read_lines):
+    """rec's effective block (None where its line is in no run read)."""
+    at = _run_of(rec, tables, read_lines)
+    return None if at is None else for_record(tables[at][1], rec.get("collective"), rec.get("size_bytes"),
+                                              rec.get("world_size") or 1)
 
 
 def attach(records):
     """records, those imported from an nccl-tests text log (source_format nccl-tests) given the effective block of
     the run their table belongs to (each file read up to MAX_BYTES); a record that has one keeps it."""
-    from benchcore.inputs import regular_file      # on first use: a rank never imports it
     tables = {}
     for rec in records:
         path = rec.get("source_file")
         if rec.get("effective") or rec.get("event") or rec.get("source_format") != "nccl-tests" or not path:
             continue
         if path not in tables:
-            try:
-                regular_file(path)
-                with open(path, "rb") as f:
-                    tables[path] = by_table(f.read(MAX_BYTES).decode("utf-8", "replace"))
-            except Exception:                          # noqa: BLE001 - no evidence is what a file we cannot read gives
-                tables[path] = []
-        line = rec.get("source_line") or 0
-        mine = [e for start, e in tables[path] if start <= line] or [e for _, e in tables[path][:1]]
-        if mine:
-            rec["effective"] = for_record(mine[-1], rec.get("collective"), rec.get("size_bytes"),
-                                          rec.get("world_size") or 1)
+            tables[path] = _tables(path)
+        eff = _attach_one(rec, *tables[path])
+        if eff:
+            rec["effective"] = eff
     return records
+
+
+def import_evidence(path, fmt):
+    """For `import`: None where path (of format fmt) holds no NCCL line, else a function that gives each record
+    read from it (a dict, or a table row's JSON line) the effective block of its run."""
+    if fmt != "nccl-tests":
+        return None
+    tables, read_lines = _tables(path)
+    if not tables:
+        return None
+    from benchcore.results.records import dumps
+    shown = {}      # (run, collective, size, ranks): the field and its JSON text, made once
+
+    def add(rec):
+        line = json.loads(rec) if isinstance(rec, str) else rec
+        if line.get("event") or line.get("effective"):
+            return rec
+        at = _run_of(line, tables, read_lines)
+        if at is None:
+            return rec
+        key = (at, line.get("collective"), line.get("size_bytes"), line.get("world_size"))
+        if key not in shown:
+            if len(shown) > 4096:       # rows come in the file's order: the runs before are done
+                shown.clear()
+            eff = for_record(tables[at][1], key[1], key[2], key[3] or 1)
+            shown[key] = (eff, dumps({"effective": eff})[1:-1])
+        if not isinstance(rec, str):
+            return {**rec, "effective": shown[key][0]}
+        return f"{rec[:-1]}, {shown[key][1]}}}" if rec.endswith("}") else rec
+    return add
