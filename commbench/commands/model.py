@@ -223,11 +223,12 @@ def model(topology, nodes, nproc_per_node, collectives, strategies, patterns, mi
             click.echo(dumps({"topology": topo.name, "nodes": nodes, "world_size": nodes * local,
                               "backend": backend, **{k: v for k, v in row.items() if k != "size"}}))
         return
-    print_table(rows, [("size", "size", None), ("case", "case", None), ("predicted_time_us", "time us", ".1f"),
-                       ("algbw_gbps", "algbw GB/s", ".2f"), ("busbw_gbps", "busbw GB/s", ".2f"),
-                       ("link_tier", "bound by", None), ("link_peak_gbps", "peak GB/s", ".2f"),
-                       ("link_utilization", "of peak", ".2f"), ("nccl_algo", "NCCL picks", None)],
-                title=f"model: {topo.name}, {nodes} node(s) x {local} ranks, {backend}")
+    print_table([{**r, "label": r["case"].replace(" (= plain)", " *")} for r in rows],   # a name never wraps
+                [("size", "size", None), ("label", "case", None), ("predicted_time_us", "time us", ".1f"),
+                 ("algbw_gbps", "algbw GB/s", ".2f"), ("busbw_gbps", "busbw GB/s", ".2f"),
+                 ("link_tier", "bound by", None), ("link_peak_gbps", "peak GB/s", ".2f"),
+                 ("link_utilization", "of peak", ".2f"), ("nccl_algo", "NCCL picks", None)],
+                title=f"model: {topo.name}, {nodes} node(s) x {local} ranks, {backend}", compact=True)
     reasons = dict.fromkeys(r.get("link_peak_reason") or r["predicted_time_reason"] for r in rows
                             if r.get("link_peak_reason") or r.get("predicted_time_reason"))
     for why in reasons:
@@ -242,7 +243,7 @@ def model(topology, nodes, nproc_per_node, collectives, strategies, patterns, mi
                             "chunked never beats ring here")
         plain = [format_size(s) for s in dict.fromkeys(r["size_bytes"] for r in rows if r["runs_plain"])]
         if plain:
-            console().print(f"chunked runs plain all_gather (at or below its threshold) at: {', '.join(plain)}")
+            console().print(f"* chunked runs plain all_gather (at or below its threshold) at: {', '.join(plain)}")
 
 
 OVERLAP_COLUMNS = [("size", "size", None), ("label", "pattern", None), ("comm_us", "comm us", ".1f"),

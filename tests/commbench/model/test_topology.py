@@ -393,3 +393,14 @@ def test_rates_and_latencies_outside_what_a_link_can_be_are_refused(tmp_path, ol
                     "-e", "1G", "-f", 32)
     assert_one_line_error(done, f"topology file {bad}: field {field}")
     assert new.split(": ")[1] not in done.stderr
+
+
+def test_model_strategies_table_keeps_every_case_name_whole_within_100_columns():
+    """issue 49 item 7: `model --strategies` wrapped strategy names ('chunked 512K' / 'x1 >16M (=' / 'plain)')."""
+    out = run_tool("commbench", "model", "--topology", "dgx-h100", "--nodes", "4", "--strategies",
+                   "ring,chunked,hierarchical", "--chunk-size", "512K,2M,8M", env={"COLUMNS": "100"})
+    lines = out.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    for name in ("chunked 512K x1 >16M *", "chunked 8M x1 >16M *", "hierarchical"):
+        assert any(name in line for line in lines), name
+    assert "* chunked runs plain all_gather (at or below its threshold) at: 1M" in out.stdout
