@@ -159,18 +159,19 @@ def _refusing(path, fmt, convert):
         raise UserError(f"{name(path)}: {exc}") from None
 
 
-def load(path):
-    """Loaded(path, format, records) of one file; UserError naming the file and why it is refused."""
-    fmt, records = records_of(path)
+def load(path, collective=None):
+    """Loaded(path, format, records) of one file; UserError naming the file and why it is refused. collective: that
+    of nccl-tests tables whose log does not name it (import's --collective)."""
+    fmt, records = records_of(path, collective)
     return Loaded(str(path), fmt, list(records))
 
 
-def load_many(paths):
+def load_many(paths, collective=None):
     """(records of every file that loads, [one-line refusal, ...]) — a bad file does not stop the others."""
     records, refused = [], []
     for path in expand(paths):
         try:
-            records += load(path).records
+            records += load(path, collective).records
         except UserError as exc:
             refused.append(str(exc))
     return records, refused

@@ -4,6 +4,7 @@ import sys
 import click
 
 from benchcore.errors import UserError
+from benchcore.importers import nccl_names
 from benchcore.inputs import shown
 from benchcore.report.render import console, print_table
 from benchcore.results import read, schema
@@ -84,7 +85,9 @@ def _check_counts(topo, ranks, nodes, oversubscribed):
 @click.option(OVERSUBSCRIBE, "oversubscribe", is_flag=True,
               help="Ranks shared GPUs: more ranks per node than the topology's GPUs per node.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def judge_command(files, topology, ranks, nodes, env_pairs, out, oversubscribe, fmt):
+@click.option("--collective", default=None, metavar="NAME",
+              help="The collective of nccl-tests tables whose log does not name it (as import's).")
+def judge_command(files, topology, ranks, nodes, env_pairs, out, oversubscribe, fmt, collective):
     """Is my number normal? Measured busbw against the model per algorithm, each algorithm's ceiling and the
     topology's published references, with one diagnosis per size: NVLS-level, ring-level where NVLS is expected,
     slow, or above every ceiling. Exit status 1 when a measurement fails (commbench/model/judge.py).
@@ -97,7 +100,7 @@ def judge_command(files, topology, ranks, nodes, env_pairs, out, oversubscribe, 
     """
     topo, env = resolve(topology), parse_env(env_pairs)
     _check_counts(topo, ranks, nodes, oversubscribe)
-    records, refused = read.load_many(files)
+    records, refused = read.load_many(files, nccl_names.option(collective) if collective is not None else None)
     records = nccl_evidence.attach(records)         # a log's NCCL INFO lines: the algorithm NCCL says it ran
     for why in refused:
         console(stderr=True).print(f"skipped: {why}")

@@ -182,10 +182,11 @@ def _judge_one(collective, size, n, nodes, busbw, topo, env, version, best, ran)
 def judge(records, topo, ranks=None, nodes=None, env=None, oversubscribed=False):
     """Rows, one per collective, size, ranks and nodes the records measured (their median busbw); records whose
     collective the model does not cover, whose ranks or nodes neither they nor the caller say, or whose ranks and
-    nodes cannot be a run on topo (topology.layout_problem), are left out and counted: (rows, {reason: count})."""
+    nodes cannot be a run on topo (topology.layout_problem), are left out and counted: (rows, {reason: count}).
+    ranks and nodes, where given, stand over the records' (a log whose device list shows only some ranks)."""
     groups, skipped = {}, {}
     for rec in records:
-        n, m = rec.get("world_size") or ranks, rec.get("nodes") or nodes
+        n, m = ranks or rec.get("world_size"), nodes or rec.get("nodes")   # the user's word over a partial rank list
         why = (None if rec.get("collective") in CASES and CASES[rec["collective"]].model else "no model for it")
         why = why or (None if rec.get("backend") in (None, "nccl") else "not an NCCL run (the judge knows GPU systems)")
         why = why or (None if topo.gpus_per_node else f"topology {topo.name} has no GPUs")
