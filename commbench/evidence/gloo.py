@@ -1,7 +1,7 @@
 """Gloo: the local address and interface of every connection a rank's process group opened, read from the rank's
-own sockets: the TCP rows of /proc/self/net/tcp and tcp6 whose inode is one of the sockets in /proc/self/fd, opened
-since just before init_process_group, less those to the rendezvous store (MASTER_ADDR:MASTER_PORT); each local address
-named by the interface that holds it in the kernel's address list (`ip -j addr`). Nothing is guessed: a rank whose
+own sockets: those in /proc/self/fd opened since just before init_process_group, each asked of the kernel
+(getsockname, getpeername), less those to the rendezvous store (MASTER_ADDR:MASTER_PORT); each local address named by
+the interface that holds it in the kernel's address lists (SIOCGIFADDR, /proc/self/net/if_inet6, else `ip -j addr`). Nothing is guessed: a rank whose
 connections cannot be read or whose address no interface holds says so, and GLOO_SOCKET_IFNAME is then `unknown`.
 """
 import ipaddress
@@ -11,57 +11,77 @@ import socket
 import time
 
 from benchcore.processes import procs
+from benchcore.processes.route import interface_address
 
 APPLIED, NOT_APPLIED, UNKNOWN = "applied", "not applied", "unknown"   # applied.py's statuses (it imports this)
-ESTABLISHED = "01"   # the kernel's TCP state code in /proc/net/tcp (include/net/tcp_states.h: TCP_ESTABLISHED)
 
 
-def socket_inodes():
-    """The inodes of this process's open sockets (/proc/self/fd links 'socket:[N]')."""
-    out = set()
+def own_sockets():
+    """{inode: fd} of this process's open sockets (/proc/self/fd links 'socket:[N]')."""
+    out = {}
     for fd in os.listdir("/proc/self/fd"):
         try:
             link = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:   # closed meanwhile (the listing's own fd among them)
             continue
         if link.startswith("socket:["):
-            out.add(link[8:-1])
+            out[link[8:-1]] = int(fd)
     return out
 
 
-def _endpoint(text):
-    """'0100007F:AC41' or a 32-digit IPv6 form -> ('127.0.0.1', 44097); an IPv4-mapped IPv6 address as IPv4."""
-    addr, port = text.split(":")
-    raw = bytes.fromhex(addr)
-    raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))   # each 32-bit word in host (little) order
-    ip = ipaddress.ip_address(raw)
-    if ip.version == 6 and ip.ipv4_mapped:
-        ip = ip.ipv4_mapped
-    return str(ip), int(port, 16)
+def socket_inodes():
+    """The inodes of this process's open sockets: a snapshot to tell the sockets opened after it."""
+    return set(own_sockets())
 
 
-def connections(inodes, read=None):
-    """[(local (addr, port), remote (addr, port))] of the established TCP sockets among inodes; read: a list the
-    bytes read are appended to."""
+def _plain(addr):
+    """An address as text; an IPv4-mapped IPv6 address as IPv4, a scope id dropped."""
+    ip = ipaddress.ip_address(addr.split("%")[0])
+    return str(ip.ipv4_mapped if ip.version == 6 and ip.ipv4_mapped else ip)
+
+
+def connections(fds):
+    """[(local (addr, port), remote (addr, port))] of the connected TCP sockets among fds, asked of the kernel on a
+    duplicate of each (getsockname, getpeername); a listener or a socket closed meanwhile is skipped."""
     out = []
-    for table in ("tcp", "tcp6"):
+    for fd in fds:
         try:
-            with open(f"/proc/self/net/{table}") as f:
-                text = f.read()
-        except OSError:   # no IPv6 in this kernel
+            dup = os.dup(fd)
+        except OSError:
             continue
-        if read is not None:
-            read.append(len(text))
-        for row in text.splitlines()[1:]:
-            f = row.split()
-            if len(f) > 9 and f[3] == ESTABLISHED and f[9] in inodes:
-                out.append((_endpoint(f[1]), _endpoint(f[2])))
+        try:
+            with socket.socket(fileno=dup) as s:
+                if s.type != socket.SOCK_STREAM or s.family not in (socket.AF_INET, socket.AF_INET6):
+                    continue
+                local, remote = s.getsockname(), s.getpeername()
+        except OSError:   # not connected (a listener), or gone
+            continue
+        out.append(((_plain(local[0]), local[1]), (_plain(remote[0]), remote[1])))
     return out
 
 
-def interface_of(read=None):
-    """{address: interface} from the kernel's address list (`ip -j addr`); None where it cannot be read; read: a
-    list the bytes read are appended to."""
+def interface_of(addrs, read=None):
+    """{address: interface} for addrs from the kernel: each interface's IPv4 address (SIOCGIFADDR) and the IPv6 list
+    (/proc/self/net/if_inet6); where one is not among them (a secondary IPv4 address), the whole address list
+    (`ip -j addr`); None where that cannot be read. read: a list the bytes read are appended to."""
+    names = {}
+    for _, name in socket.if_nameindex():
+        addr = interface_address(name)
+        if addr:
+            names[addr] = name
+    try:
+        with open("/proc/self/net/if_inet6") as f:
+            text = f.read()
+    except OSError:   # no IPv6 in this kernel
+        text = ""
+    if read is not None:
+        read.append(len(text))
+    for row in text.splitlines():
+        f = row.split()
+        if len(f) == 6:
+            names[str(ipaddress.ip_address(bytes.fromhex(f[0])))] = f[5]
+    if all(a in names for a in addrs):
+        return names
     try:
         done = procs.run(["ip", "-j", "addr", "show"], timeout=10)
         links = json.loads(done.stdout) if not done.returncode else None
@@ -84,8 +104,7 @@ def store_endpoints():
         addrs = {info[4][0] for info in socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)}
     except OSError:
         addrs = set()
-    return {(str(ipaddress.ip_address(a.split("%")[0])), port) for a in addrs | {host}
-            if _is_ip(a.split("%")[0])}
+    return {(_plain(a), port) for a in addrs | {host} if _is_ip(a.split("%")[0])}
 
 
 def _is_ip(text):
@@ -101,8 +120,9 @@ def rank_evidence(before):
     init_process_group), less those to the store: {"connections": [[local addr, port, interface or None, remote
     addr, port]], "interfaces_read": bool, "read_bytes": what it read of /proc and ip}."""
     store, read = store_endpoints(), []
-    found = [(loc, rem) for loc, rem in connections(socket_inodes() - before, read) if rem not in store]
-    names = interface_of(read) if found else {}
+    found = [(loc, rem) for loc, rem in connections(fd for ino, fd in own_sockets().items() if ino not in before)
+             if rem not in store]
+    names = interface_of({loc[0] for loc, _ in found}, read) if found else {}
     return {"connections": [[loc[0], loc[1], (names or {}).get(loc[0]), rem[0], rem[1]] for loc, rem in found],
             "interfaces_read": names is not None, "read_bytes": sum(read)}
 

@@ -1,5 +1,5 @@
 """Gloo's evidence from a process's own sockets (commbench/evidence/gloo.py): real sockets of this test process on
-loopback; the cross-node case (two interfaces, GLOO_SOCKET_IFNAME applied or not) runs in tests/netns/test_evidence.py.
+loopback (a listener among them, which is no connection); the cross-node case (two interfaces, GLOO_SOCKET_IFNAME applied or not) runs in tests/netns/test_evidence.py.
 """
 import socket
 
@@ -7,10 +7,10 @@ from commbench.evidence import gloo
 from commbench.evidence.applied import judge_settings
 
 
-def test_endpoint_forms_of_proc_net_tcp():
-    assert gloo._endpoint("0100007F:AC41") == ("127.0.0.1", 0xAC41)
-    assert gloo._endpoint("0000000000000000FFFF00000100007F:744B") == ("127.0.0.1", 29771)   # IPv4-mapped
-    assert gloo._endpoint("00000000000000000000000001000000:0016") == ("::1", 22)
+def test_addresses_as_the_kernel_lists_them():
+    assert gloo._plain("::ffff:127.0.0.1") == "127.0.0.1" and gloo._plain("fe80::1%eth0") == "fe80::1"
+    names = gloo.interface_of({"127.0.0.1", "::1"})
+    assert names["127.0.0.1"] == "lo" and names["::1"] == "lo"
 
 
 def test_a_connection_opened_after_the_snapshot_is_found_with_its_interface(monkeypatch):
