@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from benchcore.errors import UserError
-from benchcore.files import (check_append, make_parents, open_append, output_dir, private_dir, replace_output,
-                              replace_text, write_new, write_new_text)
+from benchcore.files import (check_append, held_path, hold_private, make_held, make_parents, open_append, output_dir,
+                              private_dir, remove_held, replace_output, replace_text, write_new, write_new_text)
 from benchcore.results.records import RecordWriter, output_file
 from iobench.safety import LOCK_BASE, MountLock
 from tests.conftest import ROOT, assert_one_line_error, run_tool
@@ -171,6 +171,33 @@ def test_links_nobody_else_could_have_made_are_followed(shared, tmp_path):
     with pytest.raises(UserError, match="root-link is a symbolic link in a directory another user can write"):
         check_append(shared.dir / "root-link" / "c.jsonl", "--out")
     shared.dir.chmod(0o1777)
+
+
+@as_root
+def test_a_held_directory_is_the_one_made_whatever_its_parents_owner_renames(shared):
+    """A private directory made in nobody's directory, which nobody renames and replaces with a link to their own: its
+    held path still leads to the one made (a file written there lands in it), another process reaches it too, and
+    its removal empties it and leaves nobody's link and directory alone; hold_private (another node's way in) refuses
+    the link, and a directory of the right kind but another inode."""
+    d, evil = shared.dir / "alice", shared.dir / "evil"
+    as_nobody("mkdir", d, evil)
+    parent, fd = make_held(d / "iobench-x", "scratch directory")
+    inode = os.fstat(fd).st_ino
+    as_nobody("mv", d / "iobench-x", d / "hidden")
+    as_nobody("ln", "-s", evil, d / "iobench-x")
+    write_new_text(Path(held_path(fd)) / "job.fio", "[x]\n", "job file")
+    assert (d / "hidden" / "job.fio").read_text() == "[x]\n" and list(evil.iterdir()) == []
+    assert subprocess.run(["cat", f"{held_path(fd)}/job.fio"], capture_output=True, text=True).stdout == "[x]\n"
+    with pytest.raises(UserError, match="is a symbolic link"):
+        hold_private(d / "iobench-x", "node 0's scratch directory", inode)
+    os.close(hold_private(d / "hidden", "node 0's scratch directory", inode))
+    os.mkdir(d / "other", 0o700)
+    with pytest.raises(UserError, match="is another directory"):
+        hold_private(d / "other", "node 0's scratch directory", inode)
+    remove_held(parent, "iobench-x", fd)
+    assert list((d / "hidden").iterdir()) == [] and (d / "iobench-x").is_symlink() and evil.is_dir()
+    with pytest.raises(UserError, match="owned by another user"):
+        hold_private(evil, "node 0's scratch directory")
 
 
 @as_root
