@@ -1,12 +1,13 @@
 """The ssh launcher (--hosts h1,h2,... or --hostfile FILE): one torchrun agent per host, started over ssh, the
 rendezvous on the first host, its port derived from the run id.
 
-Three parts, one process each:
-  link   (this machine, one per host; what the Supervisor starts): runs the ssh command (--ssh-command, the
-         host put into its words, never into a shell string), sends the node agent its orders and the plan file on
-         ssh's stdin and keeps stdin open; appends the records the record node's agent prints to the launch's
-         channel; when ssh itself fails (exit 255: refused, lost) it names the host in one line and tells the other
-         links, which end their ssh.
+Three parts:
+  link   (this machine, one process per LINK_HOSTS hosts; what the Supervisor starts): runs each of its hosts' ssh
+         command (--ssh-command, the host put into its words, never into a shell string), at most FANOUT of them
+         connecting at once, in one selector loop; sends each node agent its orders and the plan file on ssh's
+         stdin and keeps stdin open; appends the records the record node's agent prints to the launch's channel;
+         when ssh itself fails (exit 255: refused, lost) it names the host in one line, hangs up its other hosts
+         and tells the other links, which hang up theirs.
   ssh    runs `python -m commbench.launch.ssh` on the host: the same Python path as here, and nothing of the user's
          input on the remote command line (all of it arrives on stdin).
   node   (on each host): writes the plan into a private temp dir, picks the interface that reaches the rendezvous
@@ -15,17 +16,18 @@ Three parts, one process each:
          stopped by Ctrl-C or a failure) it stops torchrun's group and every worker of its own, then removes its
          temp dir.
 """
+import contextlib
 import json
 import os
 import re
 import select
+import selectors
 import shlex
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import zlib
 from pathlib import Path
@@ -39,13 +41,22 @@ from commbench.transports import envvars
 
 DEFAULT_SSH = "ssh -o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=5 -o ServerAliveCountMax=3 {host}"
 HOST = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}@)?[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}")
-MAX_HOSTS = 100_000
+# What the launcher holds per host for the whole run: an ssh client (its own process: 8.1 MB RSS each, OpenSSH,
+# tests/netns/test_ssh.py) and its 3 pipes in a link (one Python process of 21 MB drives up to LINK_HOSTS hosts; a
+# link per host was 16 MB each). MAX_HOSTS hosts hold at most ~8.5 GB (less: the clients share their libraries'
+# pages), what a login node can spare; a larger cluster is Slurm's (srun), not ssh's. LINK_HOSTS keeps a link's
+# descriptors (3 per host) under the default limit of 1024 and its argument (the host list) under Linux's 128 KiB
+# per argument; FANOUT is pdsh's default fan-out: a link opens at most that many ssh connections at once (one
+# counts until its node agent is ready), so a failing cluster costs FANOUT handshakes before the launch stops.
+MAX_HOSTS = 1024
+LINK_HOSTS = 256
+FANOUT = 32
 PORTS = (29500, 3000)        # as under Slurm: below Linux's ephemeral range
 SSH_FAILED = 255             # ssh's own failure (the command's exit status otherwise)
 FAILED_MARK = "ssh-failed"   # in the launch directory: a link whose ssh failed; the other links end theirs
 MAX_HEADER = 1 << 20
 MAX_PLAN = 256 << 20
-SHOWN_NODES = 2              # a dry run shows node 0's link and node 1's
+SHOWN_NODES = 2              # a dry run shows the first link, with node 0 and node 1
 LINK_GRACE_S = 5             # a stopped link waits this long for its node agent to stop what it started
 
 
@@ -68,7 +79,8 @@ def host_list(hosts, hostfile):
     if not names:
         raise UserError(f"{what} names no host")
     if len(names) > MAX_HOSTS:
-        raise UserError(f"{what} names more than {MAX_HOSTS} hosts")
+        raise UserError(f"{what} names more than {MAX_HOSTS} hosts (an ssh client each on this machine, ~8 MB; "
+                        "more nodes: launch under Slurm)")
     for h in names:
         if not HOST.fullmatch(h):
             raise UserError(f"{what}: {label(h)} is not a host name ([user@]host: letters, digits, "
@@ -134,74 +146,173 @@ def forwarded_env(spec):
 
 
 def commands(spec, plan, plan_file):
-    """[(argv, env)]: one link per host (a dry run shows the first SHOWN_NODES)."""
-    endpoint = f"{rdzv_host(spec.hosts[0])}:{rdzv_port(plan.run_id)}"
+    """[(argv, env)]: one link per LINK_HOSTS hosts (a dry run shows the first link, with SHOWN_NODES hosts)."""
     remote = shlex.join([sys.executable, "-m", "commbench.launch.ssh"])
-    env = forwarded_env(spec)
     spec_fields = {**spec.__dict__, "env": {}, "notes": [], "hosts": [], "dry_run": False}   # no host list there
+    orders = {"spec": spec_fields, "endpoint": f"{rdzv_host(spec.hosts[0])}:{rdzv_port(plan.run_id)}",
+              "run_id": plan.run_id, "env": forwarded_env(spec)}
+    hosts = spec.hosts[:SHOWN_NODES] if spec.dry_run else spec.hosts
     out = []
-    for i, host in enumerate(spec.hosts[:SHOWN_NODES] if spec.dry_run else spec.hosts):
-        orders = {"spec": spec_fields, "endpoint": endpoint, "run_id": plan.run_id, "first": i == 0, "env": env}
-        link = {"host": host, "argv": ssh_words(spec.ssh_command, host) + [remote], "orders": orders,
-                "plan_file": plan_file}
+    for start in range(0, len(hosts), LINK_HOSTS):
+        link = {"hosts": hosts[start:start + LINK_HOSTS], "first": start == 0, "ssh": shlex.split(spec.ssh_command),
+                "remote": remote, "orders": orders, "plan_file": plan_file}
         out.append(([sys.executable, "-m", "commbench.launch.ssh", "link", json.dumps(link, separators=(",", ":"))],
                     {}))
     return out
 
 
-# --- link: this machine, one per host ------------------------------------------------------------------------
+# --- link: this machine, one per LINK_HOSTS hosts -------------------------------------------------------------
+
+class Ssh:
+    """One host's ssh, driven by its link: what is left to write on its stdin, its output's unfinished lines."""
+
+    def __init__(self, host, argv, data):
+        from benchcore.processes import procs
+        self.host, self.data, self.ready, self.last = host, data, False, ""
+        self.proc = procs.spawn(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.pending = {self.proc.stdout: b"", self.proc.stderr: b""}
+        os.set_blocking(self.proc.stdin.fileno(), False)
+
+    @property
+    def connecting(self):
+        return not self.ready and self.proc.returncode is None
+
+    def write(self):
+        """Write what the pipe takes now of the orders and plan; True when all of it is written."""
+        try:
+            self.data = self.data[os.write(self.proc.stdin.fileno(), self.data):]
+        except BlockingIOError:
+            pass
+        except OSError:   # ssh ended: its exit status says why
+            self.data = b""
+        return not self.data
+
+    def hang_up(self):
+        """Close ssh's stdin: the node agent stops everything of its own and ends, then ssh ends."""
+        self.data = b""
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+
+
+class Link:
+    """The ssh of each of a link's hosts, FANOUT connecting at once, in one selector loop: their orders and the
+    plan written, their records and rank status read, their stderr relayed; all hung up when one host's ssh fails
+    (here or at another link: FAILED_MARK) or SIGTERM comes."""
+
+    def __init__(self, desc):
+        self.desc, self.codes, self.stopped, self.deadline = desc, {}, None, None
+        self.logdir = Path(os.environ["COMMBENCH_STATUS_DIR"]) if "COMMBENCH_STATUS_DIR" in os.environ else None
+        self.plan = Path(desc["plan_file"]).read_bytes()
+        self.waiting, self.live = list(enumerate(desc["hosts"])), {}
+        self.sel = selectors.DefaultSelector()
+        self.channel = (open_append(self.logdir / CHANNEL, "record channel") if self.logdir and desc["first"]
+                        else None)
+
+    def start(self, i, host):
+        orders = {**self.desc["orders"], "first": self.desc["first"] and i == 0, "plan_bytes": len(self.plan)}
+        argv = [w.replace("{host}", host) for w in self.desc["ssh"]] + [self.desc["remote"]]
+        ssh = Ssh(host, argv, json.dumps(orders).encode() + b"\n" + self.plan)
+        self.live[ssh.proc.pid] = ssh
+        self.sel.register(ssh.proc.stdout, selectors.EVENT_READ, (ssh, self.stdout_line))
+        self.sel.register(ssh.proc.stderr, selectors.EVENT_READ, (ssh, self.stderr_line))
+        if not ssh.write():
+            self.sel.register(ssh.proc.stdin, selectors.EVENT_WRITE, (ssh, None))
+
+    def stdout_line(self, ssh, line):
+        if line == b"ready":
+            ssh.ready = True
+        elif line.startswith(b"S {") and self.logdir:   # a rank's status there: the launch's progress here
+            _status_here(self.logdir, line[2:])
+        elif line.startswith(b"{") and self.channel and ssh.host == self.desc["hosts"][0]:
+            self.channel.write(line.decode(errors="replace") + "\n")
+            self.channel.flush()
+
+    def stderr_line(self, ssh, line):
+        """ssh's stderr (the node agent's and torchrun's output) to ours, its last line kept."""
+        sys.stderr.buffer.write(line + b"\n")
+        sys.stderr.flush()
+        if line.strip():
+            ssh.last = line.decode(errors="replace").strip()
+
+    def run(self):
+        """Until every started ssh ended: this link's exit status (1 where a host's ssh failed, here or at another
+        link: the run failed; 143 on SIGTERM; else the first failing host's)."""
+        signal.signal(signal.SIGTERM, lambda *_: self.stop(128 + signal.SIGTERM))
+        while self.live or (self.waiting and self.stopped is None):
+            while self.waiting and self.stopped is None and sum(s.connecting for s in self.live.values()) < FANOUT:
+                self.start(*self.waiting.pop(0))
+            for key, _ in self.sel.select(0.2):
+                self.event(key)
+            late = self.deadline is not None and time.monotonic() > self.deadline
+            for ssh in list(self.live.values()):
+                if ssh.proc.poll() is None and late:
+                    ssh.proc.kill()
+                elif ssh.proc.returncode is not None and (late or ssh.proc.stdout.closed and ssh.proc.stderr.closed):
+                    self.ended(ssh)
+            if self.stopped is None and self.logdir and (self.logdir / FAILED_MARK).exists():
+                self.stop(1)   # another host's ssh failed: this launch cannot go on
+        return self.stopped or next((c for c in self.codes.values() if c), 0)
+
+    def event(self, key):
+        """A stream of a host's ssh is ready: write its stdin, or read its stdout or stderr up to whole lines."""
+        ssh, on_line = key.data
+        stream = key.fileobj
+        if on_line is None:
+            if ssh.write():
+                self.sel.unregister(stream)
+            return
+        data = os.read(stream.fileno(), 1 << 16)
+        if data:
+            *lines, rest = (ssh.pending[stream] + data).split(b"\n")
+            ssh.pending[stream] = rest if len(rest) <= MAX_HEADER else b""   # past any record's size: dropped
+        else:
+            lines = [ssh.pending[stream]] if ssh.pending[stream] else []
+            self.close(stream)
+        for line in lines:
+            on_line(ssh, line)
+
+    def close(self, stream):
+        with contextlib.suppress(KeyError, ValueError):
+            self.sel.unregister(stream)
+        stream.close()
+
+    def ended(self, ssh):
+        """One host's ssh ended: a failure of ssh itself (exit 255: refused, lost) named, and the other links
+        told."""
+        code = self.codes[ssh.host] = ssh.proc.wait()
+        del self.live[ssh.proc.pid]
+        for stream in (ssh.proc.stdin, ssh.proc.stdout, ssh.proc.stderr):
+            with contextlib.suppress(OSError):
+                self.close(stream)
+        if code != SSH_FAILED or self.stopped is not None:   # the first failure is named; it stops the launch
+            return
+        why = shown(ssh.last or "no message", 200)
+        line = (f"host {ssh.host} was lost during the run (ssh exit 255): {why}" if ssh.ready else
+                f"host {ssh.host} refuses ssh (exit 255): {why}")
+        print(f"commbench-ssh: {line}", file=sys.stderr, flush=True)
+        if self.logdir:
+            with open_append(self.logdir / FAILED_MARK, "ssh failure mark") as f:
+                f.write(ssh.host + "\n")
+        self.stop(1)
+
+    def stop(self, code):
+        """Hang up every host (the hosts not started never will be); killed past LINK_GRACE_S (a host that no
+        longer answers)."""
+        if self.stopped is None:
+            self.stopped, self.deadline = code, time.monotonic() + LINK_GRACE_S
+            for ssh in self.live.values():
+                with contextlib.suppress(KeyError, ValueError):
+                    self.sel.unregister(ssh.proc.stdin)
+                ssh.hang_up()
+
 
 def link(desc):
-    """Run one host's ssh; its exit status is this process's."""
-    logdir = Path(os.environ["COMMBENCH_STATUS_DIR"]) if "COMMBENCH_STATUS_DIR" in os.environ else None
-    plan = Path(desc["plan_file"]).read_bytes()
-    from benchcore.processes import procs
-    proc = procs.spawn(desc["argv"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    signal.signal(signal.SIGTERM, lambda *_: _hang_up(proc))
-    last = []
-    relay = threading.Thread(target=_relay, args=(proc.stderr, last), daemon=True)
-    relay.start()
-    started = False
-    try:
-        proc.stdin.write(json.dumps({**desc["orders"], "plan_bytes": len(plan)}).encode() + b"\n" + plan)
-        proc.stdin.flush()
-    except BrokenPipeError:
-        pass
-    channel = open_append(logdir / CHANNEL, "record channel") if logdir and desc["orders"]["first"] else None
-    pending = b""
-    while True:
-        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
-        if ready:
-            data = os.read(proc.stdout.fileno(), 1 << 16)
-            if not data:
-                break
-            pending += data
-            *lines, pending = pending.split(b"\n")
-            pending = pending if len(pending) <= MAX_HEADER else b""   # a line past any record's size: dropped
-            for line in lines:
-                if line == b"ready":
-                    started = True
-                elif line.startswith(b"S {") and logdir:   # a rank's status there: the launch's progress here
-                    _status_here(logdir, line[2:])
-                elif line.startswith(b"{") and channel:
-                    channel.write(line.decode(errors="replace") + "\n")
-                    channel.flush()
-        elif logdir and (logdir / FAILED_MARK).exists():   # another host's ssh failed: this launch cannot go on
-            _hang_up(proc, 1)
-    code = proc.wait()
-    relay.join(2)
-    if code == SSH_FAILED:
-        why = shown(last[-1] if last else "no message", 200)
-        line = (f"host {desc['host']} was lost during the run (ssh exit 255): {why}" if started else
-                f"host {desc['host']} refuses ssh (exit 255): {why}")
-        print(f"commbench-ssh: {line}", file=sys.stderr, flush=True)
-        if logdir:
-            with open_append(logdir / FAILED_MARK, "ssh failure mark") as f:
-                f.write(desc["host"] + "\n")
-    return code
+    """Run the ssh of each of desc's hosts; this process's exit status."""
+    return Link(desc).run()
 
 
 def _status_here(logdir, data):
+
     """A remote rank's status file, kept under the launch directory's REMOTE_STATUS (execute reads its progress
     there; its pid is the host's, never acted on here)."""
     try:
@@ -210,26 +321,6 @@ def _status_here(logdir, data):
         return
     (logdir / REMOTE_STATUS).mkdir(exist_ok=True)
     replace_text(logdir / REMOTE_STATUS / f"rank{rank}.json", data.decode(errors="replace"))
-
-
-def _hang_up(proc, code=128 + signal.SIGTERM):
-    """SIGTERM (the launcher stops this launch): close ssh's stdin, so the node agent stops everything of its own
-    and ends, then ssh ends; killed past LINK_GRACE_S (a host that no longer answers)."""
-    try:
-        proc.stdin.close()
-        proc.wait(LINK_GRACE_S)
-    except (OSError, subprocess.TimeoutExpired):
-        proc.kill()
-    sys.exit(code)
-
-
-def _relay(stream, last):
-    """ssh's stderr (the node agent's and torchrun's output) to ours, the last line kept."""
-    for raw in iter(stream.readline, b""):
-        sys.stderr.buffer.write(raw)
-        sys.stderr.flush()
-        if raw.strip():
-            last[:] = [raw.decode(errors="replace").strip()]
 
 
 # --- node: on each host ---------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import pytest
 from benchcore.emulate import netns
 from benchcore.emulate.netns import parse_rate
 from benchcore.processes import procs
+from tests.commbench.launch.test_ssh import launch_processes
 from tests.conftest import BIN, HOOKS_ON, read_records
 from tests.netns.conftest import errors, needs_netns
 from tests.netns.sshd import needs_sshd, ssh_nodes
@@ -60,10 +61,22 @@ def test_four_hosts_from_a_hostfile(clean, tmp_path):
     out = tmp_path / "four.jsonl"
     hostfile = tmp_path / "hosts"
     hostfile.write_text("# the module's nodes\n" + "".join(f"{h} slots=1\n" for h in clean.hosts()))
-    done = clean.run(0, [BIN / "commbench", "run", "--collective", "all_reduce", "-b", "1M", "-e", "16M", "-f", 16,
-                         *QUICK, "--hostfile", hostfile, "--ssh-command", clean.ssh_command, "--out", out])
-    assert done.returncode == 0, done.stderr
-    print(done.stdout)
+    proc = clean.spawn(0, [BIN / "commbench", "run", "--collective", "all_reduce", "-b", "1M", "-e", "16M", "-f", 16,
+                           *QUICK, "--hostfile", hostfile, "--ssh-command", clean.ssh_command, "--out", out],
+                       out=open(tmp_path / "four.out", "w"), err=open(tmp_path / "four.err", "w"))
+    links, clients = {}, {}   # N14: what this machine holds per host while the run goes (RSS, KiB)
+    while proc.poll() is None:
+        for pid, (argv, rss) in launch_processes(str(clean.keys)).items():
+            if argv[0] == b"ssh":
+                clients[pid] = max(clients.get(pid, 0), rss)
+            elif b"link" in argv:
+                links[pid] = max(links.get(pid, 0), rss)
+        time.sleep(0.1)
+    assert proc.returncode == 0, (tmp_path / "four.err").read_text()
+    print((tmp_path / "four.out").read_text())
+    print(f"link processes: {len(links)} ({sum(links.values()) / 1024:.1f} MB); ssh clients: {len(clients)}, "
+          f"{max(clients.values()) / 1024:.1f} MB RSS at most each")
+    assert len(links) == 1 and len(clients) == 4
     recs = read_records(out)
     assert [r["size_bytes"] for r in recs] == [1 << 20, 16 << 20]
     for rec in recs:
