@@ -95,7 +95,11 @@ EXTENSIONS = {
         "effective": "what the transport reports it actually ran (commbench/evidence/); NCCL: version, cuda, net, "
                      "nics, gdr (all/some/none), pxn, channels {coll, nvls, collnet, p2p}, nvls_multicast, collnet, "
                      "mnnvl, tuner, env_read {VAR: value NCCL says it read}, choices [{collective, size_bytes range, "
-                     "algo, proto, channels}]; a field the output does not show is absent or 'unknown', never guessed",
+                     "algo, proto, channels}]; Gloo (transport gloo): per rank its connections' interfaces, "
+                     "local_addrs, peer_addrs and count, interfaces_read, read_bytes, collect_s; Open MPI (transport "
+                     "mpi): pml, btl (those carrying messages between ranks), links {rank: {peer: btl}}, read, "
+                     "read_bytes, collect_s, evidence; a field the output does not show is absent or 'unknown', never "
+                     "guessed",
         "applied": "{VAR: {status: applied | not applied | unknown, evidence: the line that proves it or the reason}} "
                    "for each requested setting (commbench/evidence/applied.py: one row per variable says how)",
     },
