@@ -443,15 +443,16 @@ def test_healthcheck_as_the_documented_prolog_drains_a_stalled_node_alone_and_re
         cluster.resume()
     logs = {p.name: p.read_text() for p in cluster.work.glob("prolog-*.log")}
     assert ended == ("COMPLETED", 0) and clean == "", (ended, clean, logs)
-    assert requeued == "launch_failed_requeued_held", (requeued, logs)
+    assert requeued == "launch_failed_requeued_held", (requeued, logs.get(f"prolog-{n2}-{held}.log"), reasons)
     assert reasons == f"{n2}|{why(passing, 'node-all_reduce')}rank 1 never entered the operation the others " \
         "waited in (hang)\n", (reasons, logs)
     resumed = [(cluster.work / f"resume-{i}.out").read_text() for i in (2, 3)]
     assert codes == [0, 0], resumed
     assert f"accept: resumed {n2} (node-all_reduce passed; it was drained: {why(passing, 'node-all_reduce')}" \
         "rank 1 never entered" in resumed[0]
-    assert f"accept: did not resume {n3}: left drained: not drained by commbench for this check as this spec " \
-        "defines it" in resumed[1] and "(maintenance: PSU swap)" in resumed[1]
+    assert f"accept: did not resume {n3}: left drained: not drained by commbench for a check that passed here as " \
+        "this spec defines it (passed: " in resumed[1] and "(maintenance: PSU swap)" in resumed[1]
+    assert sum(n2 in ln for ln in resumed[0].splitlines() if "resume" in ln) == 1, resumed[0]   # one line a node
     assert after == f"{n3}|maintenance: PSU swap\n" and states[n2] in ("idle", "mix"), (after, states)
     with capsys.disabled():
         print(f"\n[Prolog on {n2}, rank 1 stalled: the job {requeued}]\n{logs[f'prolog-{n2}-{held}.log'].strip()}\n"
@@ -532,8 +533,8 @@ def test_object_storage_drains_nobody_and_a_looser_check_of_the_same_name_resume
     strict = why(tmp_path / "strict.yaml", "io")
     assert reasons.startswith(f"{n3}|{strict}iobench: measured bw_mbps ") and len(reasons.splitlines()) == 1, \
         (reasons, out["strict"])
-    assert f"accept: did not resume {n3}: left drained: not drained by commbench for this check as this spec " \
-           f"defines it (its reason does not start {why(tmp_path / 'looser.yaml', 'io').strip()}) ({strict}" \
+    assert f"accept: did not resume {n3}: left drained: not drained by commbench for a check that passed here as " \
+           f"this spec defines it (passed: {why(tmp_path / 'looser.yaml', 'io').strip(': ')}) ({strict}" \
            in out["looser"], out["looser"]
     assert states[n3] == "drain" and states[n1] != "drain" and states[n2] != "drain", states
     with capsys.disabled():

@@ -163,21 +163,23 @@ def act(spec, results, where, on_fail, on_error, on_pass):
                 entry["error"] = _scontrol(node, "DRAIN", reason)
                 entry["drained"] = entry["error"] is None
             drained.append(entry)
+    passed_on = {}   # node: the checks that passed on it
     for result in results if on_pass == "resume" else []:
-        if not result.passed:
+        for node in ran_on(result, None if spec.clustered(result.check) else where.here) if result.passed else []:
+            passed_on.setdefault(node, []).append(result.check)
+    for node, checks in passed_on.items():
+        state, reason = _state(node) if node in where.nodes and node not in blamed else ("", "")
+        if not state.startswith(("drain", "drng")):
             continue
-        for node in ran_on(result, None if spec.clustered(result.check) else where.here):
-            state, reason = _state(node) if node in where.nodes and node not in blamed else ("", "")
-            if not state.startswith(("drain", "drng")):
-                continue
-            entry = {"node": node, "check": result.check.name, "reason": reason, "resumed": False, "error": None}
-            if not reason.startswith(prefix(result.check)):
-                entry["error"] = ("left drained: not drained by commbench for this check as this spec defines it (its "
-                                  f"reason does not start {prefix(result.check).strip()})")
-            else:
-                entry["error"] = _scontrol(node, "RESUME")
-                entry["resumed"] = entry["error"] is None
-            resumed.append(entry)
+        check = next((c for c in checks if reason.startswith(prefix(c))), None)
+        entry = {"node": node, "check": (check or checks[0]).name, "reason": reason, "resumed": False, "error": None}
+        if check is None:
+            entry["error"] = ("left drained: not drained by commbench for a check that passed here as this spec "
+                              f"defines it (passed: {', '.join(prefix(c).strip(': ') for c in checks)})")
+        else:
+            entry["error"] = _scontrol(node, "RESUME")
+            entry["resumed"] = entry["error"] is None
+        resumed.append(entry)
     return drained, resumed
 
 
