@@ -43,6 +43,10 @@ CRASH = re.compile(r"NCCL WARN|RCCL WARN|Test (?:NCCL |CUDA |HIP )?failure|failu
                    r"terminate called|Process received signal|Signal:|timeout|timed out|noticed that process|"
                    r"srun: error|slurmstepd|CANCELLED|TIME LIMIT|Killed|[Ee]rror", re.I)
 ELISION = ("...", "\u2026")
+# a command line above a table ('$ ./run.sh allreduce 8', 'srun ... python bench.py --op all_reduce'): a wrapper's
+# arguments may name the collective where no *_perf binary does
+COMMAND = re.compile(r"^(?:\$|#\s*\$|\+)\s|\b(?:mpirun|mpiexec|srun|torchrun|bash|sh|python3?)\s|\.sh\b")
+WORD = re.compile(r"[A-Za-z][\w-]{2,40}")
 MAX_ROWS = 4096     # rows of one table held before they become records (a real table has a few dozen)
 MAX_DEVICES = 65536  # device lines of one table kept (a rank each)
 MAX_AFTER = 1000    # lines after a table's last row searched for why it ended early
@@ -94,6 +98,7 @@ class Table:
     seen: dict = field(default_factory=dict)      # row key -> times seen (repeats are cycles)
     cycled: bool = False                          # a record of the table has a cycle: every record says its own
     headless: str = None                          # its header was cut: the nccl-tests versions its rows were read as
+    inferred: str = None                          # why its collective is all_reduce where no line named it
 
     def note(self, line):
         if len(self.after) < MAX_AFTER:
@@ -117,11 +122,14 @@ class Reader:
         self.labels = None               # the next table's placement labels (a line above its header)
         self.hint = None                 # the collective a command line names, for the next table
         self.marked, self.crash = False, (None, None)  # the log says it is nccl-tests; its first line saying why not
+        self.pending = []                # rows before any header, held until a line names their collective
 
     def read(self, n, line, unterminated, logged):
         table = self.current
         if table is None and not self.tables and line[0].isdigit():
-            table = self._headless(n, line)
+            table = self._headless(n, line, unterminated)
+            if table is None and self.pending and self.pending[-1][0] == n:
+                return                                # held until a line names the collective
         if table is not None and not table.ended and line[0].isdigit() and self._row(table, n, line, unterminated):
             return
         if not self.tables and self.crash[1] is None and CRASH.search(line):
@@ -143,16 +151,20 @@ class Reader:
                 (f"; the log says: {crash[1]}" if crash[1] else "; the log shows no reason"), crash[0],
                 self._collective(None), None)
 
-    def _headless(self, n, line):
+    def _headless(self, n, line, unterminated=False):
         """The table of a log whose first table's header was cut (its first row is this line): its layout from the
         row's number of fields as nccl-tests prints the collective's rows (nccl_rows); UserError where the row
-        fits none or no collective is named. None: the line is no row (not two whole numbers first)."""
+        fits none. None: the line is no row (not two whole numbers first), or no line named the collective yet (the
+        row is held in pending: an excerpt whose '# Collective test concluded' line comes after its rows)."""
         toks = line.split()
         if len(toks) < 4 or not (toks[0].isdigit() and toks[1].isdigit()):
             return None
         collective = self._collective(self.hint)
         if collective is None:
-            raise UserError("rows without a header, and no collective named: give it as --collective NAME")
+            if len(self.pending) >= MAX_ROWS - 1:
+                raise UserError("rows without a header, and no collective named: give it as --collective NAME")
+            self.pending.append((n, line, unterminated))
+            return None
         versions, line = inferred(collective, toks)
         self.current = Table(header(line, None), n, self.ctx, collective, headless=versions)
         self.tables += 1
@@ -177,6 +189,18 @@ class Reader:
             self.due = (table, False)
         return True
 
+    def _replay(self, collective):
+        """The held rows, read as the table of collective now that a line named it."""
+        pending, self.pending, self.hint = self.pending, [], collective
+        table = self._headless(pending[0][0], pending[0][1])
+        for n, line, unterminated in pending:
+            self._row(table, n, line, unterminated)
+
+    def finish(self):
+        """The end of the log: held rows whose collective no line named are refused."""
+        if self.pending:
+            raise UserError("rows without a header, and no collective named: give it as --collective NAME")
+
     def _logged(self, line):
         """NCCL's own log line: versions, settings, or why a table ended."""
         if "ersion" in line or "set by environment" in line:
@@ -200,6 +224,9 @@ class Reader:
         end = STARTING.search(line) if "test concluded" in line and current and not current.context.program else None
         if end:
             current.collective = names.named(end.group(1)) or current.collective
+        held = STARTING.search(line) if self.pending and "test concluded" in line else None
+        if held and names.named(held.group(1)):
+            self._replay(names.named(held.group(1)))
         start = STARTING.search(line) if "test starting" in line else None
         settings = NTHREAD.search(line) if "nThread" in line else None
         if start or settings:
@@ -227,6 +254,9 @@ class Reader:
         if "ersion" in line or "set by environment" in line:
             self.marked = self.ctx.read_versions(line) or self.marked
         named = [c for c in map(names.named, PROGRAM.findall(" " + line)) if c] if "_perf" in line else None
+        if not named and COMMAND.search(line):         # a wrapper's arguments: one collective named, none else
+            found = {c for c in map(names.named, WORD.findall(line)) if c}
+            named = list(found) if len(found) == 1 else None
         current = self.current
         if named and not (current and current.count and not current.ended):
             self.hint = named[0]

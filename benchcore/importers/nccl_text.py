@@ -5,7 +5,9 @@ A table that ends before its footer keeps its complete rows and adds an `event: 
 """
 import functools
 import json
+import math
 import re
+import statistics
 from dataclasses import dataclass, field
 
 from benchcore.errors import UserError
@@ -58,6 +60,7 @@ def stream(blocks, source_file, run_id, collective=None, lines=False):
             table, ended = reader.due
             reader.due = None
             yield from _done(table, source) if ended else _records(table, source)
+    reader.finish()
     if reader.current is not None:
         yield from _done(reader.current, source)
     if not reader.tables:
@@ -87,12 +90,15 @@ def _hosts(ctx):
 def _records(table, source):
     """The records of the rows the table holds (which it then lets go), each as its JSON line (row_format)."""
     ctx, layout = table.context, table.layout
+    devices = ranks(tuple(ctx.devices)) if not ctx.elided else None
+    world = max(devices) + 1 if devices else None
+    if table.collective is None:
+        table.inferred = by_bus_factor(table, world)
+        table.collective = "all_reduce" if table.inferred else None
     collective = table.collective
     if collective is None:
         raise UserError(names.unnamed(source.file, source.named, "the log has no '# Collective test starting/"
                                       "concluded' line or *_perf command that names one"))
-    devices = ranks(tuple(ctx.devices)) if not ctx.elided else None
-    world = max(devices) + 1 if devices else None
     hosts = _hosts(ctx)
     backend = "nccl"
     if ctx.commbench:
@@ -132,6 +138,32 @@ def _records(table, source):
     return [form % own for own in out] if source.lines else [_record(source.shared[2], own) for own in out]
 
 
+BUS_ROWS, BUS_SLACK, BUS_ALGBW = 3, 0.02, 1.0   # rows needed, their ratio's tolerance, the least algbw read (GB/s)
+
+
+def by_bus_factor(table, world):
+    """Why a table no line names is all_reduce's, or None: every row of at least BUS_ALGBW GB/s algbw (2 decimals:
+    within 0.5 %) has busbw/algbw within BUS_SLACK of all_reduce's bus factor 2(n-1)/n, n the device list's ranks.
+    From 3 ranks on no other collective has that factor (nccl-tests: (n-1)/n for all_gather, reduce_scatter and
+    alltoall, 1 for broadcast, reduce and sendrecv); at 2 ranks it is 1 for all of them."""
+    if not world or world < 3:
+        return None
+    factor, ratios = 2 * (world - 1) / world, []
+    for _, row, _ in table.rows:
+        for _, cells, _, _ in row_cells(table.layout, row)[2]:
+            try:
+                algbw, busbw = float(cells[1]), float(cells[2])
+            except (TypeError, ValueError):
+                continue
+            if algbw >= BUS_ALGBW and math.isfinite(busbw):
+                ratios.append(busbw / algbw)
+    if len(ratios) < BUS_ROWS or any(abs(r / factor - 1) > BUS_SLACK for r in ratios):
+        return None
+    return (f"all_reduce inferred: busbw/algbw is {statistics.median(ratios):.3f} in all {len(ratios)} rows of "
+            f"{BUS_ALGBW:g} GB/s or more, all_reduce's bus factor 2(n-1)/n = {factor:.3f} with n = {world} ranks "
+            "from the device list (no banner, *_perf command, --collective or file name named it)")
+
+
 def _record(base, own):
     """A row's record as a dict: a copy of base (its shared values one object in every record) with the row's
     JSON texts of OWN, and its extra fields, read in."""
@@ -147,9 +179,11 @@ def _events(table):
     name = table.collective
     hosts = _hosts(table.context)
     out = []
+    if table.inferred:
+        out.append(("inferred", table.inferred, table.line, name, hosts))
     if not table.ended:
         where = (f"a row cut mid-way at line {table.cut}" if table.cut else
-                 f"{table.count} complete row(s)" if table.count else "its header")
+                 f"{table.count} complete row(s)" if table.count else "its header, with no row (0 measurements)")
         reason = f"{name or 'the'} table ends after {where} without nccl-tests' footer" + (
             f" (an excerpt without its header: its columns read as nccl-tests {table.headless} prints them)"
             if table.headless else "")
