@@ -88,7 +88,8 @@ class Context:
             evidence_mpi.collect(self.comm) if backend == "mpi" else None
         self.requested = {k: v for k, v in env.items() if k in ROWS and backend in envvars.read_by(k)}
         self.applied = self.effective and judge_settings(self.requested, self.effective)
-        self.nccl_logs = nccl_evidence.Follower(os.environ) if backend == "nccl" and self.rank == 0 else None
+        self.nccl_logs = nccl_evidence.Follower(os.environ) if backend == "nccl" and self.rank == 0 and plan.evidence \
+            else None
         self.nodes = len(set(self.node_of))
         self.blocking = plan.blocking if plan.blocking is not None else backend != "nccl"
         self.topology = from_dict(plan.topology)
