@@ -315,18 +315,21 @@ def run(spec, out, baseline_path, programs, nodes=None):
               help="drain: inside a Slurm allocation, `scontrol update State=DRAIN` each node a failed check names "
                    "(pairs' bad nodes, a hung run's culprit ranks, a failed storage check's node), the check and "
                    "measurement as the reason; in a node's own Slurm script (Prolog, Epilog, HealthCheckProgram), "
-                   "this node when a check fails. Shared storage (network or parallel file systems) below its bound "
-                   "drains nobody.")
+                   "this node when a check fails; the reason 'commbench accept: CHECK [DIGEST]: why', DIGEST a hash "
+                   "of the check's whole definition. Shared storage (network, parallel or object stores) below its "
+                   "bound drains nobody, nor does a FUSE file system of unknown locality.")
 @click.option("--on-error", type=click.Choice(["report", "drain"]), default="report", show_default=True,
               help="drain: also drain the node a check ran on when it could not run (a tool error, its timeout, "
                    "nothing measured); report: such a check drains nobody.")
 @click.option("--on-pass", type=click.Choice(["report", "resume"]), default="report", show_default=True,
               help="resume: `scontrol update State=RESUME` a node that commbench drained for a check (its reason "
-                   "'commbench accept: CHECK: ...') when that check passes on it again; never a node drained by "
-                   "someone else or for another check.")
+                   "'commbench accept: CHECK [DIGEST]: ...') when that same check (name and digest) passes on it "
+                   "again; never a node drained by someone else, for another check, or for a stricter one of the "
+                   "same name.")
 @click.option("--history", "history_path", default=None, metavar="FILE",
-              help="Append each node's verdict of this run to FILE (JSONL; `commbench health FILE` reads it) [default: "
-                   "the spec's history:].")
+              help="Append each node's verdict of this run to FILE (JSONL; `commbench health FILE` reads it), after "
+                   "the verdict's own outputs; only its end is read back (the report's node history) [default: the "
+                   "spec's history:].")
 @click.option("--hosts", default=None, metavar="H1,H2,...",
               help="Start each multi-node commbench check over ssh on its first --nodes of these hosts.")
 @click.option("--hostfile", default=None, metavar="FILE", help="The hosts of --hosts from a file, one per line.")
