@@ -13,7 +13,8 @@ line (src/init.cc VERSION_STRING) says which form a log has:
 - 2.20-2.22: `%ld Bytes -> Algo %d proto %d time %f` (enqueue.cc v2.20.5-1 l.1498, v2.21.5-1 l.1534, v2.22.3-1
   l.1613), numbers that index ncclAlgoStr {Tree, Ring, CollNetDirect, CollNetChain, NVLS, NVLSTree} and ncclProtoStr
   {LL, LL128, Simple} (src/init.cc l.40-41 of those tags);
-- 2.23: `%s: %ld Bytes -> Algo %d proto %d time %f` (enqueue.cc v2.23.4-1 l.1855), ncclAlgoStr gained PAT (init.cc l.40);
+- 2.23: `%s: %ld Bytes -> Algo %d proto %d time %f` (enqueue.cc v2.23.4-1 l.1855), ncclAlgoStr gained PAT
+  (init.cc l.40);
 - 2.24 on: `%s: %ld Bytes -> Algo %s proto %s channel{Lo..Hi}={%d..%d}` (enqueue.cc v2.24.3-1 l.678, v2.27.7-1
   l.745, v2.30.7-1 l.822), names from ncclAlgoToString/ncclProtoToString (src/collectives.cc: TREE, RING,
   COLLNET_DIRECT, COLLNET_CHAIN, NVLS, NVLS_TREE, PAT; LL, LL128, SIMPLE).
@@ -24,7 +25,8 @@ A launch collects it (debug_env): NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,ENV,TU
 <launch directory>/nccl.%h.%p (one file per rank, removed with the directory), each kept where the user set their
 own. Rank 0 follows its node's files (Follower) and each record carries what they said so far.
 
-Cost: read_files and Follower read at most MAX_BYTES of each file (NCCL_DEBUG_FILE is per rank) and READ_TOTAL in all; lines
+Cost: read_files and Follower read at most MAX_BYTES of each file (NCCL_DEBUG_FILE is per rank) and READ_TOTAL in all;
+lines
 are cut at MAX_LINE characters.
 """
 import bisect
@@ -224,7 +226,7 @@ class _Reader:
             cols = list(zip(*self.channels))
             names = ("coll", "nvls", "p2p", "p2p_per_peer")
             eff["channels"] = {n: (min(c) if min(c) == max(c) else [min(c), max(c)]) for n, c in zip(names, cols)}
-            if self.collnet_channels:     # "%d collnet channels" prints comm->nChannels (init.cc 2.21-2.30): not CollNet's
+            if self.collnet_channels:     # "%d collnet channels" is comm->nChannels (init.cc 2.21-2.30): not CollNet's
                 eff["channels"]["collnet"] = len(self.collnet_channels)
         if self.nvls:
             eff["nvls_multicast"] = True if all(self.nvls) else False if not any(self.nvls) else "some devices"

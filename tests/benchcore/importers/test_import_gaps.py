@@ -30,7 +30,8 @@ def test_a_wrapper_scripts_arguments_name_the_collective(tmp_path):
 
 
 def test_a_headless_excerpt_named_by_its_closing_line(tmp_path):
-    rows = [ln.replace("[1,0]<stdout>:", "") for ln in P5.splitlines(keepends=True) if ln.startswith("[1,0]<stdout>:  ")]
+    rows = [ln.replace("[1,0]<stdout>:", "") for ln in P5.splitlines(keepends=True)
+            if ln.startswith("[1,0]<stdout>:  ")]
     recs, events = load(tmp_path, "".join(rows[:8]) + "# Collective test concluded: all_reduce_perf\n")
     assert len(recs) == 16 and {r["collective"] for r in recs} == {"all_reduce"} and not events
     with pytest.raises(UserError, match="rows without a header, and no collective named"):

@@ -17,7 +17,8 @@ def test_before_2_12_old_channel_lines_rank_prefix_ib_nics():
     # NCCL 2.5.6 (issue #302): '[155] host:pid:tid [3] NCCL INFO', five NICs (one RoCE), 'Ring 00 : ... via P2P/IPC'
     eff = read("nccl-2.5.6-ib-p2p-ipc-nccl-302.log")
     assert eff == {"transport": "nccl", "version": "unknown", "bootstrap_if": "eth0",
-                   "nics": ["mlx5_1:1/IB", "mlx5_3:1/IB", "mlx5_0:1/IB", "mlx5_2:1/RoCE", "mlx5_4:1/IB"], "nics_of": "IB",
+                   "nics": ["mlx5_1:1/IB", "mlx5_3:1/IB", "mlx5_0:1/IB", "mlx5_2:1/RoCE", "mlx5_4:1/IB"],
+                   "nics_of": "IB",
                    "transports": {"P2P/IPC": 3}}
     assert "algorithm unknown" in nccl.summary(eff)
     # issue #707: 'Channel 01 : 2[c7000] -> 0[87000] [receive] via NET/IB/5/GDRDMA', all 12 with GDRDMA
@@ -30,7 +31,8 @@ def test_before_2_12_old_channel_lines_rank_prefix_ib_nics():
 def test_2_22_whole_nccl_tests_log():
     eff = read("nccl-2.22.3-a100-sendrecv-nccl-tests-331.log")
     assert eff == {"transport": "nccl", "version": "2.22.3", "cuda": "12.2", "bootstrap_if": "ib0",
-                   "nics": ["mlx5_0:1/IB", "mlx5_1:1/IB", "mlx5_2:1/IB", "mlx5_3:1/IB"], "nics_of": "IB", "net": "IB", "mnnvl": 0,
+                   "nics": ["mlx5_0:1/IB", "mlx5_1:1/IB", "mlx5_2:1/IB", "mlx5_3:1/IB"], "nics_of": "IB", "net": "IB",
+                   "mnnvl": 0,
                    "tuner": "internal", "channels": {"coll": 8, "nvls": 0, "p2p": 8, "p2p_per_peer": 8},
                    "transports": {"P2P/direct pointer": 16},
                    "env_read": {"NCCL_P2P_LEVEL": "NVL", "NCCL_BUFFSIZE": "4194304"}}
@@ -48,7 +50,8 @@ def test_2_20_to_2_22_numeric_choices_mapped_to_names():
 
 
 def test_numeric_form_not_read_where_the_version_says_another():
-    text = "h:1:1 [0] NCCL INFO NCCL version 2.27.7+cuda12.9\nh:1:1 [0] NCCL INFO 1024 Bytes -> Algo 1 proto 2 time 3.0\n"
+    text = ("h:1:1 [0] NCCL INFO NCCL version 2.27.7+cuda12.9\n"
+            "h:1:1 [0] NCCL INFO 1024 Bytes -> Algo 1 proto 2 time 3.0\n")
     assert "choices" not in nccl.read_text(text)
     old = "h:1:1 [0] NCCL INFO NCCL version 2.19.3+cuda12.2\nh:1:1 [0] NCCL INFO 1024 Bytes -> Algo 1 proto 2 time 3\n"
     assert "choices" not in nccl.read_text(old)       # TRACE only before 2.20: never at INFO
