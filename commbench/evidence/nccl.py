@@ -25,8 +25,8 @@ A launch collects it (debug_env): NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,ENV,TU
 <launch directory>/nccl.%h.%p (one file per rank, removed with the directory), each kept where the user set their
 own. Rank 0 follows its node's files (Follower) and each record carries what they said so far.
 
-Cost: read_files and Follower read at most MAX_BYTES of each file (NCCL_DEBUG_FILE is per rank) and READ_TOTAL in all;
-lines
+Cost: Follower reads at most MAX_BYTES of each file (NCCL_DEBUG_FILE is per rank) and READ_TOTAL in all, import
+MAX_BYTES of a log; lines
 are cut at MAX_LINE characters.
 """
 import bisect
@@ -278,27 +278,6 @@ def read_text(text):
     return r.result()
 
 
-def read_files(paths):
-    """The effective block of the NCCL log files of one run (one per rank), each read up to MAX_BYTES and all up
-    to READ_TOTAL; `evidence_cut` names how many files were cut."""
-    r, left, cut = _Reader(), READ_TOTAL, 0
-    for path in paths:
-        if left <= 0:
-            cut += 1
-            continue
-        with open(path, "rb") as f:
-            data = f.read(min(MAX_BYTES, left) + 1)
-        if len(data) > min(MAX_BYTES, left):
-            data, cut = data[:min(MAX_BYTES, left)], cut + 1
-        left -= len(data)
-        for msg in messages(data.decode("utf-8", "replace")):
-            r.read(msg)
-    eff = r.result()
-    if eff and cut:
-        eff["evidence_cut"] = f"{cut} log file(s) read only in part (at most {MAX_BYTES >> 20} MiB each)"
-    return eff
-
-
 def _size(n):
     for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
         if n >= 1 << shift and n % (1 << shift) == 0:
@@ -362,7 +341,7 @@ class Follower:
     """Rank 0's view of its node's NCCL logs, read on as they grow (NCCL line-buffers them: src/debug.cc)."""
 
     def __init__(self, environ):
-        self.reader, self.offsets, self.left = _Reader(), {}, READ_TOTAL
+        self.reader, self.offsets, self.left, self.cut = _Reader(), {}, READ_TOTAL, set()
         path = environ.get("NCCL_DEBUG_FILE")
         self.pattern = path and (path.replace("%h", "*").replace("%p", "*") if os.path.basename(path) == LOG_NAME
                                  else path.replace("%h", "*").replace("%p", str(os.getpid())))
@@ -378,14 +357,25 @@ class Follower:
             try:
                 with open(path, "rb") as f:
                     f.seek(at)
-                    data = f.read(min(MAX_BYTES - at, self.left))
+                    limit = min(MAX_BYTES - at, self.left)
+                    data = f.read(limit)
+                    size = os.fstat(f.fileno()).st_size
             except OSError:
                 continue
-            data = data[:data.rfind(b"\n") + 1]          # a line being written is read next time
-            self.offsets[path], self.left = at + len(data), self.left - len(data)
+            whole = data[:data.rfind(b"\n") + 1]         # a line being written is read next time
+            if len(data) == limit and size > at + limit and (not whole or at + limit >= MAX_BYTES or
+                                                             self.left <= limit):
+                self.cut.add(path)                    # the cap reached: this file is read no further
+                self.offsets[path], self.left = MAX_BYTES, self.left - len(whole)
+            else:
+                self.offsets[path], self.left = at + len(whole), self.left - len(whole)
+            data = whole
             for msg in messages(data.decode("utf-8", "replace")):
                 self.reader.read(msg)
         eff = self.reader.result()
+        if eff and self.cut:
+            eff["evidence_cut"] = f"{len(self.cut)} log file(s) read only in part (at most {MAX_BYTES >> 20} MiB " \
+                                  f"each, {READ_TOTAL >> 20} MiB in all)"
         if self.note:
             eff = {**(eff or {"transport": "nccl"}), "evidence_note": self.note}
         return eff

@@ -93,7 +93,10 @@ def test_unknown_lines_mpirun_srun_prefixes_and_bounds(tmp_path):
     eff = nccl.read_text(text)
     assert (eff["version"], eff["net"]) == ("2.21.5", "Socket") and "choices" not in eff
     assert nccl.read_text("no nccl here\n") == {}
-    big = tmp_path / "nccl.h.1"
-    big.write_bytes(b"h:1:1 [0] NCCL INFO Using network IB\n" + b"x" * (nccl.MAX_BYTES + 10))
-    eff = nccl.read_files([big])
-    assert eff["net"] == "IB" and "read only in part" in eff["evidence_cut"]
+    big = tmp_path / "nccl.h.1"                        # a rank's log past the cap: its first MAX_BYTES are read
+    big.write_bytes(b"h:1:1 [0] NCCL INFO Using network IB\n" + b"x" * nccl.MAX_BYTES
+                    + b"\nh:1:1 [0] NCCL INFO NCCL version 2.27.7+cuda12.9\n")
+    follower = nccl.Follower({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": str(tmp_path / "nccl.%h.%p")})
+    eff = follower.effective()
+    assert eff["net"] == "IB" and eff["version"] == "unknown" and follower.offsets[str(big)] <= nccl.MAX_BYTES
+    assert "1 log file(s) read only in part" in eff["evidence_cut"]
