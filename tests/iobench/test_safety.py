@@ -84,11 +84,11 @@ def test_fio_timeout_is_an_error_and_cleans_up(tool, tmp_path):
     assert read_records(out)[-1]["event"] == "failed"
 
 
-def start(args):
+def start(args, env=None):
     """iobench in its own process group, as a shell starts a foreground job: Ctrl-C reaches it even when
     this test runs in the background (where SIGINT is inherited ignored)."""
     return subprocess.Popen([str(BIN / "iobench"), *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, env={**os.environ, **(env or {})},
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
@@ -315,8 +315,12 @@ def test_a_live_run_holds_its_mount_and_its_directory(tool, tmp_path):
 
 @pytest.mark.slow
 def test_sigkill_of_torch_ckpt_kills_torchrun_and_its_workers(tmp_path):
-    proc = start(["torch-ckpt", tmp_path, "--size", "256M", "--ranks", "2", "--no-fio"])
-    deadline = time.monotonic() + 90
+    """Also N23: torchrun's torchelastic_* files are in the run's directory, never left in TMPDIR."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = start(["torch-ckpt", tmp_path, "--size", "256M", "--ranks", "2", "--no-fio", "--wait", "60"],
+                 env={"TMPDIR": str(tmp)})
+    deadline = time.monotonic() + 150
     while not list(tmp_path.glob("iobench-*-torch/torch-save")) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert list(tmp_path.glob("iobench-*-torch/torch-save")), "workers never started writing"
@@ -326,7 +330,7 @@ def test_sigkill_of_torch_ckpt_kills_torchrun_and_its_workers(tmp_path):
     assert len(family) >= 3  # torchrun and two workers
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=30)
-    assert wait_gone(family, 10) == []
+    assert wait_gone(family, 10) == [] and list(tmp.iterdir()) == []
     (stale,) = leftovers(tmp_path)
     done = subprocess.run([str(BIN / "iobench"), "clean", tmp_path / stale], capture_output=True, text=True,
                           timeout=60)
