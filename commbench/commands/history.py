@@ -44,6 +44,7 @@ MAX_NODES = 50_000            # health summarizes at most this many nodes (the l
 MAX_HELD = 2_000_000          # ... and holds at most this many results (nodes x --last)
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
 _BRACKET = re.compile(rb"[\[\]{}]")
+_NODE = re.compile(rb'"node"\s*:\s*"((?:[^"\\]|\\.)*)"')   # a "node" key (inside a string its quotes are escaped)
 
 
 def context():
@@ -236,18 +237,19 @@ def tail(path, nodes, window=DEFAULT_WINDOW, budget=TAIL_BYTES):
     if not os.path.lexists(path):
         return {n: [] for n in nodes}, True
     regular_file(path, "history")
-    needles = {n: json.dumps(n).encode() for n in nodes}   # a line that names none of them is never parsed
-    found, reached = {n: [] for n in nodes}, {}
+    wanted = set(nodes)
+    spelled = {json.dumps(n)[1:-1].encode() for n in nodes}   # as the writer spells them: a line whose "node" is
+    found, reached = {n: [] for n in nodes}, {}                # none of them is never parsed whole
     try:
         with open(path, "rb") as f:
             for raw in _backwards(f, budget, reached):
-                e = parse(raw) if any(needle in raw for needle in needles.values()) else None
-                if e is None or e["node"] not in needles:
+                e = parse(raw) if any(n in spelled for n in _NODE.findall(raw[:MAX_LINE_BYTES + 1])) else None
+                if e is None or e["node"] not in wanted:
                     continue
                 found[e["node"]].append(e)
                 if len(found[e["node"]]) >= window:
-                    del needles[e["node"]]
-                    if not needles:
+                    wanted.discard(e["node"])
+                    if not wanted:
                         break
     except OSError as exc:
         raise UserError(f"history {name(path)}: {exc.strerror}") from None
