@@ -94,3 +94,20 @@ def test_bad_save_mode_input_is_one_line(tool, tmp_path):
     assert_one_line_error(tool(*common, "--ckpt-format", "dcp", "--save-mode", "sync", "--ranks", "2",
                                "--restart-ranks", "3"), "--restart-ranks 3 is more than the --ranks 2")
     assert_one_line_error(tool(*common, "--plot", tmp_path / "p.png"), "--plot draws step time across a save")
+
+
+def test_checkpoint_thresholds_judge_a_modes_blocked_time_and_training_lost():
+    """A spec's `llama3-8b-dcp-async-process blocked_s <= 5` and `... training_lost <= 0.02` judge that mode's write
+    record only (the sync one and the reads lack them)."""
+    from benchcore.results import thresholds
+    base = dict(tool="iobench", mount="/m", rw="write", size_bytes=1 << 20)
+    recs = [dict(base, profile="llama3-8b-dcp-sync", save_mode="sync", blocked_s=30.0, training_lost=0.05),
+            dict(base, profile="llama3-8b-dcp-async-process", save_mode="async-process", blocked_s=0.8,
+                 training_lost=0.03),
+            dict(base, profile="llama3-8b-dcp", rw="read")]
+    for text, passed in (("llama3-8b-dcp-async-process blocked_s <= 5", True),
+                         ("llama3-8b-dcp-async-process training_lost <= 0.02", False),
+                         ("llama3-8b-dcp-sync blocked_s <= 5", False)):
+        threshold = thresholds.parse(text, "iobench")
+        judged = thresholds.judge(threshold, [r for r in recs if threshold.applies(r)])
+        assert judged.passed is passed and judged.judged == 1, (text, judged.message)
