@@ -83,7 +83,8 @@ class Context:
         envs = {i[0]: i[3] for i in ids}
         self.env = env if all(e == env for *_, e in ids) else envs  # per host when the ranks' differ
         # what Gloo's sockets and Open MPI's selection say ran (NCCL's: rank 0 follows its logs, evidence()), once
-        # the first collective has connected the ranks; applied: the settings in env that a row of evidence.applied proves
+        # the first collective has connected the ranks; applied: the settings in env that a row of evidence.applied
+        # proves
         self.effective = None if not plan.evidence else gloo.collect(self.comm, before) if backend == "gloo" else \
             evidence_mpi.collect(self.comm) if backend == "mpi" else None
         self.requested = {k: v for k, v in env.items() if k in ROWS and backend in envvars.read_by(k)}
