@@ -320,10 +320,11 @@ def test_sigkill_of_torch_ckpt_kills_torchrun_and_its_workers(tmp_path):
     tmp.mkdir()
     proc = start(["torch-ckpt", tmp_path, "--size", "256M", "--ranks", "2", "--no-fio", "--wait", "60"],
                  env={"TMPDIR": str(tmp)})
-    deadline = time.monotonic() + 150
-    while not list(tmp_path.glob("iobench-*-torch/torch-save")) and time.monotonic() < deadline:
+    deadline, writing = time.monotonic() + 150, []
+    while not writing and proc.poll() is None and time.monotonic() < deadline:
+        writing = list(tmp_path.glob("iobench-*-torch/torch-save"))
         time.sleep(0.05)
-    assert list(tmp_path.glob("iobench-*-torch/torch-save")), "workers never started writing"
+    assert writing, f"workers never started writing (exit {proc.poll()})"
     family = [int(p) for p in filter(str.isdigit, os.listdir("/proc"))   # its directory held by the iobench
               if "torch" in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")
               and f"/proc/{proc.pid}/fd/" in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")]
