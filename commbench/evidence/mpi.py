@@ -14,7 +14,10 @@ import time
 APPLIED, NOT_APPLIED, UNKNOWN = "applied", "not applied", "unknown"   # applied.py's statuses (it imports this)
 VERBOSE = {"OMPI_MCA_pml_base_verbose": "100", "OMPI_MCA_btl_base_verbose": "100"}
 FD_ENV = "OPAL_OUTPUT_STDERR_FD"
-MAX_BYTES = 1 << 20   # read at most this much (about 100 lines per rank at start-up, 8 KB, measured here)
+MAX_BYTES = 1 << 20   # read at most this much (2 ranks here: about 100 lines, 5.8 KB per rank at start-up)
+# the lines' formats: Open MPI's ompi/mca/pml/base/pml_base_select.c ("select: component %s selected") and
+# ompi/mca/bml/r2/bml_r2.c ("mca: bml: Using %s btl for send to %s on node %s", the peer as [[job,family],rank]),
+# the bml line alike in the 4.x and 5.0 sources; both lines seen here from the 5.0.11 wheel
 _PML = re.compile(r"select: component (\S+) selected")
 _BTL = re.compile(r"mca: bml: Using (\S+) btl for send to \[\[\d+,\d+\],(\d+)\]")
 _capture = {}         # the open file of this process's capture (it must stay open: Open MPI writes to it)
