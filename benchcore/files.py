@@ -343,12 +343,28 @@ def make_held(path, what):
     except OSError as exc:
         os.close(parent)
         raise UserError(f"cannot create {what} {name(path)}: {exc.strerror}") from None
-    problem = _private_problem(os.fstat(fd))     # another directory put there between the mkdir and the open
+    st = os.fstat(fd)     # another directory put there between the mkdir and the open is not private and ours
+    problem = _private_problem(st)
+    if problem and st.st_uid != os.geteuid() and not st.st_mode & 0o077 and _made_as(fd) == st.st_uid:
+        problem = None    # a file system that makes our files another user's (NFS root_squash): so it made this one
     if problem:
         os.close(fd)
         os.close(parent)
         raise UserError(f"{what} {name(path)} {problem}: it is not the directory this run made")
     return parent, fd
+
+
+def _made_as(fd):
+    """The owner the file system gives a file the caller makes in the directory fd (a probe, removed)."""
+    probe = f".owner-probe-{secrets.token_hex(4)}"
+    try:
+        os.close(os.open(probe, NEW, 0o600, dir_fd=fd))
+    except OSError:
+        return None
+    try:
+        return os.stat(probe, dir_fd=fd, follow_symlinks=False).st_uid
+    finally:
+        os.unlink(probe, dir_fd=fd)
 
 
 def hold_private(path, what, inode=None):
@@ -362,8 +378,9 @@ def hold_private(path, what, inode=None):
     except OSError as exc:
         why = "is a symbolic link or no directory" if exc.errno in (errno.ELOOP, errno.ENOTDIR) else exc.strerror
         raise UserError(f"{what} {name(path)}: {why}; refusing to work in it") from None
-    st = os.fstat(fd)
-    problem = _private_problem(st) or (inode is not None and st.st_ino != inode and "is another directory")
+    st = os.fstat(fd)     # the inode another node made and holds names it alone, whoever the file system says owns it
+    problem = (("is open to other users" if st.st_mode & 0o077 else None) if inode is not None else
+               _private_problem(st)) or (inode is not None and st.st_ino != inode and "is another directory")
     if problem:
         os.close(fd)
         raise UserError(f"{what} {name(path)} {problem}; refusing to work in it")

@@ -160,3 +160,20 @@ def test_sigkill_of_model_ckpt_leaves_torchruns_files_only_where_clean_removes_t
     done = run_tool("iobench", "clean", data, timeout=60)
     assert done.returncode == 0 and done.stdout.startswith("removed "), done.stdout + done.stderr
     assert list(data.iterdir()) == [] and list(tmp.iterdir()) == []
+
+
+@pytest.mark.skipif(not shutil.which("bindfs"), reason="needs bindfs (scripts/setup installs it)")
+def test_a_file_system_that_makes_roots_files_anothers_still_takes_a_run(tmp_path):
+    """NFS's root_squash makes root's new directory nobody's: iobench still knows it for its own (a file it makes
+    there is nobody's too), where a directory of nobody's put in its place on a plain file system is refused. bindfs
+    --force-user=nobody stands in for the squashing server."""
+    src, mnt = tmp_path / "src", tmp_path / "mnt"
+    src.mkdir()
+    mnt.mkdir()
+    subprocess.run(["bindfs", "--force-user=nobody", "--force-group=nogroup", src, mnt], check=True, timeout=30)
+    try:
+        proc = run_tool("iobench", "ckpt", mnt, "--quick", "--profile", "metadata", "--size", "1M", "--wait", "120")
+        assert proc.returncode == 0, proc.stderr
+        assert list(src.iterdir()) == []
+    finally:
+        subprocess.run(["umount", mnt], timeout=30)
