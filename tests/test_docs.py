@@ -1,7 +1,8 @@
 """The docs cannot drift from the code: the generated reference (docs/reference/) is what scripts/gen-reference
 makes from the code now, every command line in the README's and docs' examples parses against that command's own
-options (click's parser: the option names, their values, the arguments' count), every page the README links to
-exists, and the README stays short."""
+options (click's parser: the option names, their values, the arguments' count), the examples the docs time at a
+few seconds here run as written, every page the README links to exists, and the README stays short."""
+import os
 import re
 import shlex
 import subprocess
@@ -100,3 +101,46 @@ def test_the_committed_reference_is_what_the_code_generates():
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen-reference"), "--check"], capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+CLAIM = re.compile(r"(?:under 1|~(\d+)) s here")
+INPUTS = re.compile(r"[\w.-]*/[\w./-]*|[\w.-]+\.(?:log|jsonl|yaml|fio|json)\b")
+OUTPUTS = ("--out", "--metrics", "--plot", ">")
+
+
+def quick_examples():
+    """(page, line number, line as written) of the examples a page says take at most 5 s here, not marked root."""
+    out = []
+    for page in GUIDE:
+        fenced = False
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            if line.startswith("```"):
+                fenced = not fenced
+                continue
+            claim = CLAIM.search(line)
+            if fenced and claim and re.match(r"(commbench|iobench) ", line) and "root" not in line.split("#", 1)[-1] \
+                    and int(claim.group(1) or 0) <= 5:
+                out.append((page, number, line.split(" #", 1)[0].strip()))
+    return out
+
+
+QUICK = quick_examples()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page,number,line", QUICK, ids=[f"{p.relative_to(ROOT)}:{n}" for p, n, _ in QUICK])
+def test_the_examples_timed_at_seconds_here_run_as_written(page, number, line, tmp_path):
+    """Run from a scratch directory that sees the repository's acceptance/, topologies/ and tests/ (the paths the
+    examples name); an example naming an input this machine lacks (a user's log, a mount) is checked for syntax only
+    (above), and says so."""
+    words = shlex.split(line)
+    outputs = {words[i + 1] for i, w in enumerate(words[:-1]) if w in OUTPUTS}
+    missing = [w for w in words if INPUTS.fullmatch(w) and w not in outputs and not (ROOT / w).exists()
+               and not w.startswith(("acceptance/", "topologies/", "tests/"))]
+    if missing:
+        pytest.skip(f"names inputs this machine lacks ({', '.join(missing)}): its syntax is checked above")
+    for name in ("acceptance", "topologies", "tests"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    done = subprocess.run(["bash", "-c", line], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}"})
+    assert done.returncode == 0, f"{page.relative_to(ROOT)}:{number}: {line}\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
