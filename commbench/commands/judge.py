@@ -11,14 +11,72 @@ from benchcore.results import read, schema
 from benchcore.results.records import RecordWriter, dumps, new_output_option, new_run_id
 from benchcore.units import format_size
 from commbench.evidence import nccl as nccl_evidence
-from commbench.model.judge import FAILING, judge
+from commbench.model.judge import FAILING, PLATEAU, PLATEAU_SIZE, RISING, judge
 from commbench.model.topology import MAX_RANKS, OVERSUBSCRIBE, layout_problem, resolve
 
 UNJUDGED = ("latency", "rising")
-COLUMNS = [("collective", "collective", None), ("size", "size", None), ("where", "ranks x nodes", None),
+COLUMNS = [("collective", "collective", None), ("size", "size", None), ("where", "ranks", None),
            ("busbw_gbps", "busbw GB/s", ".1f"), ("model", "model per algorithm", None),
            ("published", "published", None), ("link_utilization", "util", ".2f"), ("ceiling", "of ceiling", None),
            ("class", "class", None)]
+RUN_NAMED = 4           # a run of more not-judged sizes than this reads 'first to last (N sizes)'
+
+
+def where(row):
+    """'16 ranks on 2 nodes' ('16 x 2' read like 32 GPUs)."""
+    return f"{row.ranks} ranks on {row.nodes} node{'s' if row.nodes != 1 else ''}"
+
+
+def _runs(rows):
+    """Rows (one collective and layout, by size) in runs of consecutive sizes of one class: [[row, ...]]."""
+    out = []
+    for r in sorted(rows, key=lambda r: r.size_bytes):
+        if out and out[-1][-1].klass == r.klass:
+            out[-1].append(r)
+        else:
+            out.append([r])
+    return out
+
+
+def not_judged(rows):
+    """Lines saying why each size was not judged, with the band that decides it: latency-bound (the model's busbw
+    under PLATEAU of its large-size value) or still rising (under RISING of the best measured)."""
+    lines, layouts = [], {}
+    for r in rows:
+        layouts.setdefault((r.collective, r.ranks, r.nodes), []).append(r)
+    for (collective, *_), mine in layouts.items():
+        for run in (run for run in _runs(mine) if run[0].klass in UNJUDGED):
+            first, last = run[0], run[-1]
+            if first.klass == "latency":
+                why = (f"latency-bound: the model's busbw there is under {PLATEAU} of its {first.plateau_gbps:.0f} "
+                       f"GB/s at {format_size(PLATEAU_SIZE)}, so latency, not the link, decides")
+            else:
+                why = (f"the busbw still rises: under {RISING} of the best measured, {first.best_gbps:.1f} GB/s at "
+                       f"{format_size(first.best_size)} (judged from {RISING * first.best_gbps:.1f} GB/s)")
+            named = run if len(run) <= RUN_NAMED else run[-2:] if first.klass == "rising" else []
+            sizes = ", ".join(format_size(r.size_bytes) + (f" at {r.busbw / r.best_gbps:.2f} of the best"
+                                                           if r.klass == "rising" else "") for r in named)
+            if len(run) > RUN_NAMED:
+                sizes = (f"{format_size(first.size_bytes)} to {format_size(last.size_bytes)} ({len(run)} sizes"
+                         + (f"; the largest: {sizes})" if sizes else ")"))
+            lines.append(f"not judged, {collective} {where(first)}: {sizes}: {why}")
+    return lines
+
+
+def shown_table(rows, topo):
+    """(columns, rows, lines above the table) of judge's table: the published column only where the topology has
+    references ('none' where none matches a row), else one line saying there is none."""
+    columns, lines = list(COLUMNS), []
+    if not topo.references:
+        columns = [c for c in columns if c[0] != "published"]
+        lines.append(f"no published reference for this topology ({topo.name}): the levels are the model's")
+    placements = {r.placement for r in rows}
+    if len(placements) == 1:
+        lines.append(f"busbw: the median of each size's {placements.pop()}")
+    else:
+        columns.insert(4, ("placement", "busbw of", None))
+    shown = [{**r.as_dict(), "where": where(r), "published": r.published or "none"} for r in rows]
+    return columns, shown, lines
 
 
 def parse_env(pairs):
@@ -116,15 +174,15 @@ def judge_command(files, topology, ranks, nodes, env_pairs, out, oversubscribe, 
     if fmt == "json":
         click.echo(dumps(verdict))
     else:
-        shown_rows = [{**r.as_dict(), "where": f"{r.ranks} x {r.nodes}"} for r in rows]
-        print_table(shown_rows, COLUMNS, title=f"judged against {topo.name} (ceilings: the datasheet's; util over "
-                                              "the highest ceiling of the algorithms NCCL may have run)")
+        columns, shown_rows, lines = shown_table(rows, topo)
+        for line in lines:
+            console().print(line)
+        print_table(shown_rows, columns, title=f"judged against {topo.name} (ceilings: the datasheet's; util over "
+                                               "the highest ceiling of the algorithms NCCL may have run)")
         for r in rows:
             if r.klass not in UNJUDGED:
-                console().print(f"{r.collective} {format_size(r.size_bytes)} ({r.ranks} x {r.nodes}): {r.klass}: "
-                                f"{r.line}")
-        aside = [format_size(r.size_bytes) for r in rows if r.klass in UNJUDGED]
-        if aside:
-            console().print(f"not judged (latency-bound, or the busbw still rises): {', '.join(aside)}")
+                console().print(f"{r.collective} {format_size(r.size_bytes)} ({where(r)}): {r.klass}: {r.line}")
+        for line in not_judged(rows):
+            console().print(line)
         console().print(("PASS: " if verdict["passed"] else "FAIL: ") + verdict["reason"])
     sys.exit(0 if verdict["passed"] else 1)

@@ -27,7 +27,7 @@ where they differ by more than DISTINCT.
 """
 import math
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from benchcore.units import format_size
@@ -64,13 +64,27 @@ class Row:
     expected: Optional[str] = None     # the model's pick
     algo: Optional[str] = None         # the algorithm that ran, where known
     algo_from: str = ""                # what says so: NCCL's TUNING line ("evidence") or NCCL_ALGO
+    placement: str = ""                # which records the busbw is the median of: PLACEMENTS' words
+    model_gbps: dict = field(default_factory=dict)     # {algorithm: the model's busbw}
+    ceiling_gbps: Optional[float] = None
+    references: tuple = ()             # the matching Reference rows
+    plateau_gbps: Optional[float] = None    # the model's busbw at PLATEAU_SIZE or more (the latency band's base)
+    best_gbps: Optional[float] = None       # the best busbw measured there, at best_size (the rising band's base)
+    best_size: Optional[int] = None
 
     def as_dict(self):
+        """The verdict row: what judge prints, and what report --topology draws (the model per algorithm, the
+        ceiling, each reference's range with its source)."""
         return {"collective": self.collective, "size": format_size(self.size_bytes), "size_bytes": self.size_bytes,
                 "ranks": self.ranks, "nodes": self.nodes, "busbw_gbps": self.busbw, "class": self.klass,
                 "diagnosis": self.line, "link_utilization": self.util, "ceiling": self.ceiling, "model": self.model,
                 "published": self.published, "expected_algo": self.expected, "algo": self.algo,
-                "algo_from": self.algo_from}
+                "algo_from": self.algo_from, "placement": self.placement, "model_gbps": self.model_gbps,
+                "ceiling_gbps": self.ceiling_gbps, "plateau_gbps": self.plateau_gbps, "best_gbps": self.best_gbps,
+                "best_size_bytes": self.best_size,
+                "references": [{"label": r.label(), "low": r.low, "high": r.high, "size_bytes": r.size_bytes,
+                                "kind": r.kind, "algorithm": r.algorithm, "source": r.source, "date": r.date}
+                               for r in self.references]}
 
 
 def version_of(rec):
@@ -108,15 +122,15 @@ def _span(low, high):
     return f"{low:.0f}" if round(low) == round(high) else f"{low:.0f}-{high:.0f}"
 
 
-def judge_one(collective, size, n, nodes, busbw, topo, env=None, version=None, best=None, ran=None):
+def judge_one(collective, size, n, nodes, busbw, topo, env=None, version=None, best=None, ran=None, best_at=None):
     """The Row of one measurement: busbw GB/s of collective at size on n ranks over nodes of topo (best: the highest
-    busbw measured at any size there; ran: the algorithm NCCL's own TUNING line says ran, which comes before
-    NCCL_ALGO). Its diagnosis ends with which of them named the algorithm."""
+    busbw measured at any size there, at size best_at; ran: the algorithm NCCL's own TUNING line says ran, which
+    comes before NCCL_ALGO). Its diagnosis ends with which of them named the algorithm."""
     env = env or {}
     named_algo = env.get("NCCL_ALGO")
     if ran:      # what NCCL says it ran stands over what it was asked: every algorithm's ceiling, util over ran's
         env = {k: v for k, v in env.items() if k != "NCCL_ALGO"}
-    row = _judge_one(collective, size, n, nodes, busbw, topo, env, version, best, ran)
+    row = _judge_one(collective, size, n, nodes, busbw, topo, env, version, best, ran, best_at)
     row.algo, row.algo_from = (ran, "evidence") if ran else (named_algo, "NCCL_ALGO") if named_algo else (None, "")
     row.line += (f" [algorithm {ran}: NCCL's own TUNING line]" if ran else
                  f" [algorithm from NCCL_ALGO={named_algo}]" if named_algo else
@@ -124,29 +138,32 @@ def judge_one(collective, size, n, nodes, busbw, topo, env=None, version=None, b
     return row
 
 
-def _judge_one(collective, size, n, nodes, busbw, topo, env, version, best, ran):
+def _judge_one(collective, size, n, nodes, busbw, topo, env, version, best, ran, best_at):
     pred = _predict(collective, size, topo, n, nodes, env, version)
     ceilings = pred.ceilings or {"Ring": pred.peak_gbps}
     top = ran if ran in ceilings else max(ceilings, key=lambda a: (ceilings[a], a in SWITCH))
     model = _per_algorithm(collective, size, topo, n, nodes, env, version)
     expected = (pred.algo or "Ring").split("/")[0]
     refs = matching(topo, collective, n, nodes, size)
+    plateau = _predict(collective, max(size, PLATEAU_SIZE), topo, n, nodes, env, version).busbw_gbps
     base = dict(collective=collective, size_bytes=size, ranks=n, nodes=nodes, busbw=busbw,
                 util=busbw / ceilings[top], ceiling=f"{top} {ceilings[top]:.0f}", expected=expected,
                 model=" · ".join(f"{a} {v:.0f}" for a, v in model.items() if v),
-                published="; ".join(r.label() for r in refs))
+                published="; ".join(r.label() for r in refs), model_gbps=model, ceiling_gbps=ceilings[top],
+                references=tuple(refs), plateau_gbps=plateau, best_gbps=best, best_size=best_at)
     if busbw > ceilings[top] * CEILING_SLACK:
         return Row(**base, klass="impossible", line=(
             f"above every known ceiling ({ceilings[top]:.0f} GB/s, {top} on {topo.name}): check the size, the rank "
             f"count or the bus factor (and that {topo.name} is this system)"))
-    plateau = _predict(collective, max(size, PLATEAU_SIZE), topo, n, nodes, env, version).busbw_gbps
     if pred.busbw_gbps < PLATEAU * plateau:
         return Row(**base, klass="latency", line=(
             f"latency-bound size (the model's busbw {pred.busbw_gbps:.0f} is under {PLATEAU} of its "
             f"{plateau:.0f} at large sizes): not judged"))
     if best and busbw < RISING * best:
+        at = f" at {format_size(best_at)}" if best_at else ""
         return Row(**base, klass="rising", line=(
-            f"the busbw still rises here ({busbw:.0f}, the best measured {best:.0f}): judged at the larger sizes"))
+            f"the busbw still rises here ({busbw:.0f}, {busbw / best:.2f} of the best measured {best:.0f}{at}, under "
+            f"{RISING}): judged at the larger sizes"))
     if not nccl.covers(topo, "nccl", collective) and not refs:
         return Row(**base, klass="unjudged", line=(
             f"no published value, and NCCL's tuner model does not cover {collective}: util "
@@ -203,15 +220,31 @@ def judge(records, topo, ranks=None, nodes=None, env=None, oversubscribed=False)
         mine = groups.setdefault(key, {"busbw": [], "env": dict(rec.get("env") or {}), "version": version_of(rec),
                                        "causes": []})
         mine["busbw"].append(busbw)
+        mine.setdefault("placed", set()).add(rec.get("in_place"))
         mine.setdefault("ran", set()).update(c["algo"] for c in (rec.get("effective") or {}).get("choices") or ())
         mine["causes"] += (rec.get("gpu_health") or {}).get("causes") or []   # the sampler's (commbench/health/)
     medians = {key: statistics.median(g["busbw"]) for key, g in groups.items()}
     best = {}
-    for (c, _, n, m), value in medians.items():
-        best[c, n, m] = max(best.get((c, n, m), 0.0), value)
-    rows = [named(judge_one(c, size, n, m, medians[c, size, n, m], topo, {**g["env"], **(env or {})}, g["version"],
-                            best[c, n, m], _one(g["ran"])), g["causes"]) for (c, size, n, m), g in groups.items()]
+    for (c, size, n, m), value in medians.items():
+        best[c, n, m] = max(best.get((c, n, m), (0.0, 0)), (value, size))
+    rows = [replace(named(judge_one(c, size, n, m, medians[c, size, n, m], topo, {**g["env"], **(env or {})},
+                                    g["version"], *best[c, n, m][:1], _one(g["ran"]), best[c, n, m][1]), g["causes"]),
+                    placement=placement(g["placed"], len(g["busbw"])))
+            for (c, size, n, m), g in groups.items()]
     return rows, skipped
+
+
+PLACEMENTS = {True: "in-place", False: "out-of-place"}
+
+
+def placement(placed, count):
+    """Which records a row's busbw is the median of, in words: 'out-of-place and in-place (2 records: their mean)',
+    'in-place', or 'placement not recorded'."""
+    words = " and ".join(PLACEMENTS[p] for p in (False, True) if p in placed) + \
+        (" and unrecorded placements" if placed - set(PLACEMENTS) and placed & set(PLACEMENTS) else "")
+    words = words or "placement not recorded"
+    return words + ("" if count == 1 else f" ({count} records: their mean)" if count == 2 else
+                    f" ({count} records: their median)")
 
 
 def named(row, causes):

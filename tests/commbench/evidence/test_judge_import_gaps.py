@@ -26,6 +26,6 @@ def test_collective_option_like_import(tmp_path):
     assert refused.returncode == 2 and "no collective named" in refused.stderr
     named = run_tool("commbench", "judge", rows, "--topology", "dgx-h100", "--ranks", 8, "--nodes", 1,
                      "--collective", "allreduce")
-    assert named.returncode == 0 and "all_reduce 16G (8 x 1): nvls" in named.stdout, named.stdout
+    assert named.returncode == 0 and "all_reduce 16G (8 ranks on 1 node): nvls" in named.stdout, named.stdout
     bad = run_tool("commbench", "judge", rows, "--topology", "dgx-h100", "--collective", "allreduse")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "not a collective" in bad.stderr

@@ -164,3 +164,45 @@ def test_records_whose_counts_cannot_be_a_run_on_the_topology_are_left_out_sayin
     rows, skipped = judge([rec, {**rec, "world_size": 10 ** 20, "nodes": 1}], topology.resolve("dgx-h100"))
     assert rows == [] and list(skipped) == ["one rank moves no data: the model needs 2 or more ranks",
                                             "more than 1,048,576 ranks, which no job has"]
+
+
+def test_judge_says_why_each_size_is_not_judged_which_placement_and_where(tmp_path):
+    """Issue 49 item 5, on the real 2-node A3 Mega log (31 sizes, 2 judged): every size that is not judged is named
+    with the band that decides it (the model's latency band, RISING of the best measured), the busbw says it is the
+    mean of out-of-place and in-place, the layout reads '16 ranks on 2 nodes', and a topology without references
+    says so instead of an empty column."""
+    proc = run_tool("commbench", "judge", LOGS / REAL[1][0], "--topology", "gcp-a3-mega", env={"COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    header = next(line for line in out.splitlines() if "┃ collective" in line)
+    assert "no published reference for this topology (gcp-a3-mega)" in out and "published" not in header
+    assert "busbw: the median of each size's out-of-place and in-place (2 records: their mean)" in out
+    assert "16 ranks on 2 nodes" in out and "16 x 2" not in out
+    lines = [line for line in out.splitlines() if line.startswith("not judged")]
+    assert lines == [
+        "not judged, all_reduce 16 ranks on 2 nodes: 8 to 16M (22 sizes): latency-bound: the model's busbw there is "
+        "under 0.75 of its 360 GB/s at 8G, so latency, not the link, decides",
+        "not judged, all_reduce 16 ranks on 2 nodes: 32M to 2G (7 sizes; the largest: 1G at 0.88 of the best, 2G at "
+        "0.94 of the best): the busbw still rises: under 0.95 of the best measured, 338.1 GB/s at 8G (judged from "
+        "321.2 GB/s)"]
+    judged = [line for line in out.splitlines() if line.startswith("all_reduce ")]
+    assert len(judged) == 2 and all("(16 ranks on 2 nodes): nvls" in line for line in judged)
+    # 22 + 7 + 2 sizes: each of the log's 31 accounted for
+    record = json.loads(run_tool("commbench", "judge", LOGS / REAL[1][0], "--topology", "gcp-a3-mega", "--format",
+                                 "json").stdout)
+    assert len(record["rows"]) == 31 and {r["placement"] for r in record["rows"]} == {
+        "out-of-place and in-place (2 records: their mean)"}
+
+
+def test_a_topology_with_references_names_where_none_matches():
+    """dgx-h100 has references at 4G-16G: a size none matches reads 'none', not an empty cell; one placement only
+    (the p5 log's in-place records) is said as such."""
+    proc = run_tool("commbench", "judge", LOGS / REAL[0][0], "--topology", "dgx-h100", "--ranks", 8, "--nodes", 1,
+                    env={"COLUMNS": "250"})
+    assert proc.returncode == 0 and "no published reference" not in proc.stdout
+    cells = [[c.strip() for c in line.split("│")] for line in proc.stdout.splitlines() if line.startswith("│ all_")]
+    assert {c[6] for c in cells if c[2] == "8"} == {"none"}, cells[:2]
+    assert any("NVLS 480 GB/s at 16G" in c[6] for c in cells if c[2] == "16G")
+    in_place = [r for r in imported(REAL[0][0]) if r["in_place"]]
+    rows, _ = judge(in_place, topology.resolve("dgx-h100"), 8, 1)
+    assert {r.placement for r in rows} == {"in-place"}
