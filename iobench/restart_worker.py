@@ -59,7 +59,7 @@ def main():
     start = time.time()
     dcp.load(target, storage_reader=dcp.FileSystemReader(args.dir))
     loaded = time.time()
-    savemodes.Steps(args.step, torch.device("cpu")).one()
+    savemodes.Steps(args.step, savemodes.device()).one()
     first_step = time.time()
     times = [None] * world
     dist.all_gather_object(times, (start, loaded, first_step))

@@ -14,6 +14,8 @@ training resumes), staging (copying the state out), background (the save call un
 is written and fsynced), the steps that ran during the background save and their rate over the undisturbed one, the
 step time lost (the time those steps took beyond what they take undisturbed) and the cost to training: blocked + lost.
 """
+import os
+import shutil
 import time
 from concurrent.futures import Future
 
@@ -30,6 +32,15 @@ MODES = {"sync": None, "async-thread": "THREAD", "async-process": "PROCESS"}
 DEFAULT_STEP = 512        # the GEMM's n: 268 MFLOP a step, ~10-30 ms on one core here
 STEPS_AROUND = 5          # undisturbed steps before and after each save
 TRACE_LIMIT = 2000        # steps kept for the step-time plot (rank 0's last checkpoint)
+
+
+def device():
+    """Where training's state and steps live: this rank's GPU (its LOCAL_RANK's) where CUDA exists, else the CPU."""
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    gpu = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+    torch.cuda.set_device(gpu)
+    return gpu
 
 
 def parse_modes(text):
@@ -171,15 +182,13 @@ class Feel:
     checkpoint as a phase function for model_worker (directory, state) -> its figures, trace and wall-clock times."""
 
     def __init__(self, n, timeout, plan_cache):
-        self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else \
-            torch.device("cpu")
+        self.device = device()
         self.steps, self.timeout, self.plan_cache = Steps(n, self.device), timeout, plan_cache
         self.saver, self.first, self.staging = None, {}, {}
 
     def begin(self, mode, warm_up, state):
         """Switch to `mode`: its saver, and one untimed save into warm_up (removed after); the first save's
         seconds, call to last byte, this rank's, kept in self.first."""
-        import shutil
         if self.saver:
             self.saver.close()
         self.saver = Saver(mode, self.plan_cache, self.device)
