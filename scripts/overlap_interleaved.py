@@ -1,11 +1,15 @@
-"""commbench's overlap patterns against hand-written torch.distributed loops of the same patterns, interleaved in
-one launch on the same buffers and GEMM shapes (scripts/bench-overlap).
+"""commbench's overlap phases against bare torch loops of the same work, interleaved in one launch on the same
+buffers and GEMM shapes (scripts/bench-overlap).
 
-Run by torchrun (2 ranks, Gloo): python overlap_interleaved.py ROUNDS ITERS SIZE [SIZE ...]. Per size and pattern
-(ddp with 4 buckets, pipelined with 4 chunks; compute calibrated to ratio 1 by commbench), ROUNDS pairs of blocks of
-ITERS runs, the order alternating per pair: commbench's overlapped phase through commbench.timing.time_loop, then a
-bare loop written here; likewise commbench's compute phase against a bare torch.matmul loop of the same shape.
-Rank 0 prints one JSON line per size and pattern with every block's rank-averaged seconds per run.
+Run by torchrun (Gloo): python overlap_interleaved.py ROUNDS ITERS THREADS SIZE [SIZE ...]. Per size and pattern
+(ddp with 4 buckets, pipelined with 4 chunks; compute calibrated to ratio 1 by commbench), ROUNDS rounds, the order
+of the two sides alternating per round:
+  commbench  its four phases as commbench.timing.measure_case runs them, in its order (comm, compute, sequential,
+             total), each refilled, warmed up (1 run) and timed (ITERS runs) by commbench.timing.time_loop;
+  bare       hand-written loops of the same work: THREADS-thread torch.matmul calls of the kernel's shape (as many as
+             the pattern's steps), the pattern's communication alone, and the pattern overlapped.
+Rank 0 prints one JSON line per size and pattern: every round's rank-averaged seconds per run of each, and the load
+average at the line's end.
 """
 import collections
 import json
@@ -23,39 +27,41 @@ from commbench.launch.liveness import Position
 from commbench.timing import time_loop
 from commbench.transports.torch_dist import torch_primitives
 
+STEPS = 4
 dist.init_process_group("gloo")
-torch.set_num_threads(1)
 rank, n = dist.get_rank(), dist.get_world_size()
 plan = SimpleNamespace(agg_iters=1, cuda_graph=0, cpu_time=False, iters=1, warmup=0)
 ctx = SimpleNamespace(plan=plan, device=torch.device("cpu"), rank=rank, world_size=n, position=Position(),
                       comm=torch_primitives(torch.device("cpu")), barrier=dist.barrier, node_of=[0] * n)
 
 
-def bare_ddp(buf, a, w, out, steps):
-    """DDP's buckets by hand: GEMM i, then bucket i's all_reduce async; all waited at the end."""
-    edges = [round(i * buf.numel() / steps) for i in range(steps + 1)]
+def bare_ddp(buf, call):
+    """DDP's buckets by hand: call() (a GEMM, or nothing), then bucket i's all_reduce async; all waited at the end."""
+    edges = [round(i * buf.numel() / STEPS) for i in range(STEPS + 1)]
     works = []
     for lo, hi in zip(edges, edges[1:]):
-        torch.matmul(a, w, out=out)
+        call()
         works.append(dist.all_reduce(buf[lo:hi], async_op=True))
     for work in works:
         work.wait()
 
 
-def bare_pipelined(buf, a, w, out, steps):
-    """Megatron's pipelined all_gather by hand: chunk i+1 gathered while the GEMM of chunk i runs."""
-    per = buf.numel() // steps
-    chunks = [buf[i * per:(i + 1) * per] for i in range(steps)]
+def bare_pipelined(buf, call):
+    """Megatron's pipelined all_gather by hand: chunk i+1 gathered while call() (the GEMM of chunk i) runs."""
+    per = buf.numel() // STEPS
+    chunks = [buf[i * per:(i + 1) * per] for i in range(STEPS)]
     mine = [c[rank * (per // n):(rank + 1) * (per // n)] for c in chunks]
     pending = collections.deque([dist.all_gather_into_tensor(chunks[0], mine[0], async_op=True)])
-    for i in range(steps):
+    for i in range(STEPS):
         pending.popleft().wait()
-        if i + 1 < steps:
+        if i + 1 < STEPS:
             pending.append(dist.all_gather_into_tensor(chunks[i + 1], mine[i + 1], async_op=True))
-        torch.matmul(a, w, out=out)
+        call()
 
 
 def timed(fn, iters):
+    """Seconds per run of fn over iters runs after one warm-up run, as time_loop times a phase."""
+    fn()
     dist.barrier()
     t0 = time.perf_counter()
     for _ in range(iters):
@@ -63,33 +69,49 @@ def timed(fn, iters):
     return (time.perf_counter() - t0) / iters
 
 
+def commbench_phases(t, iters):
+    """{phase: seconds per run}: the phases in commbench's order, each refilled, warmed up and timed."""
+    out = {}
+    for phase in ("comm", "compute", "sequential", TOTAL):
+        t.refill()
+        time_loop(ctx, t.phases[phase], 1, True)
+        out[phase] = time_loop(ctx, t.phases[phase], iters, True)
+        t.fields(phase)   # read and forget the phase's kernel times, as measure_case does
+    return out
+
+
+def averaged(seconds):
+    mine = torch.tensor([seconds], dtype=torch.float64)
+    dist.all_reduce(mine)
+    return mine.item() / n
+
+
 # the layouts of the bare loops above: ddp's buckets all outstanding (as commbench's ddp), one gather in flight
-LAYOUT = {"ddp": lambda size: {"buckets": 4}, "pipelined": lambda size: {"chunk_bytes": size // 4, "inflight": 1}}
-rounds, iters = int(sys.argv[1]), int(sys.argv[2])
-for size in map(int, sys.argv[3:]):
+LAYOUT = {"ddp": lambda size: {"buckets": STEPS}, "pipelined": lambda size: {"chunk_bytes": size // STEPS,
+                                                                            "inflight": 1}}
+rounds, iters, threads = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+for size in map(int, sys.argv[4:]):
     for name, bare in (("ddp", bare_ddp), ("pipelined", bare_pipelined)):
-        cfg = {"case": name, "dtype": "float32", "in_place": True, "compute_kernel": "gemm", "compute_threads": 1,
+        cfg = {"case": name, "dtype": "float32", "in_place": True, "compute_kernel": "gemm", "compute_threads": threads,
                "gemm": None, "compute_ratio": 1.0, **LAYOUT[name](size)}
         case = CASES[name]
         shared = case.setup(ctx, [cfg]) if case.setup else None
-        t = case.build(ctx, cfg, size // 4, torch.float32, shared)
-        t.refill()
+        t = case.build(ctx, cfg, size // 4, torch.float32, shared)   # sets torch's threads to `threads`, calibrates
         m = t.fields(TOTAL)["gemm_m"]
         a, w, out = torch.ones(m, m), torch.ones(m, m), torch.empty(m, m)
         buf = torch.zeros(size // 4)
-        sides = {"commbench": lambda: time_loop(ctx, t.phases[TOTAL], iters, True),
-                 "bare": lambda: timed(lambda: bare(buf, a, w, out, 4), iters),
-                 "commbench_compute": lambda: time_loop(ctx, t.phases["compute"], iters, True),
-                 "bare_compute": lambda: timed(lambda: [torch.matmul(a, w, out=out) for _ in range(4)], iters)}
-        for side in sides.values():
-            side()   # warm-up
-        res = {"size": size, "pattern": name, "gemm": m, **{k: [] for k in sides}}
+        matmul = lambda: torch.matmul(a, w, out=out)  # noqa: E731
+        sides = {"commbench": lambda: commbench_phases(t, iters),
+                 "bare": lambda: {"compute": timed(lambda: [matmul() for _ in range(STEPS)], iters),
+                                  "comm": timed(lambda: bare(buf, lambda: None), iters),
+                                  TOTAL: timed(lambda: bare(buf, matmul), iters)}}
+        res = {"size": size, "pattern": name, "gemm": m, "threads": torch.get_num_threads(),
+               **{f"{side}_{phase}": [] for side in sides for phase in ("comm", "compute", "sequential", TOTAL)}}
         for i in range(rounds):
-            for pair in (("commbench", "bare"), ("commbench_compute", "bare_compute")):
-                for key in pair if i % 2 == 0 else pair[::-1]:
-                    mine = torch.tensor([sides[key]()], dtype=torch.float64)
-                    dist.all_reduce(mine)
-                    res[key].append(mine.item() / n)
+            for side in (("commbench", "bare") if i % 2 == 0 else ("bare", "commbench")):
+                for phase, seconds in sides[side]().items():
+                    res[f"{side}_{phase}"].append(averaged(seconds))
+        res["load"] = os.getloadavg()[0]
         if rank == 0:
             print(json.dumps(res), flush=True)
 dist.destroy_process_group()

@@ -11,8 +11,9 @@
 
 Every pattern is one Case with four phases, measured in one launch and interleaved per repeat:
 `comm` (its communication alone, issued as in the overlapped run), `compute` (its kernels alone),
-`sequential` (each step's kernel and communication in turn, each waited: nothing overlaps) and `total`
-(overlapped: what the step pays). The total record carries the figures (comm_us, compute_us, sequential_us,
+`sequential` (the kernels, then the communication issued exactly as in `comm`: nothing overlaps, so it is compute +
+comm by construction and any excess is what one part leaves behind for the other) and `total` (overlapped: what
+the step pays). The total record carries the figures (comm_us, compute_us, sequential_us,
 overlapped_us, exposed_comm_us, overlap_efficiency, compute_slowdown, comm_slowdown) and the model's
 prediction of the overlapped run (a simulation of the schedule: one link, one compute stream).
 Communication is checked exactly as the collectives are; the kernels as commbench/cases/compute.py says.
@@ -21,6 +22,7 @@ Here: the Case rows and their options, and the rank-side run (each pattern's com
 kernel's sizing, the four phases). overlap_schedule.py orders the steps, overlap_model.py replays the schedule
 for the model, overlap_figures.py figures the total record.
 """
+import os
 import time
 from dataclasses import replace
 
@@ -39,7 +41,9 @@ from commbench.model.alphabeta import Phase
 
 torch = lazy("torch", globals())
 
-CALIBRATION_RUNS = 3   # communication-alone runs timed to size the compute (after one warm-up run)
+WHOLE = "whole"   # a pipelined record's chunk label where its chunk holds the run's every payload (one operation)
+CALIBRATION_RUNS = 3   # runs of the communication alone, then of the compute alone, timed to size the compute
+CALIBRATION_CHECKS = 2   # rescales of the kernel once the pattern's own runs are timed beside the communication
 
 
 class Steps:
@@ -105,20 +109,48 @@ def _scatters(ctx, cfg, count, dtype, p, groups):
 
 
 def _calibrated(ctx, cfg, steps, run, depth):
-    """The kernel: --gemm as given, else sized so that compute alone takes compute_ratio x communication alone
-    (timed here: CALIBRATION_RUNS runs after one, the slowest rank's mean)."""
+    """The kernel: --gemm as given, else sized so that compute alone takes compute_ratio x communication alone.
+    compute.calibrate's probes give a first size; then the pattern's own runs are timed as its comm and compute
+    phases time them (CALIBRATION_RUNS communication runs back to back, then as many compute runs, each kernel call
+    timed as the phases time it; the slowest rank's), and the kernel rescaled to the ratio (up to CALIBRATION_CHECKS
+    times, until within 10 %). Where the cap or the floor stops it, or the machine's load moves the phases apart,
+    compute_ratio_measured says what it reached and the table marks it."""
     if cfg.get("gemm"):
         return compute.Kernel(ctx, cfg["compute_kernel"], *cfg["gemm"])
-    ignore = lambda t0, t1: None  # noqa: E731
-    run(steps.comms, lambda: None, depth, ignore)
+    kind, ratio, calls = cfg["compute_kernel"], cfg["compute_ratio"], len(steps.comms)
+
+    def comm():   # seconds per communication run, CALIBRATION_RUNS back to back as the comm phase runs them
+        t0 = time.perf_counter()
+        for _ in range(CALIBRATION_RUNS):
+            run(steps.comms, lambda: None, depth, lambda t0, t1: None)
+        if ctx.device.type == "cuda":
+            torch.cuda.synchronize()
+        return _slowest(ctx, (time.perf_counter() - t0) / CALIBRATION_RUNS)
+    run(steps.comms, lambda: None, depth, lambda t0, t1: None)   # warm-up: connections, buffers
     ctx.barrier()
-    t0 = time.perf_counter()
-    for _ in range(CALIBRATION_RUNS):
-        run(steps.comms, lambda: None, depth, ignore)
-    mine = (time.perf_counter() - t0) / CALIBRATION_RUNS
-    comm_s = max(t for t, in ctx.comm.gather_floats([mine]))
-    d = compute.calibrate(ctx, cfg["compute_kernel"], cfg["compute_ratio"] * comm_s, len(steps.comms))
-    return compute.Kernel(ctx, cfg["compute_kernel"], d, d, d)
+    d = compute.calibrate(ctx, kind, ratio * comm(), calls)
+    order, cap = (1 / 3 if kind == "gemm" else 1 / 2), compute.MAX_DIM[ctx.device.type]
+    for check in range(CALIBRATION_CHECKS + 1):
+        kernel = compute.Kernel(ctx, kind, d, d, d)
+        if check == CALIBRATION_CHECKS:
+            break
+        kernel.call("calibrate")   # warm-up: the kernel's first call
+        kernel.per_call("calibrate")
+        ctx.barrier()
+        comm_s = comm()
+        for _ in range(CALIBRATION_RUNS * calls):   # as the compute phase runs them: back to back
+            kernel.call("calibrate")
+        scale = (ratio * comm_s / _slowest(ctx, kernel.per_call("calibrate") * calls)) ** order
+        rescaled = min(cap, max(compute.ALIGN, int(round(d * scale / compute.ALIGN)) * compute.ALIGN))
+        if 0.9 < scale < 1.1 or rescaled == d:
+            break
+        d = rescaled
+    return kernel
+
+
+def _slowest(ctx, seconds):
+    """The slowest rank's seconds (the same on every rank)."""
+    return max(v for v, in ctx.comm.gather_floats([seconds]))
 
 
 def _pattern(make, ahead, collective):
@@ -140,13 +172,10 @@ def _pattern(make, ahead, collective):
                 total[1] += 1
             return add
 
-        def sequential(a):
-            for comm in steps.comms:
-                if not ahead:
-                    kernel.call("sequential")
-                comm(False)
-                if ahead:
-                    kernel.call("sequential")
+        def sequential(a):   # the kernels, then the communication as the comm phase issues it: nothing overlaps
+            for _ in steps.comms:
+                kernel.call("sequential")
+            run(steps.comms, lambda: None, depth, lambda t0, t1: None)
 
         def compute_alone(a):
             for _ in steps.comms:
@@ -178,10 +207,19 @@ def _pattern(make, ahead, collective):
         def summary(records):
             timeline = ctx.comm.gather_object(trace(ctx, steps, kernel, run, depth))
             return {**figures(ctx, cfg, kernel, records, per_call, per_span, ahead, depth, len(steps.comms)),
-                    "timeline": timeline if all(timeline) else None}
+                    "timeline": timeline if all(timeline) else None, **_host()}
         factors = {"comm": factor(collective, p.n), "compute": None, "sequential": None, TOTAL: None}
         return Timed(phases, factors, refill, poison, steps.result, check, fields, blocking=True, summary=summary)
     return build
+
+
+def _host():
+    """What shares this rank's cores: the CPUs it may run on and its OS threads (compute, the backend's, torch's)."""
+    try:
+        threads = len(os.listdir("/proc/self/task"))
+    except OSError:
+        threads = None
+    return {"host_cpus": len(os.sched_getaffinity(0)), "rank_threads": threads}
 
 
 def _configs(name):
@@ -204,7 +242,11 @@ def _configs(name):
 
 
 def _describe(cfg):
-    parts = [f"B={cfg['buckets']}" if "buckets" in cfg else f"{cfg['chunk_bytes'] >> 10}K x{cfg['inflight']}"]
+    if "buckets" in cfg:
+        parts = [f"B={cfg['buckets']}"]
+    else:   # a record whose chunk holds the run's largest payload (one operation at every size) says so
+        whole = cfg.get("max_bytes") and cfg["chunk_bytes"] >= cfg["max_bytes"]
+        parts = [WHOLE if whole else f"{cfg['chunk_bytes'] >> 10}K x{cfg['inflight']}"]
     parts.append("gemm " + "x".join(map(str, cfg["gemm"])) if cfg.get("gemm") else f"R={cfg['compute_ratio']:g}")
     return " ".join(parts)
 
@@ -249,7 +291,7 @@ FIELDS = dict(
     compute_check="overlap: exact, or the tolerance the kernel's output type forces",
     comm_us="overlap: communication alone (the comm phase's time_us)",
     compute_us="overlap: compute alone (the compute phase's time_us)",
-    sequential_us="overlap: kernels and communication in turn, nothing overlapped",
+    sequential_us="overlap: the kernels, then the communication as the comm phase issues it: nothing overlapped",
     overlapped_us="overlap: the pattern's schedule (the total phase's time_us)",
     exposed_comm_us="overlap: overlapped - compute alone: the time communication adds to the step",
     overlap_efficiency="overlap: (comm + compute - overlapped) / min(comm, compute): 1 when the shorter is hidden, "
@@ -262,6 +304,10 @@ FIELDS = dict(
                   "completion is seen when waited on, so an upper bound where compute is the longer part",
     compute_tflops="overlap: the kernel's rate alone (2MNK per GEMM call) in TFLOP/s",
     compute_ratio_measured="overlap: compute alone / communication alone as measured",
+    compute_ratio_note="overlap: set where compute_ratio_measured is off the asked compute_ratio by more than "
+                       "RATIO_BAND (overlap_figures): the figures are for the ratio measured (kept, and marked *)",
+    host_cpus="overlap: CPUs rank 0 may run on (where ranks share a host, their compute and communication share them)",
+    rank_threads="overlap: OS threads of rank 0's process (its compute thread(s), the backend's, torch's)",
     predicted_overlapped_us="overlap: the model's overlapped time: the schedule replayed with the comm phase's "
                             "predicted time per step and the kernel's measured time alone",
     predicted_exposed_comm_us="overlap: predicted_overlapped_us - compute alone",

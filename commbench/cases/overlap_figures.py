@@ -7,6 +7,16 @@ from commbench.cases.overlap_model import simulate
 from commbench.cases.overlap_schedule import PHASES
 
 FLOOR_NOISE = 0.05     # an overlapped time at most this far under its longer part alone is noise (see hidden)
+RATIO_BAND = 1.5       # compute alone / communication alone off the asked ratio by more than this factor: marked
+
+
+def ratio_note(asked, measured):
+    """Why a measurement's compute is not what was asked ('compute 11.0x its communication where 1x was asked'), or
+    None within RATIO_BAND (and with --gemm, which asks no ratio)."""
+    if not asked or not measured or 1 / RATIO_BAND <= measured / asked <= RATIO_BAND:
+        return None
+    return (f"compute {measured:.3g}x its communication where {asked:g}x was asked (outside {1 / RATIO_BAND:.2g}-"
+            f"{RATIO_BAND:g}x of it): the figures are for the ratio measured")
 
 
 def hidden(comm, comp, over):
@@ -36,6 +46,9 @@ def figures(ctx, cfg, kernel, records, per_call, per_span, ahead, depth, steps):
            "comm_slowdown": span_inside / span_alone if span_alone and span_inside else None,
            "compute_tflops": compute.flops(kernel.kind, kernel.m, kernel.n, kernel.k) / alone / 1e12 if alone else None,
            "compute_ratio_measured": comp / comm}
+    note = ratio_note(cfg.get("compute_ratio"), comp / comm)
+    if note:
+        out["compute_ratio_note"] = note
     predicted_comm = records["comm"].get("predicted_time_us")
     if predicted_comm and comp:   # the link's predicted time per step; the kernel's measured time alone per step
         pred = simulate(ahead, [predicted_comm / steps] * steps, [comp / steps] * steps, depth)

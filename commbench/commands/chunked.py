@@ -5,6 +5,7 @@ import click
 from benchcore.errors import UserError, refuse_given
 from benchcore.results import schema, stats
 from benchcore.units import format_size
+from commbench.cases.overlap import WHOLE
 from commbench.commands import verdict
 from commbench.commands.compare import PLOT_OPTION, run_strategies
 from commbench.commands.options import (case_options, launch_options, measure_options, overlap_options, parse,
@@ -111,7 +112,8 @@ def overlap_answer(records):
 def _single_chunk(label, size):
     """Whether a pipelined config's label names a chunk of at least the payload (one plain all_gather)."""
     parts = label.split()
-    return parts[0] == "pipelined" and parts[1].endswith("K") and int(parts[1][:-1]) << 10 >= size
+    return parts[0] == "pipelined" and (parts[1] == WHOLE or
+                                        parts[1].endswith("K") and int(parts[1][:-1]) << 10 >= size)
 
 
 def run_chunked_overlap(kw, repeats):

