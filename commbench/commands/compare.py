@@ -45,7 +45,8 @@ def _speedup(outcome, label, baseline):
     if r is None:
         return f"{base.time / mine.time:.2f} (no interval)"
     mark = "faster" if r.low > 1 else "slower" if r.high < 1 else "same"
-    return f"{r.ratio:.2f} [{r.low:.2f}, {r.high:.2f}] {mark}"
+    text = verdict.interval_text(r)
+    return text if "no conclusion" in text else f"{text} {mark}"
 
 
 def candidates(records):

@@ -155,7 +155,7 @@ def ranking_rows(outcomes):
         r = stats.ratio_interval(best.times, base.times) if base and base is not best else None
         win = out.winner
         rows.append({"item": out.item, "size": format_size(out.size), "best": best.name, "time_us": best.time,
-                     "vs": f"{r.ratio:.3f} [{r.low:.3f}, {r.high:.3f}]" if r else ("baseline" if base is best else ""),
+                     "vs": verdict.interval_text(r, 3) if r else ("baseline" if base is best else ""),
                      "verdict": f"{win.name} fastest" if win else "no significant difference"})
     return rows
 

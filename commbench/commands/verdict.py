@@ -27,6 +27,7 @@ from commbench.cases.registry import case_of, record_label
 from commbench.evidence.applied import APPLIED, NOT_APPLIED, UNKNOWN
 
 UNPROVEN = " (unproven)"                   # the mark of a ranked candidate whose setting no evidence proves
+WIDE = 2.0              # an interval reaching under half its ratio or over twice it: the repeats say nothing
 WORST_FIRST = (NOT_APPLIED, UNKNOWN, APPLIED)
 
 
@@ -141,6 +142,14 @@ def verdicts(outcomes, run_id, check="fastest", better="is faster than"):
                                     method=stats.METHOD, equivalent=[list(e) for e in equivalent], rows=rows,
                                     **fields))
     return records
+
+
+def interval_text(r, digits=2):
+    """'1.32 [1.20, 1.45]'; an interval reaching past WIDE either side of its ratio ('1.59 [0.00, 11990.84]' reads
+    like a result) is said to be none: '1.59, no conclusion: repeats too spread (95% interval past 1/2-2x of it)'."""
+    if r.low < r.ratio / WIDE or r.high > r.ratio * WIDE:
+        return f"{r.ratio:.{digits}f}, no conclusion: repeats too spread (95% interval past 1/{WIDE:g}-{WIDE:g}x of it)"
+    return f"{r.ratio:.{digits}f} [{r.low:.{digits}f}, {r.high:.{digits}f}]"
 
 
 def _interval(ratio):

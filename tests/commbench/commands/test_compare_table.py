@@ -42,3 +42,18 @@ def test_a_rows_name_never_wraps_mid_name():
         text = console.export_text()
         for name in names:
             assert any(f"│ {name} " in line for line in text.splitlines()), (width, text)
+
+
+def test_an_interval_too_wide_to_conclude_is_said_to_be_none():
+    """Issue 49 item 8: '1.59 [0.00, 11990.84]' read like a result; repeats that far apart print 'no conclusion'
+    and no interval, in compare's table (its user-facing cell) and sweep's ranking; a narrow one keeps its
+    numbers."""
+    recs = [rec("ring", t, i) for i, t in enumerate((100.0, 9000.0))] + [rec("plain", t, i)
+                                                                         for i, t in enumerate((150.0, 160.0))]
+    outcomes = verdict.judge(recs)
+    cell = {r["label"]: r["vs"] for r in payload_rows(recs, outcomes, "ring")[1 << 20]}["plain"]
+    assert "no conclusion: repeats too spread" in cell and "[" not in cell, cell
+    ratio = stats.ratio_interval([100.0, 9000.0], [150.0, 160.0])
+    assert cell.startswith(f"{ratio.ratio:.2f}, ") and ratio.high / ratio.ratio > 2
+    narrow = stats.ratio_interval([200.0, 210.0], [100.0, 104.0])
+    assert verdict.interval_text(narrow, 3) == f"{narrow.ratio:.3f} [{narrow.low:.3f}, {narrow.high:.3f}]"
