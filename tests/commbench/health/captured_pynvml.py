@@ -6,9 +6,11 @@ through COMMBENCH_TEST_PYNVML. It answers the NVML calls commbench/health/nvml.p
   CAPTURED_NVML_THEN=FILE@S   from S seconds after nvmlInit on, answer from this capture instead (a counter that moved,
                               a reason that became active: the tests' edited copies, each saying what was edited)
   CAPTURED_NVLINK=FILE        an `nvidia-smi nvlink --status` capture: each link's state and speed
+  CAPTURED_XID=FILE@S         the XIDs of a kernel-log capture (tests/fixtures/kernel_log/), delivered as NVML's XID
+                              events S seconds after nvmlInit, each to the GPU on the line's PCI bus
 
 {node} in a path is this host's name (every node of a Slurm cluster reads its own). What a capture does not print
-(NVLink state without CAPTURED_NVLINK, NVLink error counters, XID events) answers NotSupported, as NVML does for what
+(NVLink state without CAPTURED_NVLINK, NVLink error counters, XID events without CAPTURED_XID) answers NotSupported, as NVML does for what
 it cannot say, and commbench must show it as unknown."""
 import ctypes
 import os
@@ -87,9 +89,61 @@ def nvmlInit():
         raise NVMLError("Driver Not Loaded")
     then = _path("CAPTURED_NVML_THEN")
     _state.update(gpus=_gpus(path), links=_links(_path("CAPTURED_NVLINK")), t0=time.monotonic(), then=None)
+    _state["xids"] = _xids(_path("CAPTURED_XID"))
     if then:
         file, _, at = then.rpartition("@")
         _state["then"] = (float(at), _gpus(file))
+
+
+def _xids(spec):
+    """[(seconds after init, GPU index, xid)] of CAPTURED_XID's log lines on this capture's GPUs."""
+    if not spec:
+        return None
+    file, _, at = spec.rpartition("@")
+    buses = [re.sub(r"^0+", "", g["PCI"]["Bus Id"].lower().rsplit(".", 1)[0]) for g in _state["gpus"]]
+    out = []
+    with open(file) as f:
+        for m in re.finditer(r"NVRM: Xid \(PCI:([0-9a-fA-F]+:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})\): (\d+)", f.read()):
+            bus = re.sub(r"^0+", "", m.group(1).lower())
+            if bus in buses:
+                out.append((float(at), buses.index(bus), int(m.group(2))))
+    return out
+
+
+class NVMLError_Timeout(NVMLError):
+    pass
+
+
+class _EventData:
+    def __init__(self, device, xid):
+        self.device, self.eventData = device, xid
+
+
+def nvmlEventSetCreate():
+    if _state["xids"] is None:
+        raise NVMLError_NotSupported("Not Supported")
+    return []
+
+
+def nvmlDeviceRegisterEvents(h, types, events):
+    events.append(h)
+
+
+def nvmlEventSetWait_v2(events, ms):
+    """The next captured XID due by now on a registered GPU, else NVML's timeout after waiting up to ms."""
+    deadline = time.monotonic() + ms / 1000
+    while True:
+        due = [x for x in _state["xids"] if x[1] in events and time.monotonic() - _state["t0"] >= x[0]]
+        if due:
+            _state["xids"].remove(due[0])
+            return _EventData(due[0][1], due[0][2])
+        if time.monotonic() >= deadline:
+            raise NVMLError_Timeout("Timeout")
+        time.sleep(min(0.01, max(0.0, deadline - time.monotonic())))
+
+
+def nvmlEventSetFree(events):
+    pass
 
 
 def nvmlShutdown():
@@ -264,4 +318,4 @@ def _unsupported(*args):
     raise NVMLError_NotSupported("Not Supported")
 
 
-nvmlDeviceGetNvLinkErrorCounter = nvmlEventSetCreate = _unsupported
+nvmlDeviceGetNvLinkErrorCounter = _unsupported

@@ -100,3 +100,18 @@ def test_a_link_down_and_a_downtrained_pcie_link_are_named_as_causes(captured):
         session.close()
         found += causes({"n1": entries})
     assert found == ["n1 NVLink 7 of GPU 3 down", "n1 GPU 2 PCIe Gen4 x8 of Gen5 x16"]
+
+
+def test_an_xid_beside_a_measurement_is_a_cause(captured):
+    """NVML's XID event (a real kernel log's XID 119, its bus edited onto GPU 4: tests/fixtures/kernel_log/) during
+    the measurement's window."""
+    captured("h100-sxm-x8-q.txt", xid=("edited-xid-119-on-9a.log", 0.1))
+    session, _ = open_session()
+    sampler = Sampler(session, interval=0.05).start()
+    t0 = time.monotonic()
+    time.sleep(0.4)
+    t1 = time.monotonic()
+    sampler.stop()
+    summary = sampler.summary(t0, t1)
+    assert summary[4]["xids"] == [119] and summary[3]["xids"] == []
+    assert causes({"n1": summary}) == ["n1 GPU 4 XID 119"]

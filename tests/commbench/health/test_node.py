@@ -195,3 +195,13 @@ def test_the_full_level_on_real_gpus_reads_every_gpu_under_load():
     pcie = [r for r in recs if r.get("item") == "PCIe link"]
     assert len(pcie) == torch.cuda.device_count() and all("under load" in r["value"] for r in pcie), pcie
     assert any(r.get("subject") == "copy engine" and r["item"].startswith("H2D GPU") for r in recs)
+
+
+def test_an_xid_during_the_check_fails_its_gpu(captured):
+    """NVML's XID events, delivered by the boundary from a real kernel log's XID 119 (its bus edited onto GPU 4 of
+    the H100 capture, tests/fixtures/kernel_log/SOURCES.md) 0.1 s into the check; the boot log has none."""
+    captured("h100-sxm-x8-q.txt", kmsg=KLOG / "gpud-dmesg-xid-13.log", xid=("edited-xid-119-on-9a.log", 0.1))
+    result = survey("quick", 0.6)
+    assert rows(result, "GPU 4")["XIDs during the check"] == ("fail", "119 (GSP RPC timeout)")
+    assert rows(result, "GPU 4")["XIDs since boot"] == ("ok", "none")
+    assert rows(result, "GPU 3")["XIDs during the check"] == ("ok", "none")
