@@ -21,7 +21,7 @@ from commbench.cases.registry import CASES, record_label
 from commbench.launch.execute import execute
 from commbench.launch.spec import gpu_memories
 from commbench.launch.torchrun import check_endpoint
-from commbench.output import print_collective_tables, render
+from commbench.output import NcclStream, print_collective_tables, render
 from commbench.planning import build_plan
 
 
@@ -111,6 +111,17 @@ class Followed:
         return at
 
 
+class Tee:
+    """Every record to each writer given (the user's --out, the rows streamed to stdout)."""
+
+    def __init__(self, *writers):
+        self.writers = [w for w in writers if w]
+
+    def write(self, rec):
+        for writer in self.writers:
+            writer.write(rec)
+
+
 class Derived:
     """A record writer that writes derive(record)'s records instead of each record (pairs: one per pair)."""
 
@@ -143,6 +154,13 @@ def run_plan(rounds, output, table_fn, label="measuring", plot_fn=None, judge=No
         return
     writer = RecordWriter(path) if path else None
     sink = Derived(writer, derive) if writer and derive else writer
+    # in a pipe (a Slurm log, tee) nccl-tests' text reaches stdout row by row as nccl-tests prints it
+    places = {}
+    for _, part in parts:
+        for cfg in part.configs:
+            places.setdefault(cfg["case"], set()).add(bool(cfg.get("in_place")))
+    stream = NcclStream(places) if output.fmt == "nccl-tests" and not derive and not sys.stdout.isatty() else None
+    sink = Tee(sink, stream) if stream else sink
     records, errors, code, raw, started = [], [], 0, 0, time.monotonic()
     followed = Followed(label, [p for _, p in parts], enabled=not spec.verbose)
     expected = sum(p.records_expected() for _, p in rounds)
@@ -168,9 +186,12 @@ def run_plan(rounds, output, table_fn, label="measuring", plot_fn=None, judge=No
     finally:
         if writer:
             writer.close()
+        if stream:
+            stream.close()
     measured = [r for r in records if not r.get("event")]
     if records:   # a run that measured nothing (a rank hung at its first operation) has its events shown only
-        render(records, output.fmt, table_fn if measured else lambda _: console().print("no measurements"))
+        if not stream:   # a stream printed its rows as they came
+            render(records, output.fmt, table_fn if measured else lambda _: console().print("no measurements"))
         if output.plot and measured:
             plot_fn(records, output.plot)
     metrics.publish(records, "commbench")   # --metrics, --pushgateway
