@@ -168,6 +168,8 @@ class _Reader:
                                (BOOTSTRAP, "bootstrap_if")):
             m = pattern.match(msg)
             if m:
+                if field == "tuner" and eff.get("tuner") == "internal":
+                    del eff["tuner"], self.lines["tuner"]     # a plugin found after 'internal' (2.27 tries twice)
                 eff.setdefault(field, m[1])
                 self.note(field, msg)
                 return

@@ -48,3 +48,13 @@ def test_expect_is_checked_in_the_spec(tmp_path):
         with pytest.raises(UserError):
             check_expect(bad, lambda m: (problems.append(m), (_ for _ in ()).throw(UserError(m))))
     assert "unknown key 'colour'" in problems[0] and "net is a name" in problems[1]
+
+
+def test_nvls_required_fails_on_a_log_that_shows_nvls_unavailable():
+    # a real 2.27.7 run whose every device said 'NVLS multicast support is not available': its records' effective
+    eff = nccl.read_text((LOG.parent / "nccl-2.27.7-p4d-net-plugin-fails-socket.log").read_text())
+    recs = [{"collective": "all_reduce", "size_bytes": size, "busbw_gbps": 100.0,
+             "effective": nccl.for_record(eff, "all_reduce", size, 4)} for size in (1 << 20, 1 << 30)]
+    out = expect_outcome({"nvls": "on"}, recs)
+    assert not out.passed and out.message.startswith("2 of 2 measurements: nvls off where on is expected")
+    assert not expect_outcome({"net": "IB"}, recs).passed and expect_outcome({"net": "Socket"}, recs).passed

@@ -62,6 +62,9 @@ CASES = [  # variable, value, effective, status
     ("NCCL_NET", "Socket", "nccl-2.22.3-a100-sendrecv-nccl-tests-331.log", "not applied"),
     ("NCCL_NET_PLUGIN", "libnccl-net.so", "nccl-2.27.3-g6e-4node-libfabric.log", "applied"),
     ("NCCL_NET_PLUGIN", "aws-ofi-nccl", "nccl-2.22.3-a100-sendrecv-nccl-tests-331.log", "not applied"),
+    ("NCCL_NET_PLUGIN", "libnccl-net.so", "nccl-2.27.7-p4d-net-plugin-fails-socket.log", "not applied"),  # fell back
+    ("NCCL_NVLS_ENABLE", "1", "nccl-2.27.7-p4d-net-plugin-fails-socket.log", "not applied"),
+    ("NCCL_P2P_DISABLE", "0", "nccl-2.27.7-p4d-net-plugin-fails-socket.log", "applied"),
 ]
 
 

@@ -100,3 +100,15 @@ def test_unknown_lines_mpirun_srun_prefixes_and_bounds(tmp_path):
     eff = follower.effective()
     assert eff["net"] == "IB" and eff["version"] == "unknown" and follower.offsets[str(big)] <= nccl.MAX_BYTES
     assert "1 log file(s) read only in part" in eff["evidence_cut"]
+
+
+def test_2_27_net_plugin_that_failed_and_nvls_unavailable():
+    # the Libfabric plugin loaded, its init failed, NCCL used Socket; 'NVLS multicast support is not available'
+    eff = read("nccl-2.27.7-p4d-net-plugin-fails-socket.log")
+    assert (eff["version"], eff["cuda"], eff["net"], eff["net_plugin"], eff["nics"]) == (
+        "2.27.7", "13.0", "Socket", "Libfabric", ["ens32"])
+    assert eff["nvls_multicast"] is False and eff["channels"] == {"coll": 24, "nvls": 0, "p2p": 32, "p2p_per_peer": 32}
+    assert (eff["tuner"], eff["pxn"], eff["mnnvl"], eff["transports"]) == ("nccl_ofi_tuner", False, 0,
+                                                                           {"P2P/CUMEM": 192})
+    assert eff["env_read"] == {"NCCL_NET_PLUGIN": "libnccl-net.so", "NCCL_IB_DISABLE": "1"}
+    assert nccl.summary(eff) == "NCCL 2.27.7, Socket x1, NVLS off, algorithm unknown (no TUNING line)"
