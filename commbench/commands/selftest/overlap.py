@@ -12,10 +12,11 @@ flight) must measure their overlapped time within 0.85-1.15 of the schedule repl
 communication alone and kernel alone (the model's fill + max + drain, fed with this run's own phases; the link
 model's overlapped time is printed beside it, not judged: `selftest model` checks the link model) and an overlap
 efficiency of at least 0.8 (16 steps leave one step of fill or drain: the schedule's own efficiency is 0.94); in
-the same records the negative control, each step's kernel and communication in turn, must show an efficiency
-below 0.2. The link's tbf bucket is 128 KiB (2 ms at 500 Mbit/s): the bucket refills while the control's kernel
-runs, and each step then starts with a bucket's worth at veth speed (256 KiB at 1 Gbit/s put the control at
-0.29-0.47 at 16-32M; a smaller bucket costs so many timer wake-ups that the GEMMs ran 1.5-2x slower). Each cycle
+the same records the negative control, the kernels and then the communication as communication alone issues it,
+must show an efficiency below 0.2. The link's tbf bucket is 128 KiB (2 ms at 500 Mbit/s; when the control waited
+each step's communication after its kernel, the bucket refilled during every kernel and each step started with a
+bucket's worth at veth speed: 256 KiB at 1 Gbit/s put that control at 0.29-0.47 at 16-32M; a smaller bucket costs so
+many timer wake-ups that the GEMMs ran 1.5-2x slower). Each cycle
 is its own launch, up to -N 3 (the first with which the check passes ends them: at 16M the efficiency of one
 cycle ranged 0.74-1.00); per pattern, a cycle that passes is shown and judged (the shortest overlapped time among
 those), else the cycle with the shortest overlapped time.
