@@ -8,7 +8,8 @@ of the two sides alternating per round:
              total), each refilled, warmed up (1 run) and timed (ITERS runs) by commbench.timing.time_loop;
   bare       hand-written loops of the same work: THREADS-thread torch.matmul calls of the kernel's shape (as many as
              the pattern's steps), the pattern's communication alone, and the pattern overlapped.
-Rank 0 prints one JSON line per size and pattern: every round's rank-averaged seconds per run of each, and the load
+Rank 0 prints one JSON line per size and pattern: every round's rank-averaged seconds per run of each (and the CPU
+seconds of each compute loop: the work's cost whatever share of the cores the scheduler gave it), and the load
 average at the line's end.
 """
 import collections
@@ -59,23 +60,30 @@ def bare_pipelined(buf, call):
         call()
 
 
-def timed(fn, iters):
-    """Seconds per run of fn over iters runs after one warm-up run, as time_loop times a phase."""
+def timed(fn, iters, cpu=None):
+    """Seconds per run of fn over iters runs after one warm-up run, as time_loop times a phase; cpu, a list, gets
+    this process's CPU seconds per run (what the work cost, whatever the scheduler gave it)."""
     fn()
     dist.barrier()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(iters):
         fn()
+    if cpu is not None:
+        cpu.append((time.process_time() - c0) / iters)
     return (time.perf_counter() - t0) / iters
 
 
 def commbench_phases(t, iters):
-    """{phase: seconds per run}: the phases in commbench's order, each refilled, warmed up and timed."""
+    """{phase: seconds per run}: the phases in commbench's order, each refilled, warmed up and timed; and the compute
+    phase's CPU seconds per run."""
     out = {}
     for phase in ("comm", "compute", "sequential", TOTAL):
         t.refill()
         time_loop(ctx, t.phases[phase], 1, True)
+        c0 = time.process_time()
         out[phase] = time_loop(ctx, t.phases[phase], iters, True)
+        if phase == "compute":
+            out["compute_cpu"] = (time.process_time() - c0) / iters
         t.fields(phase)   # read and forget the phase's kernel times, as measure_case does
     return out
 
@@ -101,12 +109,16 @@ for size in map(int, sys.argv[4:]):
         a, w, out = torch.ones(m, m), torch.ones(m, m), torch.empty(m, m)
         buf = torch.zeros(size // 4)
         matmul = lambda: torch.matmul(a, w, out=out)  # noqa: E731
-        sides = {"commbench": lambda: commbench_phases(t, iters),
-                 "bare": lambda: {"compute": timed(lambda: [matmul() for _ in range(STEPS)], iters),
-                                  "comm": timed(lambda: bare(buf, lambda: None), iters),
-                                  TOTAL: timed(lambda: bare(buf, matmul), iters)}}
+        cpu = []
+
+        def bare_side():
+            return {"compute": timed(lambda: [matmul() for _ in range(STEPS)], iters, cpu), "compute_cpu": cpu.pop(),
+                    "comm": timed(lambda: bare(buf, lambda: None), iters),
+                    TOTAL: timed(lambda: bare(buf, matmul), iters)}
+        sides = {"commbench": lambda: commbench_phases(t, iters), "bare": bare_side}
         res = {"size": size, "pattern": name, "gemm": m, "threads": torch.get_num_threads(),
-               **{f"{side}_{phase}": [] for side in sides for phase in ("comm", "compute", "sequential", TOTAL)}}
+               **{f"{side}_{phase}": [] for side in sides
+                  for phase in ("comm", "compute", "compute_cpu", "sequential", TOTAL)}}
         for i in range(rounds):
             for side in (("commbench", "bare") if i % 2 == 0 else ("bare", "commbench")):
                 for phase, seconds in sides[side]().items():
