@@ -1,10 +1,15 @@
 """The pairs verdict, in two passes, on node indices (numpy; the same code judges a real run and a simulated one).
 
-1. Random rounds (a round-robin up to 32 nodes): every node meets a few partners. The healthy rate is the median
-   node's median link (then the median link without the links of the nodes that test slow against it: with 4
-   nodes one slow node is on half the links); a node whose links' median is below min_fraction of it is a suspect node; a link below it whose
-   ends are not suspects (a slow partner explains the slow links it is on) makes both its ends suspects of a bad
-   link.
+1. Random rounds (a round-robin up to 32 nodes): every node meets a few partners. A link is the best of its
+   pairings; a node's rate the median of its links (of 2 links, the higher). The healthy rate is the median node's
+   rate, then the median pairing between the nodes that are not slow against it. A node whose rate is below
+   min_fraction of it is a suspect node; a link below it whose ends are not suspects (a slow partner explains the
+   slow links it is on) makes both its ends suspects of a bad link.
+   What this tells apart, from 3 nodes up (one fault among healthy nodes): a slow node is slow on all of its
+   links: a node-level fault (3 nodes: 2 of the 3 links slow, the third, between the other two, healthy; 4 nodes:
+   half the links, so the median link is no yardstick, the median node is). A slow link is one of each of its
+   ends' links, each of which has healthy ones: a link-level fault (3 nodes: 1 of 3 links; each end's other link
+   is healthy, so neither end is blamed). With 2 nodes one link is all there is: no fault can be placed.
 2. The confirm pass (a few more rounds): every suspect against nodes already known good (not a suspect, no slow
    link), and each slow link retested. A node whose median against the known-good nodes is below the fraction
    is a bad node; a link slow in every retest, between two nodes that are fine against the known-good ones, is a
@@ -15,6 +20,7 @@ the number of suspects the confirm pass tested (Bonferroni): a one-sided normal 
 Matrices are (rounds, nodes): partner index (-1: none) and the busbw of that pairing (nan: none).
 """
 import math
+import warnings
 from dataclasses import dataclass, field
 
 from benchcore.lazy import lazy
@@ -45,6 +51,21 @@ def _links(P, W):
     return a, P[r, a], W[r, a]
 
 
+def _node_rates(n, a, b, best):
+    """Each node's rate (nan: never paired): the median of its links; of 2 links, the higher one. One slow link of a
+    node's 2 is as much the link's fault as the node's (3 nodes: one slow node puts its 2 links below, one slow link
+    puts 1 of each end's 2); their mean would blame both ends, the higher one blames neither: the link is judged."""
+    ends, rates = np.r_[a, b], np.r_[best, best]
+    order = np.argsort(ends, kind="stable")
+    ends, rates = ends[order], rates[order]
+    degree = np.bincount(ends, minlength=n)
+    table = np.full((n, max(1, int(degree.max()))), np.nan)
+    table[ends, np.arange(len(ends)) - np.repeat(np.cumsum(degree) - degree, degree)] = rates
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)   # a node never paired: an empty row, nan
+        return np.where(degree == 2, np.nanmax(table, axis=1), np.nanmedian(table, axis=1))
+
+
 def find_suspects(P, W, min_fraction):
     P, W = np.asarray(P), np.asarray(W, dtype=float)
     n = P.shape[1]
@@ -52,22 +73,21 @@ def find_suspects(P, W, min_fraction):
     if not len(bw):
         return Suspects(math.nan, math.nan, [], [], [])
     paired = (P >= 0).any(axis=0)
-    node_median = np.full(n, np.nan)   # a node never paired has none
-    node_median[paired] = np.nanmedian(np.where(P >= 0, W, np.nan)[:, paired], axis=0)
-    # the median node's median link: one slow node among 4 is on half the links, which pulls the median link down
-    # to the middle of slow and fast (a node at 0.58 of the others read 0.73 of it) but not the median node
-    healthy = float(np.median(node_median[paired]))
-    slow_node = node_median < min_fraction * healthy
-    clean = ~slow_node[a] & ~slow_node[b]
-    if slow_node.any() and clean.any():   # the links of slow nodes out of the yardstick (4 nodes: half the links)
-        healthy = float(np.median(bw[clean]))
-        slow_node = node_median < min_fraction * healthy
     # the best of a pair's pairings is the link (other load only ever slows one)
     key = a * n + b
     order = np.argsort(key, kind="stable")
-    key, a, b, bw = key[order], a[order], b[order], bw[order]
-    first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-    best, a, b = np.maximum.reduceat(bw, first), a[first], b[first]
+    first = np.flatnonzero(np.r_[True, np.diff(key[order]) != 0])
+    best, ends = np.maximum.reduceat(bw[order], first), (a[order][first], b[order][first])
+    node_rate = _node_rates(n, *ends, best)
+    # the median node's rate: one slow node among 3 is on 2 of the 3 links, among 4 on half, which pulls the median
+    # link down (a node at 0.58 of the others read 0.73 of it), but the median node is a healthy one
+    healthy = float(np.median(node_rate[paired]))
+    slow_node = node_rate < min_fraction * healthy
+    clean = ~slow_node[a] & ~slow_node[b]
+    if clean.any():   # the yardstick: the median pairing between nodes that are not slow
+        healthy = float(np.median(bw[clean]))
+        slow_node = node_rate < min_fraction * healthy
+    a, b = ends
     low = (best < min_fraction * healthy) & ~slow_node[a] & ~slow_node[b]
     slowest = np.argsort(best[low], kind="stable")
     links = [(int(x), int(y)) for x, y in zip(a[low][slowest], b[low][slowest])]
@@ -150,9 +170,19 @@ def judge(P, W, C, CW, min_fraction):
             continue
         peers, busbw = np.r_[P[before, s], C[rows, s]], np.r_[W[before, s], CW[rows, s]]
         ratios = busbw / sus.healthy
-        fine[s] = float(np.median(ratios)) >= min_fraction
+        fine[s] = _rate(peers, ratios) >= min_fraction
         if not fine[s]:
             out.bad_nodes.append((s, _evidence(peers, busbw, ratios, min_fraction, sus, out.suspects)))
+        elif s in slow_nodes and len(set(peers.tolist())) == 2:   # 3 nodes: fine on one of its 2 links; the other,
+            # slow in every pairing, is the fault
+            slow_links |= {tuple(sorted((s, int(p)))) for p in set(peers.tolist())
+                           if (ratios[peers == p] < min_fraction).all()}
+    for x, y in sorted(slow_links - set(sus.links)):
+        rows = np.flatnonzero(C[:, x] == y)
+        ratios = CW[rows, x] / sus.healthy
+        if len(rows) and fine.get(x, good[x]) and fine.get(y, good[y]) and (ratios < min_fraction).all():
+            out.bad_links.append(((x, y), _evidence([y] * len(rows), CW[rows, x], ratios, min_fraction, sus,
+                                                    out.suspects)))
     for x, y in sus.links:
         rows = np.flatnonzero(C[:, x] == y)
         ratios = CW[rows, x] / sus.healthy
@@ -162,6 +192,15 @@ def judge(P, W, C, CW, min_fraction):
     named = {s for s, _ in out.bad_nodes} | {x for link, _ in out.bad_links for x in link}
     out.cleared = [s for s in tested(sus) if s not in named and s not in out.untested]
     return out
+
+
+def _rate(peers, ratios):
+    """A tested node's ratio to the healthy rate, as _node_rates has it: the median of its pairings; against 2
+    partners only, the better partner's best pairing."""
+    partners = sorted(set(peers.tolist()))
+    if len(partners) == 2:
+        return max(float(ratios[peers == p].max()) for p in partners)
+    return float(np.median(ratios))
 
 
 def _evidence(peers, busbw, ratios, min_fraction, sus, tests):

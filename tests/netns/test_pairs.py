@@ -142,3 +142,29 @@ def test_one_slow_pair_is_named_as_a_link_and_its_ends_are_not(quad):
     assert accused["link"] == [a, b] and accused["peers"] == [b] * accused["pairings"], accused
     assert accused["pairings"] >= 1 and accused["median_ratio"] < 0.5 and accused["confidence"] > 0.99, accused
     assert all(v["passed"] for v in found["node_verdicts"]) and len(found["node_verdicts"]) == NODES
+
+
+def test_three_nodes_one_of_them_slow_is_named(quad):
+    """Issue 46 P1: `commbench pairs` in a 3-node allocation (nodes 0-2 of the module's 8), node 2's link at a third
+    of the others': node 2 is named, and only it (it was 'no bad node or link': the median link was its)."""
+    prefix, logdir = quad
+    slow = netns.ns_name(prefix, 2)
+    shape_node(prefix, 2, RATE // 3)
+    try:
+        nodes = [subprocess.Popen([str(ROOT / "scripts/netns-cluster"), "exec", "--prefix", prefix, str(node), "--",
+                                   str(BIN / "commbench"), "pairs", "--nodes", "3", "--size", "4M", "-n", "3",
+                                   "-w", "1", "--rdzv-endpoint", f"{netns.node_addr(0)}:29580", "--node-rank",
+                                   str(node), "--out", str(logdir / f"three{node}.jsonl")],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                 for node in range(3)]
+        ends = [(p.communicate(timeout=300)[1], p.returncode) for p in nodes]
+    finally:
+        shape_node(prefix, 2, RATE)
+    (stderr, code), others = ends[0], ends[1:]
+    (found,) = [r for r in read_records(logdir / "three0.jsonl") if r.get("event") == "verdict"]
+    print({k: found.get(k) for k in ("reason", "accused", "suspects", "cleared", "healthy_busbw_gbps")})
+    assert code == 1 and f"error: verdict: bad node(s): {slow}" in stderr.splitlines()[-1], stderr
+    assert [c for _, c in others] == [0, 0], others
+    assert found["bad_nodes"] == [slow] and found["bad_links"] == [], found["reason"]
+    (accused,) = found["accused"]
+    assert accused["median_ratio"] < 0.5 and slow not in accused["peers"], accused

@@ -111,6 +111,35 @@ def test_the_simulation_meets_its_target_at_1024_nodes():
     assert none["false_per_node"] <= 0.001, none
 
 
+@pytest.mark.parametrize("n", [3, 4, 5, 8])
+def test_a_small_allocation_names_one_slow_node_and_one_slow_link(n):
+    """Issue 46 P1: from 3 nodes up (3: the slow node is on 2 of the 3 links, the slow link 1 of 3), a node or a
+    link at a third of the rate is named and nothing else, over a full round-robin and the confirm pass; with every
+    link alike nothing is."""
+    for scenario in ("bad node", "bad link"):
+        row = pairs_simulate.simulate(n, 0.05, scenario, 50, None, 0.33, 0.7)
+        assert row["detection"] == 1.0 and row["false_per_run"] == 0, row
+    assert pairs_simulate.simulate(n, 0.05, "none", 50, None, 0.33, 0.7)["false_per_run"] == 0
+
+
+def test_three_nodes_with_one_slow_node_or_one_slow_link_exactly():
+    """The rule on 3 nodes without noise: node 2 at a third is slow on both of its links, a node-level fault; the
+    link 0-1 at a third is one of each end's 2 links, a link-level fault; each confirmed as such."""
+    P = np.array(tournament(3), dtype=object)
+    P = np.where(P == None, -1, P).astype(np.int64)   # noqa: E711 (an object array's None)
+    me = np.broadcast_to(np.arange(3), P.shape)
+    for slow, truth in (((me == 2) | (P == 2), ([2], [])), (((me == 0) & (P == 1)) | ((me == 1) & (P == 0)),
+                                                              ([], [(0, 1)]))):
+        W = np.where(P >= 0, np.where(slow, 1.0, 3.0), np.nan)
+        sus = pv.find_suspects(P, W, 0.7)
+        assert sus.healthy == 3.0 and (sus.nodes, sus.links) == truth, sus
+        C = pv.confirm_schedule(3, sus)
+        cme = np.broadcast_to(np.arange(3), C.shape)
+        cslow = (cme == 2) | (C == 2) if truth[0] else ((cme == 0) & (C == 1)) | ((cme == 1) & (C == 0))
+        v = pv.judge(P, W, C, np.where(C >= 0, np.where(cslow, 1.0, 3.0), np.nan), 0.7)
+        assert ([s for s, _ in v.bad_nodes], [link for link, _ in v.bad_links]) == truth, v
+
+
 @pytest.mark.alone
 def test_the_simulation_at_10000_nodes_takes_seconds():
     row = pairs_simulate.simulate(10000, 0.1, "bad node", 5, 4, 0.5, 0.7)
