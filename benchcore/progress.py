@@ -53,12 +53,26 @@ def rough(seconds):
     return f"~{duration(round(seconds / 300) * 300)}"
 
 
+FOLLOW_READ = 1 << 16   # bytes of a followed file read per look: its lines are a few dozen bytes each
+
+
+def announce(path, index, total, text):
+    """A worker's side of Reporter.follow (a process the launcher runs, e.g. under torchrun): step index (from 0)
+    of total is under way, said in one line appended to path; nothing where path is empty."""
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{index} {total} {time.time():.3f} {' '.join(text.split())}\n")
+
+
 class Reporter:
     """A command's progress over steps of known weights. step(i, text): step i (from 0) is under way, the steps
-    before it are done; detail(text): what happens inside it; close() (or a with block) ends the bar or lines."""
+    before it are done; detail(text): what happens inside it; close() (or a with block) ends the bar or lines.
+    unit: what a step is ('checkpoint'): the line then says the time one took; follow(path): the steps a worker
+    announces (announce) in that file."""
 
-    def __init__(self, title, weights, expect_s=None, stream=None, every=EVERY_S, enabled=True):
+    def __init__(self, title, weights, expect_s=None, stream=None, every=EVERY_S, enabled=True, unit=None):
         self.title, self.weights, self.expect_s = title, [float(w) for w in weights], expect_s
+        self.unit, self._follow = unit, None
         self.stream = stream or sys.stderr
         self.every, self.index, self.text, self.extra = every, 0, title, ""
         self.started = self.first = time.monotonic()
@@ -83,11 +97,11 @@ class Reporter:
             self._thread.start()
         return self
 
-    def step(self, index, text):
-        """Step index is under way (every step before it is done); text says which."""
+    def step(self, index, text, at=None):
+        """Step index is under way (every step before it is done); text says which; at: since when (monotonic)."""
         self.index, self.text, self.extra = max(0, min(index, len(self.weights))), text, ""
         if self.mark is None:   # time before it (a launch's start-up, a calibration) is no step's
-            self.mark = (time.monotonic(), sum(self.weights[:self.index]))
+            self.mark = (time.monotonic() if at is None else at, sum(self.weights[:self.index]))
         self._refresh()
 
     def detail(self, text):
@@ -110,6 +124,40 @@ class Reporter:
             self._bar.update(self._task, total=len(self.weights))
         self._refresh()
 
+    def follow(self, path):
+        """Read the steps a worker announces in path (announce) before each line or refresh."""
+        self._follow = [path, 0]
+
+    def _read_follow(self):
+        if not self._follow:
+            return
+        path, offset = self._follow
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read(FOLLOW_READ)
+        except OSError:   # not written yet
+            return
+        data = data[:data.rfind(b"\n") + 1]
+        self._follow[1] += len(data)
+        for line in data.decode(errors="replace").splitlines():
+            index, total, wall, text = (line.split(" ", 3) + ["", "", ""])[:4]
+            try:
+                since = time.monotonic() - max(0.0, time.time() - float(wall))
+            except ValueError:
+                continue
+            if index.isdigit() and total.isdigit() and int(total) > 0:
+                if int(total) != len(self.weights):
+                    self.resize([1] * int(total))
+                self.step(int(index), text, since)
+
+    def per_step_s(self):
+        """Seconds one step of weight 1 took, from the steps done so far; None before one is done."""
+        done = sum(self.weights[:self.index])
+        if self.mark and done > self.mark[1]:
+            return (time.monotonic() - self.mark[0]) / (done - self.mark[1])
+        return None
+
     def left_s(self):
         """Seconds left: the steps done's rate over the weight left; before that the estimate given, or None."""
         done, total = sum(self.weights[:self.index]), sum(self.weights)
@@ -120,12 +168,14 @@ class Reporter:
         return None   # nothing measured yet, or past the estimate given
 
     def line(self):
-        """`[7/24] overlap ddp R=1 16M repeat 2/3, 3m10s elapsed, ~5m left`."""
-        left = self.left_s()
+        """`[7/24] overlap ddp R=1 16M repeat 2/3, 3m10s elapsed, ~5m left` (with a unit: `..., 41s per
+        checkpoint, ~5m left`)."""
+        left, each = self.left_s(), self.per_step_s() if self.unit else None
         where = self.text + (f" ({self.extra})" if self.extra else "")
         return ((f"[{min(self.index + 1, len(self.weights))}/{len(self.weights)}] " if len(self.weights) > 1 else "")
                 + f"{where}, "
                 f"{duration(time.monotonic() - self.started)} elapsed, "
+                + (f"{duration(each)} per {self.unit}, " if each is not None else "")
                 + (f"{rough(left)} left" if left is not None else "estimating the time left"))
 
     def _refresh(self):
@@ -135,9 +185,13 @@ class Reporter:
                 f" ({self.extra})" if self.extra else ""), left=f"{rough(left)} left" if left is not None else "")
 
     def _tick(self):
-        wait = self.every if self.mode == "lines" else BAR_REFRESH_S
-        while not self._stop.wait(wait):
-            if self.mode == "lines":
+        # a followed file is read every second (a step's start known to the second); a plain line every `every` s
+        due = time.monotonic() + self.every
+        while not self._stop.wait(BAR_REFRESH_S if self.mode == "bar" or self._follow else
+                                  max(0.0, due - time.monotonic())):
+            self._read_follow()
+            if self.mode == "lines" and time.monotonic() >= due - BAR_REFRESH_S / 2:
+                due += self.every
                 try:
                     self.stream.write(self.line() + "\n")
                     self.stream.flush()

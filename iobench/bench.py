@@ -32,15 +32,20 @@ def say(text):
 
 
 @contextlib.contextmanager
-def progress(text, expect_s=None):
+def progress(text, expect_s=None, steps=1, unit=None, follow=None):
     """What runs (fio, torchrun) while it runs, on stderr (benchcore.progress): a bar on a terminal; otherwise the
-    text when it starts, then a line every 10 s with the time elapsed and left (expect_s: its runtime, where fixed);
-    nothing with --quiet."""
+    text when it starts, then a line every 10 s with the step, the time elapsed and left (expect_s: its runtime,
+    where fixed; steps of a unit: the time one took, and the time left from those done); nothing with --quiet.
+    follow: the file the workers announce their steps in (benchcore.progress.announce). Yields the Reporter."""
     if not sys.stderr.isatty() and not quiet():
         say(text)
-    with Reporter(text, [1], expect_s=expect_s) as shown:
-        shown.step(0, text)
-        yield
+    with Reporter(text, [1] * steps, expect_s=expect_s, unit=unit) as shown:
+        if follow:   # the rate counts from the workers' first step: their start-up is no step's
+            shown.detail("starting the ranks")
+            shown.follow(follow)
+        else:
+            shown.step(0, text)
+        yield shown
 
 
 def record(run_id, target, **fields):

@@ -232,17 +232,24 @@ def run(path, layout, processes, writes, reads, timeout, keep, writer, run_id, s
                 write_new_text(jobs[-1], model_fio.job_text(layout, processes, direction, how.startswith("O_DIRECT"),
                                                            fmt), "fio job file")
         each = f" in each of {count} save modes" if count else ""
+        steps = ["--progress", here / "progress", "--progress-after", int(bool(modes and modes.restart_ranks))] \
+            if first else []
         with bench.progress(f"iobench: {where}{layout.describe()} on {target.path}: {writes} writes{each}, then "
-                            f"{reads} reads, by {processes} torch ranks" + (" on each node" if nodes else "")):
+                            f"{reads} reads, by {processes} torch ranks" + (" on each node" if nodes else ""),
+                            unit="checkpoint" + (" and its fio run" if jobs else ""),
+                            follow=here / "progress" if first else None) as shown:
             shared = ["--shared", scratch.shown, "--inode", scratch.inode()] if first else []
             result = run_ranks("iobench.model_worker", ["--dir", data if first else "", *shared,
-                                                        "--result", result_file or "",
+                                                        "--result", result_file or "", *steps,
                                                         *worker_args(layout, writes, reads, timeout, how, fmt), *jobs,
                                                         *(modes.args() if modes else [])],
                                processes, timeout * (saves + reads) * (2 if jobs else 1), here, result_file,
                                "model-ckpt",
                                f" (--timeout {timeout} s for each of {saves + reads} checkpoints"
                                + (" and fio's run beside each)" if jobs else ")"), nodes)
+            if modes and modes.restart_ranks:
+                shown.step(len(shown.weights) - 1, f"restart: {modes.restart_ranks} fresh ranks load the latest "
+                                                   "checkpoint and take a step")
             restarted = restart(here, data, layout, modes, writes, timeout) if modes and modes.restart_ranks else None
     if not first:
         bench.say(f"model-ckpt: node {nodes[1]}'s ranks finished; node 0 makes the records")

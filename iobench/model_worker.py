@@ -30,6 +30,7 @@ import torch.distributed.checkpoint as dcp
 from benchcore.errors import UserError
 from benchcore.files import held_path, hold_private, write_new_text
 from benchcore.processes.torchrun import rank_sum
+from benchcore.progress import announce
 from iobench import model_fio, models, moved, savemodes
 from iobench.fio import run_fio
 from iobench.profiles import fio_directory
@@ -202,7 +203,22 @@ def arguments():
     parser.add_argument("--save-modes", default="", help="dcp: each mode's --writes (iobench.savemodes), in turn")
     parser.add_argument("--plan-cache", action="store_true", help="save modes: DCP's plan caching on")
     parser.add_argument("--step", type=int, default=savemodes.DEFAULT_STEP, help="save modes: the step GEMM's n")
+    parser.add_argument("--progress", default="", help="global rank 0 announces each step here (benchcore.progress)")
+    parser.add_argument("--progress-after", type=int, default=0, help="steps the launcher runs after (the restart)")
     return parser.parse_args()
+
+
+def step_texts(args):
+    """What each step of the schedule is, as the progress line says it: 'write 2/10 (save mode async)', 'read 3/10';
+    each save mode's first save (untimed) before its writes."""
+    modes = [m for m in args.save_modes.split(",") if m]
+    texts = []
+    for kind, index, mode in schedule(args):
+        if kind == "write" and mode and index == 0:
+            texts.append(f"save mode {mode}: its first save (untimed: a save's first call is slow)")
+        texts.append(f"{kind} {index + 1}/{args.writes if kind == 'write' else args.reads}"
+                     + (f" (save mode {mode})" if mode and (kind == "write" or len(modes) > 1) else ""))
+    return texts
 
 
 def schedule(args):
@@ -245,13 +261,26 @@ def main():
     feel = savemodes.Feel(args.step, args.timeout, args.plan_cache) if args.save_modes else None
     if feel and feel.device.type == "cuda":    # the state lives where training keeps it: staging copies it out
         mine = [(shard, {k: t.to(feel.device) for k, t in state.items()}) for shard, state in mine]
+    texts, at = step_texts(args), -1
+    total = len(texts) + args.progress_after
+
+    def say(doing=None):   # global rank 0: the next step is under way, or (doing) what the step does now
+        nonlocal at
+        at += doing is None
+        if rank == 0:
+            announce(args.progress, at, total, texts[at] + (doing or ""))
+
     for kind, index, mode in schedule(args):
         directory = ckpt_dir(root, index, mode, args.writes)
         if feel and kind == "write" and mode != feel.saver_mode():
+            say()
             feel.begin(mode, Path(root) / f"warm-up-{mode}", flat(mine))
+        say()
         if kind == "write" and rank == 0:
             directory.mkdir()
         dist.barrier()
+        if rank == 0 and (args.fio_write if kind == "write" else args.fio_read):
+            say(": fio's reference run of the same files")
         fio_run = same_with_fio(args, kind, directory, counter) if rank == 0 else None
         failed, = broadcast([fio_run.get("error") if fio_run else None])
         if failed:
@@ -266,6 +295,8 @@ def main():
             save = lambda directory, mine: feel.save(directory, flat(mine))  # noqa: E731
         reader = functools.partial(load, direct=args.direct_read and not args.no_drop)
         synced = []
+        say(f": {'saving' if kind == 'write' else 'loading'} ({args.format}"
+            f"{', the state staged, then persisted in the background' if feel and mode not in (None, 'sync') else ''})")
         start, end, result, counters = phase(save if kind == "write" else reader, directory, mine, counter,
                                              then=(lambda d: (fsync_dir(d), synced.append(time.time())))
                                              if kind == "write" else None)

@@ -1,0 +1,27 @@
+"""What a long storage run says while it runs (issue 49 item 1): its phase, write or read k/N, the time one
+checkpoint took and the time left, read from a real run's stderr in a pipe (one line every 10 s)."""
+import re
+
+import pytest
+
+from tests.conftest import run_tool
+
+LINE = re.compile(r"\[(\d+)/(\d+)\] (write|read) (\d+)/(\d+): (fio's reference run of the same files|saving "
+                  r"\(torch-save\)|loading \(torch-save\)), (\S+) elapsed, (\d+s|\d+m\d\ds) per checkpoint and its "
+                  r"fio run, ~\S+ left")
+
+
+@pytest.mark.slow
+def test_model_ckpt_says_its_phase_and_time_left(tmp_path):
+    """4 writes and 4 reads of 22 MB with fio's reference beside each (about 3 s a checkpoint here): the lines in
+    the checkpoints' window name the step, the phase and k/N, the time per checkpoint and the time left."""
+    done = run_tool("iobench", "model-ckpt", tmp_path, "--model", "llama3-8b", "--scale", "0.0002", "--ranks", "2",
+                    "--writes", "4", "--reads", "4", "--out", tmp_path / "r.jsonl", timeout=300)
+    assert done.returncode == 0, done.stderr
+    shown = [m for line in done.stderr.splitlines() for m in [LINE.fullmatch(line)] if m]
+    assert shown, done.stderr
+    for m in shown:
+        step, steps, kind, k, n = int(m[1]), int(m[2]), m[3], int(m[4]), int(m[5])
+        assert steps == 8 and n == 4 and step == (k if kind == "write" else 4 + k), m[0]
+    assert [int(m[1]) for m in shown] == sorted(int(m[1]) for m in shown)
+    assert "elapsed" not in done.stdout   # stdout holds the table only
