@@ -24,7 +24,13 @@ window.addEventListener("load", function () {
     links: Array.from(document.querySelectorAll("#summary a")).map(function (a) {
       return !!document.getElementById(a.getAttribute("href").slice(1)); }),
     sections: Array.from(document.querySelectorAll("section h2")).map(text),
-    images: Array.from(document.images).map(function (img) { return [img.alt, img.naturalWidth]; })
+    images: Array.from(document.images).map(function (img) { return [img.alt, img.naturalWidth]; }),
+    tables: Array.from(document.querySelectorAll("section table")).map(function (t) {
+      return {caption: text(t.caption), headers: Array.from(t.querySelectorAll("th")).map(text),
+              rows: Array.from(t.querySelectorAll("tbody tr")).map(function (tr) {
+                return Array.from(tr.cells).map(text); })}; }),
+    figcaptions: Array.from(document.querySelectorAll("figcaption")).map(text),
+    notes: Array.from(document.querySelectorAll("body > ul > li")).map(text)
   });
   document.body.appendChild(out);
 });

@@ -12,6 +12,7 @@ render, so the two say the same; accept builds its own Doc (commbench/commands/a
 """
 import base64
 import html
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -20,10 +21,12 @@ from pathlib import Path
 from benchcore.errors import UserError, printable
 from benchcore.files import output_dir
 from benchcore.importers import fio_json as fiojson
+from benchcore.report import figures
+from benchcore.report import judged as judged_rows
 from benchcore.report.plots import plots, run_of, saved
 from benchcore.report.render import csv_frame
 from benchcore.results import diff, stats, usable
-from benchcore.results.joined import RECOMPUTED, join
+from benchcore.results.joined import BANDWIDTHS, RECOMPUTED, join
 from benchcore.results.read import TOOL, group_of, label, measurements
 from benchcore.units import format_size
 
@@ -144,20 +147,57 @@ def _with_baseline(row):
     return out
 
 
-def sections(joined):
+FLOOR = {"algbw_gbps": 2, "busbw_gbps": 2}     # nccl-tests prints bandwidths %.2f: 0.10 stays 0.10, never 0.1
+
+
+class Measured:
+    """A cell format: a value with the decimals it was measured with, at most the column's (cap): an imported log's
+    busbw 2 (not padded to 4), its time 135.8 and 12646 as nccl-tests printed them, a measured value the cap."""
+
+    def __init__(self, cap, floor=0):
+        self.cap, self.floor = cap, min(floor, cap)
+
+    def __call__(self, value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return str(value)
+        need = next(d for d in range(self.cap + 1)
+                    if d == self.cap or abs(round(value, d) - value) <= 1e-9 * max(1.0, abs(value)))
+        return format(value, f".{max(self.floor, need)}f")
+
+
+def measured_precision(columns):
+    """columns with each fixed-point format ('.4f') a Measured one of that cap."""
+    return [(key, header, Measured(int(fmt[1:-1]), FLOOR.get(key.removeprefix("baseline_"), 0))
+             if isinstance(fmt, str) and re.fullmatch(r"\.\d+f", fmt) else fmt) for key, header, fmt in columns]
+
+
+def recomputed_cells(row):
+    """A table row whose bandwidths were recomputed from size / time (joined.restored: its log printed 0.00), no
+    measurement of any precision, with them as 3 significant digits: '0.000123', not '0.00'."""
+    if not row.get(RECOMPUTED):
+        return row
+    return dict(row, **{k: figures.value_text(row[k]) for k in BANDWIDTHS if isinstance(row.get(k), float)})
+
+
+def sections(joined, judged=None):
     """[Section] with one table each, per collective/strategy or mount, of joined rows (compared()); rows are
-    records' values; a phase, cycle, repeat (and, with several runs, run) column where the rows have them, and the
-    baseline's figures where a baseline was given."""
-    out, baselined = [], any(row.base for row in joined)
+    records' values, each column with the decimals its values were measured with (measured_precision); a phase,
+    cycle, repeat (and, with several runs, run) column where the rows have them, the judge's util, ceiling, model
+    and class where judged (benchcore.report.judged: report --topology) holds the row's size, and the baseline's
+    figures where a baseline was given."""
+    out, baselined, judged = [], any(row.base for row in joined), judged or {}
     for tool in TOOL:
         by_title = {}
         for row in joined:
             if row.new[0]["tool"] == tool:
                 for r in _with_baseline(row):
-                    by_title.setdefault(SECTION[tool](r), []).append(r)
+                    by_title.setdefault(SECTION[tool](r), []).append(judged_rows.with_judged(r, judged))
         for title, rows in by_title.items():
             rows.sort(key=_sort_key(ORDER[tool]))
-            columns = list(COLUMNS[tool])
+            columns = measured_precision(COLUMNS[tool])
+            rows[:] = [recomputed_cells(r) for r in rows]
+            if any(r.get("judge_class") for r in rows):
+                columns += judged_rows.COLUMNS
             for key, header, fmt, at in WHEN_PRESENT:
                 if any(r.get(key) is not None and r.get(key) is not False for r in rows):   # emulated: where true
                     columns.insert(len(columns) if at is None else at, (key, header, fmt))
@@ -165,8 +205,9 @@ def sections(joined):
             if len(runs) > 1:
                 columns.append(("run", "run", None))
             if baselined:
-                columns += [(f"baseline_{f}", f"baseline {header}", fmt) for f, header, fmt in COLUMNS[tool]
-                            if f in TOOL[tool].shown] + [("vs_baseline", "new/baseline", ".3f")]
+                columns += measured_precision([(f"baseline_{f}", f"baseline {header}", fmt) for f, header, fmt
+                                               in COLUMNS[tool] if f in TOOL[tool].shown]) \
+                    + [("vs_baseline", "new/baseline", ".3f")]
             caption = f"run {runs[0]}" if len(runs) == 1 else f"{len(runs)} runs"
             out.append(Section(f"{tool}: {title}", tables=[(caption, columns, rows)]))
     return out
@@ -355,8 +396,9 @@ def write_into(directory, inputs, records, baseline_inputs=(), baseline=(), fmt=
     notes += value_notes(recs, baseline)
     rows, drawn, drawn_base = compared(recs, baseline)
     notes += recomputed_note(drawn + drawn_base)
-    images, left_out = plots(directory, drawn, drawn_base)
+    judged = judged_rows.rows_of(events)
+    images, left_out = plots(directory, drawn, drawn_base, judged=judged)
     notes += [left_out] if left_out else []
     doc = Doc(title, notes=["Inputs: " + ", ".join(inputs)] + notes,
-              sections=sections(rows) + ([Section("plots", images=images)] if images else []))
+              sections=sections(rows, judged) + ([Section("plots", images=images)] if images else []))
     return write_doc(directory, doc, recs, fmt) + [name for _, name in images]

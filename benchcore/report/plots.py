@@ -10,6 +10,7 @@ from benchcore.errors import WriteFailed
 from benchcore.files import write_new
 from benchcore.inputs import name as shown_path
 from benchcore.report import figures
+from benchcore.report import judged as judged_rows
 from benchcore.results import stats, usable
 from benchcore.results.read import env_config, group_of, measurements
 from benchcore.units import format_size
@@ -18,6 +19,9 @@ MAX_PLOTS = 12          # a report of 1,000 groups draws 12 plots, not 1,000 (ea
 MAX_SERIES = 12         # lines per side of a plot: 5,000 runs drew 5,000 lines and an 80,590-pixel-tall legend
 # y axes of a commbench plot: busbw and time always, another field's panel only where a threshold bounds it
 AXES = {"busbw_gbps": "busbw (GB/s)", "time_us": "time (us)", "algbw_gbps": "algbw (GB/s)"}
+LARGE = "busbw_large"   # a panel: the large messages' busbw on a linear axis (the region that qualifies a cluster)
+LARGE_SHARE = 64        # its sizes: from the largest measured / LARGE_SHARE up (8G: 128M-8G)
+FIELD = {LARGE: "busbw_gbps"}
 LATENCIES = (("lat_mean_us", "mean"), ("lat_p50_us", "P50"), ("lat_p99_us", "P99"), ("lat_p999_us", "P99.9"))
 BASELINE_HATCH = "//"
 
@@ -89,23 +93,54 @@ def _peak_name(rec):
             + (f" ({what})" if what else ""))
 
 
-def busbw_figure(title, recs, base_recs, marks=()):
-    """busbw and time vs size (sizes 1K, 1M, 1G; log-log), one line per run, phase, placement, type and config
-    through its repeats' median, their min-max as error bars (the baseline dashed); the model's prediction per phase
-    and the link peak, labelled; marks: [(field, label, [(size, value)])] thresholds, each a labelled dashed line on
-    its field's axis (a panel of its own for a field other than busbw and time)."""
+def large_from(recs):
+    """The smallest size of the large-message panel: the largest size measured / LARGE_SHARE (None where fewer than
+    2 sizes are that large)."""
+    sizes = sorted({r["size_bytes"] for r in recs if usable.usable(r.get("size_bytes"))
+                    and usable.usable(r.get("busbw_gbps"))})
+    cut = sizes[-1] / LARGE_SHARE if sizes else None
+    return cut if cut and sum(s >= cut for s in sizes) >= 2 else None
+
+
+def _repeated(recs, several):
+    """Whether some line holds several values at one size (repeats, cycles, pooled runs): its bars mean something."""
+    seen = set()
+    for r in recs:
+        at = (series_name(r, several), r.get("size_bytes"))
+        if at in seen:
+            return True
+        seen.add(at)
+    return False
+
+
+def busbw_figure(title, recs, base_recs, marks=(), judged=()):
+    """busbw and time vs size (sizes 1K, 1M, 1G; log-log), and the large messages' busbw on a linear axis (sizes
+    from the largest / LARGE_SHARE up: 300 and 338 GB/s told apart), one line per run, phase, placement, type and
+    config through its repeats' median, their min-max as error bars where a line has repeats (the baseline
+    dashed); the model's prediction per phase and the link peak, labelled; judged: the judge's verdict rows of
+    these records (benchcore.report.judged: the model per algorithm, the link peak, published references);
+    marks: [(field, label, [(size, value)])] thresholds, each a labelled dashed line on its field's axis (a panel
+    of its own for a field other than busbw and time)."""
     plt = figures.pyplot()
-    fields = list(dict.fromkeys(["busbw_gbps", "time_us"] + [f for f, _, _ in marks if f in AXES]))
+    cut = large_from(recs)
+    fields = list(dict.fromkeys(["busbw_gbps"] + ([LARGE] if cut else []) + ["time_us"]
+                                + [f for f, _, _ in marks if f in AXES]))
     fig, axes = plt.subplots(1, len(fields), figsize=(6.5 * len(fields), 6), squeeze=False)
     axes = dict(zip(fields, axes[0]))
     several = len({run_of(r) for r in list(recs) + list(base_recs)}) > 1
+
+    def shown(field, size):
+        return field != LARGE or size >= cut
+    tops = [0.0]
     for recs_, style, tag in ((recs, "-", ""), (base_recs, "--", "baseline ")):
         for key, rs in _series(recs_, several, tag).items():
             if not rs:      # the lines not drawn, said in the legend
                 axes["busbw_gbps"].plot([], [], " ", label=key)
             for field, ax in axes.items():
-                figures.spread(ax, [(r["size_bytes"], r[field]) for r in rs if usable.usable(r.get(field))], key,
-                               style)
+                points = [(r["size_bytes"], r[FIELD.get(field, field)]) for r in rs
+                          if usable.usable(r.get(FIELD.get(field, field))) and shown(field, r["size_bytes"])]
+                figures.spread(ax, points, key, style)
+                tops += [y for _, y in points] if field == LARGE else []
     models = {}
     for r in recs:          # the model per phase, placement, type and topology: the same for every run and repeat
         if usable.usable(r.get("predicted_time_us")) and usable.usable(r.get("time_us")):
@@ -113,25 +148,43 @@ def busbw_figure(title, recs, base_recs, marks=()):
                 + f" ({r.get('topology') or 'alpha-beta'})"                         # one per topology, not run
             models.setdefault(name, set()).add((r["size_bytes"], r["predicted_time_us"], r.get("busbw_gbps") and
                                                 r["busbw_gbps"] * r["time_us"] / r["predicted_time_us"]))
+    busbw_axes = [(f, axes[f]) for f in ("busbw_gbps", LARGE) if f in axes]
     for name, points in models.items():
         points = sorted(points)
         axes["time_us"].plot([p[0] for p in points], [p[1] for p in points], ":", label=name)
-        if all(p[2] for p in points):
-            axes["busbw_gbps"].plot([p[0] for p in points], [p[2] for p in points], ":", label=name)
+        for field, ax in busbw_axes:
+            if all(p[2] for p in points):
+                mine = [p for p in points if shown(field, p[0])]
+                ax.plot([p[0] for p in mine], [p[2] for p in mine], ":", label=name)
+                tops += [p[2] for p in mine] if field == LARGE else []
     peaks = {(r["link_peak_gbps"], r.get("phase"), r.get("topology"), r.get("link_tier")): r for r in recs
              if usable.usable(r.get("link_peak_gbps"))}
     for rec in peaks.values():
-        axes["busbw_gbps"].axhline(rec["link_peak_gbps"], color="grey", linestyle="-.", linewidth=1,
-                                   label=_peak_name(rec))
+        for _, ax in busbw_axes:
+            ax.axhline(rec["link_peak_gbps"], color="grey", linestyle="-.", linewidth=1, label=_peak_name(rec))
+        tops.append(rec["link_peak_gbps"])
+    for field, ax in busbw_axes:
+        top = judged_rows.draw(ax, judged, cut if field == LARGE else 0)
+        tops.append(top)
     for field, text, points in marks:
-        if field in axes and points:
-            figures.threshold(axes[field], text, points=points)
+        for f in (field, LARGE) if field == "busbw_gbps" else (field,):
+            mine = [p for p in points if shown(f, p[0])]
+            if f in axes and mine:
+                figures.threshold(axes[f], text, points=mine)
+                tops += [p[1] for p in mine] if f == LARGE else []
+    bars = ("median, bars: min-max of repeats" if _repeated(list(recs) + list(base_recs), several) else
+            "one value per size and line: no repeats, no bars")
     for field, ax in axes.items():
         figures.size_axis(ax)
-        ax.set_yscale("log")
-        ax.set_ylabel(AXES[field])
-        ax.set_title(f"{title}: {AXES[field].split(' (')[0]} vs size (median, bars: min-max of repeats)",
-                     fontsize="medium")
+        if field == LARGE:
+            sizes = [r["size_bytes"] for r in recs if usable.usable(r.get("size_bytes")) and r["size_bytes"] >= cut]
+            ax.set_xlim(min(sizes) / 1.25, max(sizes) * 1.25)
+            ax.set_ylim(0, max(tops) * 1.08)
+            ax.set_title(f"{title}: busbw from {format_size(int(cut))} (linear)", fontsize="medium")
+        else:
+            ax.set_yscale("log")
+            ax.set_title(f"{title}: {AXES[field].split(' (')[0]} vs size ({bars})", fontsize="medium")
+        ax.set_ylabel(AXES.get(field, "busbw (GB/s, linear)"))
         ax.grid(True, which="both", alpha=0.3)
     _legends_below(fig, list(axes.values()))
     return fig
@@ -186,7 +239,8 @@ def storage_figure(recs, base_recs, marks=()):
 def _legends_below(fig, axes, ncol=1, labels=0.8):
     """Each axis' legend below it, under its tick labels (labels: inches they take), the figure grown to hold the
     longest: legends never cover data, and the figure is drawn once (no tight bounding box)."""
-    rows = max(-(-len(ax.get_legend_handles_labels()[1]) // ncol) for ax in axes)
+    rows = max(-(-sum(label.count("\n") + 1 for label in ax.get_legend_handles_labels()[1]) // ncol)
+               for ax in axes)
     legend, plot = 0.2 + 0.16 * rows, 4.5                  # inches: legend lines of x-small text; the axes
     height = plot + labels + legend + 0.4
     fig.set_figheight(height)
@@ -214,10 +268,12 @@ def _by_group(records):
     return out
 
 
-def plots(directory, records, baseline=(), marks=None, taken=None):
+def plots(directory, records, baseline=(), marks=None, taken=None, judged=None):
     """Draw at most MAX_PLOTS plots into directory: ([(title, file name)], a note when groups were left out).
     The busbw plots are of the groups with most measurements; marks: thresholds to draw, {group: busbw_figure's
-    marks} and {"storage": storage_figure's}; taken: file names already used (several calls into one directory)."""
+    marks} and {"storage": storage_figure's}; taken: file names already used (several calls into one directory);
+    judged: the judge's verdict rows (benchcore.report.judged.rows_of), drawn on the groups they judged."""
+    judged = judged or {}
     marks, out, taken = marks or {}, [], set() if taken is None else taken
     recs, base = measurements(records), measurements(baseline)
     io = [r for r in recs if r["tool"] == "iobench"]
@@ -225,9 +281,12 @@ def plots(directory, records, baseline=(), marks=None, taken=None):
     room = MAX_PLOTS - bool(io)
     chosen = sorted(groups, key=lambda g: -len(groups[g]))[:room]
     for group in [g for g in groups if g in chosen]:
+        mine = judged_rows.of_group(judged, groups[group])
         name = saved(directory, f"busbw-{slug(group, taken)}.png", lambda f: _save(lambda: busbw_figure(
-            group, groups[group], base_groups.get(group, []), marks.get(group, ())), f), binary=True)
-        out.append((f"{group}: busbw and time vs size", name))
+            group, groups[group], base_groups.get(group, []), marks.get(group, ()), mine), f), binary=True)
+        large = large_from(groups[group])
+        out.append((f"{group}: busbw and time vs size" + (f", busbw from {format_size(int(large))} on a linear axis"
+                                                          if large else "") + judged_rows.caption(mine), name))
     if io:
         name = saved(directory, f"{slug('storage', taken)}.png", lambda f: _save(lambda: storage_figure(
             io, [r for r in base if r["tool"] == "iobench"], marks.get("storage", ())), f), binary=True)

@@ -151,7 +151,8 @@ def report_command(tool, judge=None, notes=None):
 
     @click.command("report", help=f"""Markdown, a self-contained HTML page (images inside), PNG plots and the data
         for any RESULTS (records, nccl-tests logs, fio JSON; either tool): busbw vs size per collective or
-        strategy (log-log, with the link peak and the model's prediction where records have them);
+        strategy (log-log, and the large sizes' busbw on a linear axis; the link peak and the model's
+        prediction where records have them);
         MB/s and latency percentiles per mount and profile. --baseline overlays other results.
 
         \b
@@ -174,8 +175,9 @@ def report_command(tool, judge=None, notes=None):
         click.echo(f"wrote {', '.join(written)} in {out}", err=True)
     if judge:
         command = click.option("--topology", default=None, metavar="FILE|NAME",
-                               help="Judge the numbers against this system (as `judge`): the verdict per size in "
-                                    "the report's notes.")(command)
+                               help="Judge the numbers against this system (as `judge`): the verdict in the notes, "
+                                    "util, ceiling, model and class columns, and the model per algorithm, the link "
+                                    "peak and the published references in the plots.")(command)
     return command
 
 

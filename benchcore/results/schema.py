@@ -190,6 +190,8 @@ EVENT_EXTENSIONS = {
                   "sweep_options": "sweep: {option: value} of every option that changes what the sweep measures "
                                    "(what --resume must share with the records it reuses)",
                   "seconds": "how long it ran", "check": "verdict: which check", "passed": "verdict: outcome",
+                  "topology": "judge verdict: the system judged against (its rows: model_gbps, ceiling_gbps, "
+                              "references, placement per size)",
                   "rate_bps": "selftest link: the shaped rate", "ceiling_fraction": "selftest link: TCP ceiling",
                   "pass_range": "selftest link: accepted fraction of the ceiling", "rows": "verdict: per-size rows",
                   "cycles": "selftest verdict: the -N cycles measured (the first with which the check passes "

@@ -97,7 +97,7 @@ def verdict_record(rows, topo, run_id=None):
               + "; ".join(f"{r.collective} {format_size(r.size_bytes)}: {r.line}" for r in failing[:3])
               if failing else f"every judged measurement is what {topo.name} delivers")
     return schema.event("commbench", "verdict", reason, run_id=run_id or new_run_id(), check="judge",
-                        passed=not failing, rows=[r.as_dict() for r in rows])
+                        passed=not failing, topology=topo.name, rows=[r.as_dict() for r in rows])
 
 
 def run_verdict(records, topology_text):

@@ -38,8 +38,10 @@ def thresholds(ax):
 def test_report_plot_sizes_phases_repeats_and_thresholds():
     fig = plots.busbw_figure("rs-ag", rsag(repeats=3), [], [("time_us", "time <= 2 ms at 1M", [(1 << 20, 2000.0)])])
     drawn(fig)
-    busbw, time = fig.axes
-    for ax in (busbw, time):
+    busbw, large, time = fig.axes                # large: the largest sizes' busbw on a linear axis
+    assert large.get_yscale() == "linear" and busbw.get_yscale() == "log"
+    assert "(median, bars: min-max of repeats)" in busbw.get_title()           # 3 repeats: the bars say something
+    for ax in (busbw, large, time):
         assert size_ticks(ax) == ["256K", "512K", "1M", "2M", "4M"]            # not 2^18 ... 2^22
         assert ax.get_xlabel() == "size (bytes; 1K = 1024)"
         bars = errorbars(ax)
@@ -47,7 +49,8 @@ def test_report_plot_sizes_phases_repeats_and_thresholds():
         for container in bars.values():
             low, high = container.lines[2][0].get_segments()[0][:, 1]            # the first size's bar: min to max
             assert high > low and list(container.lines[0].get_xdata()) == list(SIZES)
-    assert thresholds(time) == {"threshold: time <= 2 ms at 1M": RED_DASHED} and thresholds(busbw) == {}
+    assert thresholds(time) == {"threshold: time <= 2 ms at 1M": RED_DASHED} and thresholds(busbw) == {} == \
+        thresholds(large)
     assert "threshold: time <= 2 ms at 1M" in [t.get_text() for t in time.texts]   # labelled on the plot too
 
 

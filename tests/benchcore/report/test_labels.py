@@ -47,8 +47,9 @@ def lines(ax):
 def test_every_phase_is_its_own_series_its_repeats_one_line_and_the_model_one_line_per_phase():
     fig = plots.busbw_figure("rs-ag", rsag(), [], [("time_us", "time_us <= 2 ms at 1M", [(1 << 20, 2000.0)]),
                                                    ("busbw_gbps", "busbw >= 0.5 GB/s", [(1 << 20, 0.5)])])
-    busbw, time = fig.axes
+    busbw, large, time = fig.axes      # large: the largest sizes' busbw, linear
     assert busbw.get_ylabel() == "busbw (GB/s)" and time.get_ylabel() == "time (us)"
+    assert large.get_ylabel() == "busbw (GB/s, linear)" and "threshold: busbw >= 0.5 GB/s" in lines(large)
     for ax in (busbw, time):
         named = lines(ax)
         for phase in PHASES:
