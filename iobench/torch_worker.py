@@ -29,6 +29,7 @@ from torch.distributed.tensor import DTensor, Shard
 from benchcore.errors import UserError
 from benchcore.files import write_new_text
 from benchcore.processes.torchrun import rank_sum
+from benchcore.progress import announce
 from iobench import savemodes, torchckpt
 from iobench.fio import run_fio
 from iobench.mounts import disk_bytes
@@ -226,6 +227,7 @@ def main():
     parser.add_argument("--fio-jobs", default="", help="fio job files in --fio-dir, run in this order each repeat")
     parser.add_argument("--disks", default="", help="the mount's whole disks (sysfs names), whose bytes are counted")
     parser.add_argument("--no-plan-cache", action="store_true", help="--save-mode formats: DCP's plan caching off")
+    parser.add_argument("--progress", default="", help="rank 0 announces each repeat here (benchcore.progress)")
     args = parser.parse_args()
     PLAN_CACHE[0] = not args.no_plan_cache
 
@@ -242,6 +244,9 @@ def main():
     fio_runs, jobs = [], [j for j in args.fio_jobs.split(",") if j]
     # fio's reference and the checkpoints take turns, so each repeat's ratio pairs runs moments apart
     for repeat in range(-1, args.repeats):  # -1: warm-up, untimed: fio and each format once (first calls are slow)
+        where = f"repeat {repeat + 1}/{args.repeats}" if repeat >= 0 else "warm-up (untimed: fio and each format once)"
+        if rank == 0 and jobs:
+            announce(args.progress, repeat + 1, args.repeats + 1, f"{where}: fio's reference run")
         failed = reference(jobs, args, repeat, disks, fio_runs) if rank == 0 else None
         failed, = broadcast([failed])
         if failed:
@@ -250,6 +255,8 @@ def main():
             dist.destroy_process_group()
             return
         for fmt in formats:
+            if rank == 0:
+                announce(args.progress, repeat + 1, args.repeats + 1, f"{where}: {fmt} write, then read")
             counted = repeat >= 0
             res = results[fmt] if counted else {**results[fmt], **{k: [] for k in LISTS}}
             checkpoint(res, FORMATS[fmt], Path(args.dir) / fmt / (str(repeat) if counted else "warm-up"), state, plan,

@@ -75,7 +75,8 @@ def launch(scratch, formats, size, ranks, timeout, repeats=1, keep=False, disks=
     runs = 1 + len(fio_jobs) * (repeats + 1)  # the checkpoints and every fio run, --timeout each
     args = ["--dir", scratch, "--formats", ",".join(formats), "--per-rank-bytes", size // ranks,
             "--result", result, "--timeout", timeout * (1 + len(fio_jobs)), "--repeats", repeats,
-            "--disks", ",".join(disks), "--fio-dir", fio_dir or "", "--fio-jobs", ",".join(fio_jobs)] + \
+            "--disks", ",".join(disks), "--fio-dir", fio_dir or "", "--fio-jobs", ",".join(fio_jobs),
+            "--progress", scratch / "progress"] + \
         (["--keep"] if keep else []) + ([] if plan_cache else ["--no-plan-cache"])
     each = f" for the checkpoints and each of {runs - 1} fio runs" if runs > 1 else ""
     return run_ranks("iobench.torch_worker", args, ranks, timeout * runs, scratch, result, "torch-ckpt",
@@ -129,7 +130,8 @@ def run(path, size, ranks, formats, fio_ceiling, timeout, keep, writer, run_id, 
                            "job file")
         with bench.progress(f"iobench: torchrun {ranks} ranks: {', '.join(formats)} checkpoint of "
                             f"{size >> 20} MiB on {target.path}, {repeats} times"
-                            + (", fio's reference before each" if jobs else "")):
+                            + (", fio's reference before each" if jobs else ""), steps=repeats + 1,
+                            unit="repeat", follow=scratch.path / "progress"):
             try:
                 result = launch(scratch.path, formats, size, ranks, timeout, repeats, keep, target.mount.disks,
                                 fio_dir and fio_dir.path, [f"{j.profile}.fio" for j in jobs], plan_cache)

@@ -25,3 +25,22 @@ def test_model_ckpt_says_its_phase_and_time_left(tmp_path):
         assert steps == 8 and n == 4 and step == (k if kind == "write" else 4 + k), m[0]
     assert [int(m[1]) for m in shown] == sorted(int(m[1]) for m in shown)
     assert "elapsed" not in done.stdout   # stdout holds the table only
+
+
+TORCH = re.compile(r"\[(\d)/4\] (warm-up \(untimed: fio and each format once\)|repeat (\d)/3): (fio's reference run|"
+                   r"torch-save write, then read|dcp write, then read), (\S+) elapsed, (?:(\d+s) per repeat, ~\S+ left|"
+                   r"estimating the time left)")
+
+
+@pytest.mark.slow
+def test_torch_ckpt_says_its_repeat_and_phase(tmp_path):
+    """3 repeats of 48 MiB after the warm-up (about 6 s a repeat here): the repeat, fio's reference or the format
+    under way, the time a repeat took and the time left."""
+    done = run_tool("iobench", "torch-ckpt", tmp_path, "--size", "48M", "--repeats", "3", "--format", "json",
+                    timeout=300)
+    assert done.returncode == 0, done.stderr
+    shown = [m for line in done.stderr.splitlines() for m in [TORCH.fullmatch(line)] if m]
+    assert shown, done.stderr
+    for m in shown:
+        assert int(m[1]) == (int(m[3]) + 1 if m[3] else 1), m[0]
+    assert any(m[6] for m in shown), done.stderr   # a time per repeat once one is done
