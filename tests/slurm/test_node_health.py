@@ -36,7 +36,7 @@ def test_accept_node_check_drains_the_node_with_a_bad_gpu_alone(cluster, tmp_pat
         shutil.copy(SMI / CAPTURES.get(i, "h100-sxm-x8-q.txt"), nvml / f"{node}.txt")
     env = {**hooks(sysfs=IB / "gpud-h100", kmsg=KLOG / "gpud-dmesg-xid-119.log"),
            "CAPTURED_NVML": str(nvml / "{node}.txt"), "COMMBENCH": str(BIN / "commbench"),
-           "PYTHON": str(BIN / "python"), "SPEC": str(spec)}
+           "PYTHON": str(BIN / "python"), "SPEC": str(spec), "REPORTS": str(tmp_path / "reports")}
     runs = []
     try:
         runs = [cluster.spawn(HEALTHCHECK, node=i, env={**env, "SLURMD_NODENAME": node}, log=f"node-health-{i}")
