@@ -333,8 +333,9 @@ def torch_ckpt(path, size, ranks, ckpt_formats, repeats, fio_ceiling, save_modes
               help="--save-mode: the job's mean time between failures in hours, for the checkpoint interval "
                    "[default: the layout's GPUs at Llama 3's one failure per 50,676 GPU-hours]")
 @click.option("--restart-ranks", type=int, default=None, callback=positive("--restart-ranks"),
-              help="--save-mode: after the writes, restart from the latest checkpoint on this many ranks (fewer than "
-                   "--ranks: DCP redistributes), cache dropped, timed to the first step, every tensor compared.")
+              help="--save-mode: after the writes, restart from the latest checkpoint on this many ranks, each holding "
+                   "its rows of every tensor (DCP reshards the whole tensors saved), cache dropped, timed to the first "
+                   "step, every tensor compared.")
 @click.option("--plot", default=None, callback=new_output_option("--plot", PLOT_SUFFIXES),
               help="--save-mode: a new image file of step time across a save, per mode (.png, .svg, .pdf).")
 @click.option("--dry-run", is_flag=True, help="Print the layout (files and sizes) and run nothing.")

@@ -53,7 +53,8 @@ def print_modes(records):
         for r in records:
             if r.get("restart_ranks") and r["mount"] == mount:
                 out.print(f"restart: the latest checkpoint ({mine[-1]['save_mode']}'s, saved by {first['numjobs']} "
-                          f"ranks) loaded by {r['restart_ranks']} fresh rank(s), the cache dropped: "
+                          f"ranks as whole tensors) loaded by {r['restart_ranks']} fresh rank(s), each holding its rows of every "
+                          f"tensor (DCP reshards), the cache dropped: "
                           f"{r['restart_s']:.2f} s from starting torchrun to the first step, every one of "
                           f"{r['tensors']} tensors compared ({r['restart_wrong']} wrong); the load served by "
                           f"{r['served_by']}" + (f" ({r['bytes_moved_ratio']:.2f} of its bytes)"

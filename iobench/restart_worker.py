@@ -1,13 +1,13 @@
 """One process of model-ckpt's restart (--restart-ranks), started by torchrun: a job coming back after a failure.
 
 The parent notes the time before starting torchrun (--t0); each rank imports torch, joins the process group, rank 0
-drops the checkpoint from the page cache (posix_fadvise: a node that never read it), each rank allocates its share
-of the state (layout rank r of the layout goes to process r % world, as model_worker gives it out: with fewer
-processes than saved it, DCP finds each tensor in whichever rank's file holds it and reads it into its new owner),
-loads it with dcp.load, runs one training-like step (iobench.savemodes.Steps) and notes the time: restart = the last
-rank's first step - t0. Then, off the clock, every tensor is compared exactly with what was saved
-(model_worker.tensors regenerates it), and node 0's first rank's mount counter (iobench.moved) says whether storage
-served the load.
+drops the checkpoint from the page cache (posix_fadvise: a node that never read it), and every rank allocates its
+rows of every tensor of the checkpoint, each split Shard(0) over the restart's ranks as FSDP holds them (DTensors):
+the checkpoint was saved as whole tensors, each by the rank that held it, so DCP reshards: it reads each rank's rows
+out of whichever file holds the tensor, onto however many ranks restart. One training-like step
+(iobench.savemodes.Steps) follows; restart = the last rank's first step - t0. Then, off the clock, every rank's rows
+are compared exactly with the same rows of what was saved (model_worker.tensors regenerates it), and rank 0's mount
+counter (iobench.moved) says whether storage served the load.
 """
 import argparse
 import datetime
@@ -17,6 +17,8 @@ import time
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Shard
 
 from benchcore.files import write_new_text
 from benchcore.processes.torchrun import rank_sum
@@ -25,12 +27,26 @@ from iobench.model_worker import DTYPES, flat, tensors
 from iobench.torch_worker import drop_cache
 
 
-def empty_state(shard):
-    """The shapes model_worker.tensors gives a shard, unfilled: what a restarting job allocates before it loads."""
-    dtype = DTYPES[shard.kind]
+def piece(n, rank, world):
+    """(start, length) of rank's rows of an n-row tensor split Shard(0) over world ranks (torch.chunk's split)."""
+    per = -(-n // world)
+    start = min(rank * per, n)
+    return start, min(per, n - start)
+
+
+def empty_state(shard, mesh):
+    """The tensors model_worker.tensors gives a shard, unfilled and split over the restart's ranks (Shard(0), as FSDP
+    holds them): what a restarting job allocates before it loads; DCP reads each rank's rows out of the one file
+    that holds the whole tensor."""
+    dtype, rank, world = DTYPES[shard.kind], mesh.get_local_rank(), mesh.size()
     elements, per = max(1, shard.nbytes // dtype.itemsize), models.MAX_TENSOR_BYTES // dtype.itemsize
-    return {f"{shard.kind}.{i}": torch.empty(min(per, elements - offset), dtype=dtype)
-            for i, offset in enumerate(range(0, elements, per))}
+    state = {}
+    for i, offset in enumerate(range(0, elements, per)):
+        n = min(per, elements - offset)
+        local = torch.empty(piece(n, rank, world)[1], dtype=dtype)
+        state[f"{shard.kind}.{i}"] = DTensor.from_local(local, mesh, [Shard(0)], run_check=False, shape=(n,),
+                                                        stride=(1,))
+    return state
 
 
 def main():
@@ -49,13 +65,13 @@ def main():
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
     layout = models.layout(args.model, args.tp, args.pp, args.dp, args.zero, args.scale)
-    shards = [s for s in layout.shards if s.rank % world == rank]
+    mesh = init_device_mesh("cpu", (world,))
     counter = moved.counter_for(args.dir) if rank == 0 else None
     if rank == 0:   # the job restarts on nodes that never read it: nothing of it in their page cache
         drop_cache(args.dir)
     before = counter.sample() if counter else None
     dist.barrier()
-    target = flat([(s, empty_state(s)) for s in shards])
+    target = flat([(s, empty_state(s, mesh)) for s in layout.shards])
     start = time.time()
     dcp.load(target, storage_reader=dcp.FileSystemReader(args.dir))
     loaded = time.time()
@@ -64,10 +80,14 @@ def main():
     times = [None] * world
     dist.all_gather_object(times, (start, loaded, first_step))
     after = counter.sample() if counter else None
-    expected = flat([(s, tensors(s)) for s in shards])
-    wrong = rank_sum(sum(1 for k, t in expected.items() if not torch.equal(target[k], t)))
-    nbytes = rank_sum(sum(t.numel() * t.element_size() for t in target.values()))
-    count = rank_sum(len(target))
+    wrong = 0
+    for shard in layout.shards:     # every rank's rows of every tensor, against the same rows of what was saved
+        for key, whole in tensors(shard).items():
+            start, length = piece(whole.numel(), rank, world)
+            wrong += not torch.equal(target[f"{shard.name}/{key}"].to_local(), whole[start:start + length])
+    wrong = rank_sum(wrong)     # a tensor counts once per rank whose rows of it differ
+    nbytes = rank_sum(sum(t.to_local().numel() * t.element_size() for t in target.values()))
+    count = len(target)
     if rank == 0:
         write_new_text(args.result, json.dumps({
             "restart_s": max(t[2] for t in times) - args.t0,

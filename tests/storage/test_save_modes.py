@@ -6,9 +6,13 @@ One model-ckpt run per mount (module fixture): llama3-8b at 1/10,000 (11 MB), 2 
 three reads (one of each mode's), no fio; a step GEMM of 128 (~1 ms) so steps run beside even a short save. Which
 mode is faster is a benchmark's question (scripts/bench-iobench model-modes), never asserted here."""
 import math
+import time
+from pathlib import Path
 
 import pytest
 
+from iobench.ranks import run_ranks
+from iobench.restart_worker import piece
 from tests.conftest import read_records, run_tool
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -17,13 +21,17 @@ MODES = ("sync", "async-thread", "async-process")
 
 @pytest.fixture(scope="module", params=["xfs", "cephfs"])
 def saved(request, loop_xfs_mount, cephfs_mount, tmp_path_factory):
+    """The run's output, records and plot; its checkpoints are kept (--keep) for the two-rank restart, and removed."""
     mount = loop_xfs_mount if request.param == "xfs" else cephfs_mount.path
     out, plot = tmp_path_factory.mktemp("modes") / "r.jsonl", tmp_path_factory.mktemp("plot") / "steps.png"
-    done = run_tool("iobench", "model-ckpt", mount, "--model", "llama3-8b", "--scale", "0.0001", "--ranks", "2",
-                    "--writes", "1", "--reads", "3", "--no-fio", "--ckpt-format", "dcp",
-                    "--save-mode", ",".join(MODES), "--step", "128", "--restart-ranks", "1", "--out", out,
-                    "--plot", plot, timeout=600)
-    return done, read_records(out) if out.exists() else [], plot
+    try:
+        done = run_tool("iobench", "model-ckpt", mount, "--model", "llama3-8b", "--scale", "0.0001", "--ranks", "2",
+                        "--writes", "1", "--reads", "3", "--no-fio", "--ckpt-format", "dcp",
+                        "--save-mode", ",".join(MODES), "--step", "128", "--restart-ranks", "1", "--out", out,
+                        "--plot", plot, "--keep", timeout=600)
+        yield done, read_records(out) if out.exists() else [], plot
+    finally:
+        run_tool("iobench", "clean", mount)
 
 
 def test_every_mode_saves_what_loads_back_exactly(saved):
@@ -71,6 +79,26 @@ def test_restart_onto_fewer_ranks_is_exact(saved):
     else:   # ceph-fuse keeps its own cache, which dcp.load (no O_DIRECT) cannot pass: said, never storage's figure
         assert restart["served_by"] in ("storage", "cache")
         assert (restart["bw_mbps"] is None) == (restart["served_by"] == "cache")
+
+
+def test_restart_reshards_onto_as_many_ranks_split_otherwise(saved, tmp_path):
+    """The async-process checkpoint, saved as whole tensors by 2 ranks, loaded by 2 fresh ranks that each hold half
+    of every tensor's rows (Shard(0)): DCP reads each half out of the file holding the tensor; every rank's rows
+    exact, and together they are the whole payload."""
+    _, recs, _ = saved
+    rec = next(r for r in recs if r.get("save_mode") == "async-process")
+    ckpt = Path(rec["mount"]) / f"iobench-{rec['run_id']}" / "checkpoints" / "ckpt-async-process-0"
+    result = tmp_path / "restart.json"
+    got = run_ranks("iobench.restart_worker", ["--dir", ckpt, "--result", result, "--t0", repr(time.time()),
+                                               "--model", "llama3-8b", "--tp", 1, "--pp", 1, "--dp", 8, "--zero", 3,
+                                               "--scale", "0.0001", "--step", 128], 2, 300, tmp_path, result, "restart")
+    assert got["world_size"] == 2 and got["wrong"] == 0 and got["tensors"] == 16
+    assert got["bytes"] == rec["size_bytes"]
+
+
+def test_rows_split_as_torch_chunk_splits_them():
+    assert [piece(10, r, 3) for r in range(3)] == [(0, 4), (4, 4), (8, 2)]
+    assert [piece(1, r, 2) for r in range(2)] == [(0, 1), (1, 0)]
 
 
 def test_torch_ckpt_saves_in_every_mode_to_storage_and_back(loop_xfs_mount, tmp_path):
