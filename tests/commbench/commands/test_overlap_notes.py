@@ -96,3 +96,18 @@ def test_a_chunk_holding_every_payload_is_labelled_whole(capsys):
     text = printed([measured(4 << 20, 100, 100, 150, **whole), measured(4 << 20, 100, 100, 150, **cut)], capsys)
     assert "\u2502 pipelined whole R=1 " in text and "65536K" not in text and "pipelined 1024K x1 R=1" in text
     assert "whole = a chunk as large as -e: every payload in one operation, nothing pipelined" in text
+
+
+def test_chunked_overlap_answers_against_the_whole_payload_row():
+    """chunked --overlap's answer finds its one-all_gather baseline by the 'whole' label (it parsed '65536K'): the
+    pipelined chunks that leave less exposed communication than ddp B=1 and than the whole payload are the answer."""
+    from commbench.commands.chunked import overlap_answer
+    size, big = 16 << 20, 64 << 20
+    ring = {"case": "ddp", "buckets": 1}
+    whole = {"case": "pipelined", "chunk_bytes": big, "inflight": 1, "max_bytes": big}
+    cut = {**whole, "chunk_bytes": 1 << 20}
+    recs = [measured(size, 100, 100, 100 + exposed + r, repeat=r, **cfg)
+            for cfg, exposed in ((ring, 90), (whole, 95), (cut, 20)) for r in range(3)]
+    answer, = overlap_answer(recs)
+    assert answer["winner"] == "pipelined 1024K x1 R=1" and answer["beats_from_bytes"] == size, answer["reason"]
+    assert "one plain all_gather (ratio" in answer["reason"]
