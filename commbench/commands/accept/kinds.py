@@ -54,6 +54,7 @@ VALUES = {
                lambda flag, v: [flag, ",".join(f"{x:g}" for x in (v if isinstance(v, list) else [v]))]),
     "fraction": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1,
                  "a number above 0, at most 1", lambda flag, v: [flag, f"{v:g}"]),
+    "level": (lambda v: v in ("quick", "full"), "quick or full (commbench node's levels)", lambda flag, v: [flag, v]),
     "paths": (lambda v: isinstance(v, list) and bool(v) and all(is_argument(x) for x in v),
               "a list of paths (none starting with '-': write ./-name for such a file)", lambda flag, v: list(v)),
 }
@@ -151,7 +152,7 @@ KINDS = {
                   required=("nodes",), dry_run=True, nodes_key="nodes", groups=lambda check: {"sendrecv", "all_reduce"},
                   verdict="pairs verdict: no bad node, no bad link"),
     "node": Kind("commbench", "commbench.commands.cli", lambda check: ["node"],
-                 {"level": ("--level", "text"), "seconds": ("--seconds", "whole"), "topology": ("--topology", "text")},
+                 {"level": ("--level", "level"), "seconds": ("--seconds", "whole"), "topology": ("--topology", "text")},
                  top_topology=True, verdict="node verdict: no GPU or InfiniBand port failing a check of "
                                             "commbench/health/checks.py (DCGM's, NVIDIA's and gpud's thresholds)"),
     "overlap": Kind("commbench", "commbench.commands.cli",
