@@ -14,7 +14,7 @@ from benchcore.progress import Reporter, quiet
 from benchcore.results import schema
 from benchcore.results.records import git_revision, hostname, timestamp
 from benchcore.units import format_size
-from iobench import fio
+from iobench import fio, moved
 from iobench.mounts import Mount, disk_bytes, mount_of
 from iobench.profiles import fio_directory, job_file
 from iobench.safety import MountLock, ScratchDir, check_target, probe_direct, sigterm_as_interrupt, stale_dirs
@@ -210,21 +210,40 @@ def _measure(target, args, scratch, run_id, timeout, version, writer, profile=No
              busy=False, keep_json=False):
     """Run fio once in scratch; records (profile: the job's name unless given); a failure is recorded, then raised."""
     what = f"{profile or 'fio'} on {target.path}"
+    counter = moved.counter_for(target.path)      # what proves the storage moved the bytes (iobench/moved.py)
     try:
-        before = disk_bytes(target.mount.disks)
+        before, counted = disk_bytes(target.mount.disks), counter.sample()
         data = fio.run_fio(args, timeout, cwd=scratch.path, what=what)
-        moved = device_moved(before, disk_bytes(target.mount.disks))
+        device, counted = device_moved(before, disk_bytes(target.mount.disks)), (counted, counter.sample())
     except UserError as exc:
         if writer:
             writer.write(event(run_id, target.path, "failed", str(exc)))
         raise
-    return fio_records(target, data, run_id, version, writer, profile, direct_requested, busy, keep_json, moved)
+    return fio_records(target, data, run_id, version, writer, profile, direct_requested, busy, keep_json, device,
+                       served=(counter, *counted))
+
+
+def served_fields(found, counter, before, after):
+    """{direction: served_by, bytes_moved_ratio, byte_counter, served_reason} of one fio run's measurements: the
+    bytes the mount's counter (iobench/moved.py, as model-ckpt's) saw move in each direction over the payload fio
+    reports there (every job of the run: the counter sees them all). Below moved.MIN_MOVED a cache served it (a
+    read of files fio just laid out, a buffered write not yet written back); memory (tmpfs) is never storage;
+    without a counter: unproven, and why."""
+    out = {}
+    for direction in dict.fromkeys(m.get("direction") for m in found):
+        payload = sum(m.get("io_bytes") or 0 for m in found if m.get("direction") == direction)
+        seen = counter.moved(before, after, direction)
+        by, ratio = moved.verdict(seen.get("bytes"), payload, memory="memory" in seen)
+        out[direction] = {"served_by": by, "bytes_moved_ratio": ratio, "byte_counter": counter.describe(),
+                          "served_reason": seen.get("reason") or seen.get("memory")}
+    return out
 
 
 def fio_records(target, data, run_id, version, writer, profile=None, direct_requested=None, busy=False,
-                keep_json=None, moved=None, **extra):
+                keep_json=None, moved=None, served=None, **extra):
     """The records of one fio run's JSON, written as made (moved: device_moved() around the run, kept where the
-    run has one measurement; extra: fields for every record); a job that failed is recorded, then raised."""
+    run has one measurement; served: (moved.Counter, its samples before and after the run): each record's
+    served_fields; extra: fields for every record); a job that failed is recorded, then raised."""
     try:
         if keep_json:
             keep_json.save(data, profile or "run", target.path)
@@ -233,9 +252,11 @@ def fio_records(target, data, run_id, version, writer, profile=None, direct_requ
         if writer:
             writer.write(event(run_id, target.path, "failed", str(exc)))
         raise
+    proof = served_fields(found, *served) if served else {}
     records = [record(run_id, target, profile=profile or m["job"], fio_version=version,
                       direct_requested=m["direct"] if direct_requested is None else direct_requested,
-                      concurrent=busy, **m, **((moved or {}) if len(found) == 1 else {}), **extra)
+                      concurrent=busy, **m, **((moved or {}) if len(found) == 1 else {}),
+                      **proof.get(m.get("direction"), {}), **extra)
                for m in found]
     for rec in records:
         if writer:

@@ -261,13 +261,21 @@ def run(path, layout, processes, writes, reads, timeout, keep, writer, run_id, s
     return records
 
 
+def _shown(r):
+    """A model-ckpt record as its table row: a figure no storage made (memory, a cache) shows its served_by, and its
+    ratio to fio's 'n/a' (two memory figures' ratio says nothing of storage)."""
+    row = dict(r, label="restart" if r.get("restart_ranks") else r["rw"] + (f" {r['save_mode']}" if r.get("save_mode")
+                                                                           else ""),
+               moved="n/a" if r.get("bytes_moved_ratio") is None else f"{r['bytes_moved_ratio']:.2f}",
+               bw=r["bw_mbps"] if r.get("bw_mbps") is not None else f"({r['served_by']})",
+               ratios=f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f}" if r.get("ratio_min") else None)
+    if r.get("bw_mbps") is None and r.get("ratio_to_fio") is not None:
+        row.update(ratio_to_fio="n/a", ratios="n/a")
+    return row
+
+
 def print_model(records):
-    rows = [dict(r, label="restart" if r.get("restart_ranks") else
-                 r["rw"] + (f" {r['save_mode']}" if r.get("save_mode") else ""),
-                 moved="n/a" if r.get("bytes_moved_ratio") is None else f"{r['bytes_moved_ratio']:.2f}",
-                 bw=r["bw_mbps"] if r.get("bw_mbps") is not None else f"({r['served_by']})",
-                 ratios=f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f}" if r.get("ratio_min") else None)
-            for r in records if r.get("model")]
+    rows = [_shown(r) for r in records if r.get("model")]
     first = rows[0] if rows else {}
     print_table(rows, [("label", "phase", None), ("duration_s", "slowest rank s", ".2f"),
                        ("torch_cpu_s", "torch CPU s", ".2f"),
@@ -291,6 +299,8 @@ def print_model(records):
     for r in rows:
         if r.get("served_reason") or r["served_by"] == "cache":
             out.print(f"{r['rw']}: no storage throughput: "
-                      + (r["served_reason"] or f"only {r['bytes_moved_ratio']:.2f} of the payload reached storage"))
+                      + (r["served_reason"] or f"only {r['bytes_moved_ratio']:.2f} of the payload reached storage")
+                      + ("; x fio: n/a (both figures are of " + ("memory" if r["served_by"] == "memory" else "a cache")
+                         + ", not storage)" if r["ratio_to_fio"] == "n/a" else ""))
     if modes_table.mode_rows(records):
         modes_table.print_modes(records)

@@ -5,6 +5,7 @@ from benchcore.importers.fio_json import TIME_FIGURES
 from benchcore.report import figures
 from benchcore.report.render import console, print_table
 from benchcore.units import format_size
+from iobench import moved
 
 
 def figure(field):
@@ -19,7 +20,11 @@ RESULT_COLUMNS = [("mount", "mount", None), ("label", "profile", None), ("bw_mbp
                   ("iops", "IOPS", ".0f")] + [figure(f) for f in ("lat_mean_us", "lat_p99_us", "lat_p999_us",
                                                                     "lat_samples")]
 MIXED = {"rw", "readwrite", "randrw", "trimwrite", "randtrimwrite"}
-EXTRA_COLUMNS = [("direct", "direct", "d"), ("clat", "I/O lat is", None), ("concurrent", "concurrent", None)]
+EXTRA_COLUMNS = [("direct", "direct", "d"), ("clat", "I/O lat is", None), ("concurrent", "concurrent", None),
+                 ("served", "served by", None)]
+NOT_STORAGE = {"cache": "the MB/s is a cache's (the page cache's), not the storage's",
+               "memory": "the MB/s is memory's, not storage's",
+               "unproven": "nothing says whether storage or a cache served it"}
 DURABLE_COLUMNS = [figure(f) for f in ("file_lat_mean_us", "files_per_s", "fsync_lat_mean_us", "fsync_lat_p99_us",
                                        "fsync_samples", "end_fsync_s")]
 
@@ -51,7 +56,7 @@ def side_by_side(records):
 
 
 def print_results(records, title="iobench"):
-    rows = [dict(r, label=r["profile"], clat="clat" if r.get("lat_kind") == "clat" else None)
+    rows = [dict(r, label=r["profile"], clat="clat" if r.get("lat_kind") == "clat" else None, served=served(r))
             for r in side_by_side(records)]  # label: benchcore.report.render never cuts it
     if not rows:
         console().print("no measurements")
@@ -65,11 +70,35 @@ def print_results(records, title="iobench"):
     for mount, fs_type, storage, device in dict.fromkeys(
             (r["mount"], r.get("fs_type"), r.get("storage_class"), r.get("device")) for r in rows):
         out.print(f"{mount}: {fs_type}, storage class {storage}, device {device or 'n/a'}")
+    for line in served_lines(rows):
+        out.print(line)
     for r in rows:
         if r.get("files") and r.get("fsync_samples") is not None and r["fsync_samples"] < r["files"]:
             out.print(f"{r['profile']} on {r['mount']}: {r['fsync_samples']} fsyncs for {r['files']} files: fio issues "
                       f"fsync=1's fsync before a job's next write, so the last file of each of its {r['numjobs']} "
                       f"job(s) is closed without one (per-file us includes {r['files'] - r['fsync_samples']} such)")
+
+
+def served(rec):
+    """The 'served by' cell where it is not the storage (iobench/moved.py's proof): 'cache (0.02 moved)', 'memory',
+    'unproven'; None where storage moved the bytes (or the record predates the proof)."""
+    by = rec.get("served_by")
+    if by in (None, "storage"):
+        return None
+    return f"{by} ({rec['bytes_moved_ratio']:.2f} moved)" if rec.get("bytes_moved_ratio") is not None else by
+
+
+def served_lines(rows):
+    """A line per row whose bytes no storage is shown to have moved: what the counter saw, what that means."""
+    out = []
+    for r in rows:
+        by = r.get("served_by")
+        if by in NOT_STORAGE:
+            seen = (f"{r['bytes_moved_ratio']:.2f} of its {r.get('direction')} bytes reached storage by "
+                    f"{r.get('byte_counter')} (below {moved.MIN_MOVED}: a cache served it)"
+                    if r.get("bytes_moved_ratio") is not None else r.get("served_reason") or r.get("byte_counter"))
+            out.append(f"served by {by}: {r['profile']} on {r['mount']}: {seen}: {NOT_STORAGE[by]}")
+    return out
 
 
 def mount_row(mount):

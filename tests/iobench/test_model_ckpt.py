@@ -146,6 +146,10 @@ def test_storage_cache_and_memory_on_real_mounts(tool, loop_xfs, tmpfs, tmp_path
     assert {r["served_by"] for r in dcp} == {"memory"} and all(r["bw_mbps"] is None for r in dcp)
     assert {(r["profile"], r["ckpt_format"], r["files"], r["wrong"]) for r in dcp} == {("llama3-8b-dcp", "dcp", 2, 0)}
     assert all(r["fio_bw_mbps"] > 0 for r in dcp)
+    # memory's MB/s hidden, and so is its ratio to fio's (issue 49 item 8: '1.02 x fio' of two memory figures)
+    cells = [[c.strip() for c in line.split("│")] for line in done.stdout.splitlines() if line.startswith("│ ")]
+    assert [(c[5], c[7], c[8]) for c in cells if c[1] in ("write", "read")] == [("(memory)", "n/a", "n/a")] * 2
+    assert "x fio: n/a (both figures are of memory, not storage)" in done.stdout
 
 
 CACHED = """\
