@@ -23,6 +23,7 @@ kernel's sizing, the four phases). overlap_schedule.py orders the steps, overlap
 for the model, overlap_figures.py figures the total record.
 """
 import os
+import statistics
 import time
 from dataclasses import replace
 
@@ -112,20 +113,22 @@ def _calibrated(ctx, cfg, steps, run, depth):
     """The kernel: --gemm as given, else sized so that compute alone takes compute_ratio x communication alone.
     compute.calibrate's probes give a first size; then the pattern's own runs are timed as its comm and compute
     phases time them (CALIBRATION_RUNS communication runs back to back, then as many compute runs, each kernel call
-    timed as the phases time it; the slowest rank's), and the kernel rescaled to the ratio (up to CALIBRATION_CHECKS
-    times, until within 10 %). Where the cap or the floor stops it, or the machine's load moves the phases apart,
-    compute_ratio_measured says what it reached and the table marks it."""
+    timed as the phases time it; the slowest rank's median run of each), and the kernel rescaled to the ratio (up
+    to CALIBRATION_CHECKS times, until within 10 %). Where the cap or the floor stops it, or the machine's load moves
+    the phases apart, compute_ratio_measured says what it reached and the table marks it."""
     if cfg.get("gemm"):
         return compute.Kernel(ctx, cfg["compute_kernel"], *cfg["gemm"])
     kind, ratio, calls = cfg["compute_kernel"], cfg["compute_ratio"], len(steps.comms)
 
-    def comm():   # seconds per communication run, CALIBRATION_RUNS back to back as the comm phase runs them
-        t0 = time.perf_counter()
+    def comm():   # seconds per communication run: the median of CALIBRATION_RUNS back to back, as the comm phase
+        times = []
         for _ in range(CALIBRATION_RUNS):
+            t0 = time.perf_counter()
             run(steps.comms, lambda: None, depth, lambda t0, t1: None)
-        if ctx.device.type == "cuda":
-            torch.cuda.synchronize()
-        return _slowest(ctx, (time.perf_counter() - t0) / CALIBRATION_RUNS)
+            if ctx.device.type == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        return _slowest(ctx, statistics.median(times))
     run(steps.comms, lambda: None, depth, lambda t0, t1: None)   # warm-up: connections, buffers
     ctx.barrier()
     d = compute.calibrate(ctx, kind, ratio * comm(), calls)
@@ -137,10 +140,12 @@ def _calibrated(ctx, cfg, steps, run, depth):
         kernel.call("calibrate")   # warm-up: the kernel's first call
         kernel.per_call("calibrate")
         ctx.barrier()
-        comm_s = comm()
-        for _ in range(CALIBRATION_RUNS * calls):   # as the compute phase runs them: back to back
-            kernel.call("calibrate")
-        scale = (ratio * comm_s / _slowest(ctx, kernel.per_call("calibrate") * calls)) ** order
+        comm_s, runs = comm(), []
+        for _ in range(CALIBRATION_RUNS):   # as the compute phase runs them: back to back
+            for _ in range(calls):
+                kernel.call("calibrate")
+            runs.append(kernel.per_call("calibrate") * calls)
+        scale = (ratio * comm_s / _slowest(ctx, statistics.median(runs))) ** order
         rescaled = min(cap, max(compute.ALIGN, int(round(d * scale / compute.ALIGN)) * compute.ALIGN))
         if 0.9 < scale < 1.1 or rescaled == d:
             break
