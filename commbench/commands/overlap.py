@@ -151,12 +151,14 @@ def shared_cores(records):
     if not first or first.get("time_source") != "cpu" or first.get("world_size", 1) < 2 or not (
             first.get("emulated") or first.get("local_world_size") == first.get("world_size")):
         return None
-    cpus, threads = first.get("host_cpus"), first.get("rank_threads")
-    return (f"shared cores: {first['world_size']} ranks on one host's {cpus or '?'} CPUs, each with "
-            f"{first.get('compute_threads') or 1} compute thread of its {threads or '?'} OS threads "
-            f"({first['backend']}'s beside it): compute and communication take turns on these cores, so 'overlapped' "
-            "is their contention here, not what a link hides; an efficiency at or below 0 is this host's, not the "
-            "pattern's")
+    cpus, threads, compute = first.get("host_cpus"), first.get("rank_threads"), first.get("compute_threads") or 1
+    over = first["world_size"] * compute
+    return (f"shared cores: {first['world_size']} ranks on one host's {cpus or '?'} CPUs, each with {compute} compute "
+            f"thread of its {threads or '?'} OS threads ({first['backend']}'s beside it): compute and communication "
+            "take turns on these cores, so 'overlapped' is their contention here, not what a link hides; an "
+            "efficiency at or below 0 is this host's, not the pattern's"
+            + (f"; {over} compute threads on {cpus} CPUs: compute alone is oversubscribed too" if cpus and over > cpus
+               else ""))
 
 
 def print_overlap(records):

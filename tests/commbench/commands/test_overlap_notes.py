@@ -82,6 +82,9 @@ def test_shared_cores_said_where_ranks_share_a_hosts_cpus(capsys):
     line = next(ln for ln in local.splitlines() if ln.startswith("shared cores:"))
     assert line.startswith("shared cores: 2 ranks on one host's 2 CPUs, each with 1 compute thread of its 7 OS "
                            "threads (gloo's beside it): compute and communication take turns on these cores"), line
+    assert "oversubscribed" not in line
+    two = printed([measured(4 << 20, 100, 100, 150, compute_threads=2)], capsys)
+    assert "; 4 compute threads on 2 CPUs: compute alone is oversubscribed too" in two
     emulated = printed([measured(4 << 20, 100, 100, 150, emulated=True, local_world_size=1, nodes=2)], capsys)
     assert "shared cores: 2 ranks on one host's" in emulated
     for other in ({"local_world_size": 1, "nodes": 2}, {"time_source": "cuda_events", "backend": "nccl"}):
