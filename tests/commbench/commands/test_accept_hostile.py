@@ -136,7 +136,7 @@ SPEC_DEFECTS = {   # what is wrong -> (edit of GOOD, what the line says)
     "iters 1e999": (("    min_bytes: 1K", "    iters: 1e999\n    min_bytes: 1K"), "whole number"),
     "size of 5000 digits": (("    min_bytes: 1K", "    min_bytes: " + "9" * 5000), "not valid YAML"),
     "size 10**30": (("    min_bytes: 1K", "    min_bytes: " + "9" * 30), "a size"),
-    "topology [1,2]": (("checks:", "topology: [1, 2]\nchecks:"), "topology is"),
+    "topology [1,2]": (("checks:", "topology: [1, 2]\nchecks:"), "topology: expected text"),
     "threshold of 5,000 characters": (("      - wrong == 0", "      - busbw_gbps >= " + "x" * 5000), "is not FIELD OP"),
     "field of 5,000 characters": (("      - wrong == 0", "      - " + "f" * 5000 + " >= 1"), "have no field"),
     "size of 100 KB": (("    min_bytes: 1K", '    min_bytes: "1' + " " * 100_000 + 'x"'), "expected a size"),
