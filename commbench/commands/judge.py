@@ -111,8 +111,11 @@ def report_verdict(records, topology_text):
     """report --topology: the verdict of the records on that system, or a note saying why nothing was judged."""
     topo = resolve(topology_text)
     rows, skipped = judge(read.measurements(records), topo)
-    if rows:
-        return [verdict_record(rows, topo, records[0].get("run_id"))]
+    if rows:      # and, as judge prints them, why each size left out was not judged, and what no reference means
+        said = not_judged(rows) + ([f"no published reference for this topology ({topo.name}): the levels are the "
+                                    "model's"] if not topo.references else [])
+        return [verdict_record(rows, topo, records[0].get("run_id"))] + [
+            schema.event("commbench", "judge", line, run_id=records[0].get("run_id")) for line in said]
     why = "; ".join(f"{count} record(s): {reason}" for reason, count in skipped.items()) or "no measurement"
     return [schema.event("commbench", "judge", f"nothing judged against {topo.name}: {why} (commbench judge takes "
                                               "--ranks, --nodes and --env where the records do not say)")]

@@ -91,3 +91,7 @@ def test_the_report_page_in_a_browser_has_the_judges_columns_measured_precision_
         caption and "no published reference for this topology" in caption
     assert seen["images"][0][1] > 1500         # three panels drawn
     assert any(n.startswith("verdict: every judged measurement is what gcp-a3-mega delivers") for n in seen["notes"])
+    assert "judge: not judged, all_reduce 16 ranks on 2 nodes: 32M to 2G (7 sizes; the largest: 1G at 0.88 of the " \
+           "best, 2G at 0.94 of the best): the busbw still rises: under 0.95 of the best measured, 338.1 GB/s at 8G " \
+           "(judged from 321.2 GB/s)" in seen["notes"]
+    assert "judge: no published reference for this topology (gcp-a3-mega): the levels are the model's" in seen["notes"]
