@@ -197,6 +197,7 @@ def test_the_installed_gloo_sends_what_the_model_counts():
 
 
 @pytest.mark.slow
+@pytest.mark.alone   # judges no time, but shares the module's calibration with the test above, which judges rates
 def test_calibrate_measures_gloo_s_own_cost_per_call_and_the_model_predicts_small_sizes_with_it(calibrated, tmp_path):
     """Issue 39 item 9: the calibration holds Gloo's (and, mpi4py being installed, MPI's) own cost per collective
     call, from a 1-element all_reduce on 2 ranks; a run's records predict small all_reduces on Gloo with it, once
