@@ -163,12 +163,13 @@ def plot_matrix(records, path):
                    f"plays it again. The confirm pass adds {pv.CONFIRM_ROUNDS} rounds (suspects only).")
 @click.option("--size", default="256M", show_default=True, help="Bytes each pair moves per operation.")
 @click.option("--min-fraction", type=FRACTION, default=0.7, show_default=True,
-              help="A link (or a node's median link) below this fraction of the median is bad.")
+              help="A link (or a node's median link) below this fraction of the healthy rate is bad.")
 @click.option("--plot", default=None, callback=new_output_option("--plot", PLOT_SUFFIXES),
               help="Heat map PNG of the matrix (a new file).")
 @click.option("--simulate", default=None, metavar="NODES[,NODES...]",
               help="Measure the verdict instead of the links: synthetic matrices at these node counts (e.g. "
-                   "64,1024,10000), a table of detection, false accusations and rounds used; nothing is launched.")
+                   "3,4,8,64,1024,10000; from 3 nodes a slow node is told from a slow link), a table of detection, "
+                   "false accusations and rounds used; nothing is launched.")
 @click.option("--noise", default="0.05,0.1,0.2", show_default=True,
               help="--simulate: link noise levels (relative standard deviation of a link's busbw).")
 @click.option("--trials", type=click.IntRange(1, 100000), default=200, show_default=True,
