@@ -65,16 +65,20 @@ def not_judged(rows):
 
 def shown_table(rows, topo):
     """(columns, rows, lines above the table) of judge's table: the published column only where the topology has
-    references ('none' where none matches a row), else one line saying there is none."""
+    references ('none' where none matches a row), else one line saying there is none; the layout and the placement
+    the busbw is of in a line where every row shares it, else in a column."""
     columns, lines = list(COLUMNS), []
     if not topo.references:
         columns = [c for c in columns if c[0] != "published"]
         lines.append(f"no published reference for this topology ({topo.name}): the levels are the model's")
-    placements = {r.placement for r in rows}
+    placements, layouts = {r.placement for r in rows}, {where(r) for r in rows}
+    if len(layouts) == 1:        # one layout: said once, the table keeps its width
+        columns = [c for c in columns if c[0] != "where"]
+        lines.append(f"every row: {layouts.pop()}")
     if len(placements) == 1:
         lines.append(f"busbw: the median of each size's {placements.pop()}")
     else:
-        columns.insert(4, ("placement", "busbw of", None))
+        columns.insert(3, ("placement", "busbw of", None))
     shown = [{**r.as_dict(), "where": where(r), "published": r.published or "none"} for r in rows]
     return columns, shown, lines
 

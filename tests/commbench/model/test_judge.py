@@ -177,7 +177,7 @@ def test_judge_says_why_each_size_is_not_judged_which_placement_and_where(tmp_pa
     header = next(line for line in out.splitlines() if "┃ collective" in line)
     assert "no published reference for this topology (gcp-a3-mega)" in out and "published" not in header
     assert "busbw: the median of each size's out-of-place and in-place (2 records: their mean)" in out
-    assert "16 ranks on 2 nodes" in out and "16 x 2" not in out
+    assert "every row: 16 ranks on 2 nodes" in out and "16 x 2" not in out
     lines = [line for line in out.splitlines() if line.startswith("not judged")]
     assert lines == [
         "not judged, all_reduce 16 ranks on 2 nodes: 8 to 16M (22 sizes): latency-bound: the model's busbw there is "
@@ -200,9 +200,12 @@ def test_a_topology_with_references_names_where_none_matches():
     proc = run_tool("commbench", "judge", LOGS / REAL[0][0], "--topology", "dgx-h100", "--ranks", 8, "--nodes", 1,
                     env={"COLUMNS": "250"})
     assert proc.returncode == 0 and "no published reference" not in proc.stdout
-    cells = [[c.strip() for c in line.split("│")] for line in proc.stdout.splitlines() if line.startswith("│ all_")]
-    assert {c[6] for c in cells if c[2] == "8"} == {"none"}, cells[:2]
-    assert any("NVLS 480 GB/s at 16G" in c[6] for c in cells if c[2] == "16G")
+    header = next([c.strip() for c in line.split("┃")] for line in proc.stdout.splitlines() if "┃ collective" in line)
+    cells = [dict(zip(header, [c.strip() for c in line.split("│")])) for line in proc.stdout.splitlines()
+             if line.startswith("│ all_")]
+    assert {c["published"] for c in cells if c["size"] == "8"} == {"none"}, cells[:2]
+    assert any("NVLS 480 GB/s at 16G" in c["published"] for c in cells if c["size"] == "16G")
+    assert "every row: 8 ranks on 1 node" in proc.stdout and "ranks" not in header
     in_place = [r for r in imported(REAL[0][0]) if r["in_place"]]
     rows, _ = judge(in_place, topology.resolve("dgx-h100"), 8, 1)
     assert {r.placement for r in rows} == {"in-place"}
