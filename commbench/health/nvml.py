@@ -2,10 +2,9 @@
 counters (read twice: their difference over a check is what the check saw), a sample of its clocks-event reasons,
 temperature and power, and the XIDs its driver reports while a check runs. A call NVML answers NotSupported (or any
 error) leaves its value None: unknown, never guessed."""
-import ctypes
 
 from commbench.health import boundary
-from commbench.model.detect import FABRIC_STATES, NVLINK_GBPS
+from commbench.model.detect import NVLINK_GBPS, fabric
 
 # nvmlClocksEventReason* bits (pynvml 13.615.71: pynvml.py:2190-2199) -> the name the tables print
 REASONS = {0x1: "idle", 0x2: "applications clocks", 0x4: "SW power cap", 0x8: "HW slowdown", 0x10: "sync boost",
@@ -63,16 +62,7 @@ class Session:
                 "fabric": self._fabric(h)}
 
     def _fabric(self, h):
-        """{state, ok} of the NVSwitch fabric this GPU joined, or None where NVML reports none."""
-        n = self.nvml
-        try:
-            info = n.c_nvmlGpuFabricInfo_t()
-            n.nvmlDeviceGetGpuFabricInfo(h, ctypes.byref(info))
-        except Exception:  # not supported before Hopper, or a binding without it
-            return None
-        if not info.state:
-            return None
-        return {"state": FABRIC_STATES.get(info.state, str(info.state)), "ok": info.state == 3 and info.status == 0}
+        return fabric(self.nvml, h)
 
     def counters(self, i):
         """The counters a check reads before and after: ECC, retired pages, row remaps, PCIe link and replays,

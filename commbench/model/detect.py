@@ -11,6 +11,7 @@ carries (in scripts/netns-cluster nodes, eth0's shaped rate is the inter-node li
 is the intra-node one). Without an NVIDIA driver it says so in one line and shows the CPU and
 network; it never fakes a GPU.
 """
+import ctypes
 import json
 import os
 import re
@@ -43,6 +44,19 @@ GPU_MODELS = ((r"GB200", "GB200", "superchip", 5, 18), (r"H200 NVL", "H200-NVL",
               (r"A100-SXM", "A100-SXM", "sxm", 3, 12),
               (r"L40S", "L40S", "pcie", None, None))
 FABRIC_STATES = {0: "not supported", 1: "not started", 2: "in progress", 3: "completed"}   # NVML_GPU_FABRIC_STATE_*
+
+
+def fabric(nvml, h):
+    """{state, ok} of the NVSwitch fabric GPU h joined, or None where NVML reports none (before Hopper, a binding
+    without the call, a PCIe card). nvmlDeviceGetGpuFabricInfo fills a struct the caller passes (nvidia-ml-py)."""
+    try:
+        info = nvml.c_nvmlGpuFabricInfo_t()
+        nvml.nvmlDeviceGetGpuFabricInfo(h, ctypes.byref(info))
+    except Exception:  # noqa: BLE001  (NVMLError of any kind, or a binding without the struct)
+        return None
+    if not info.state:
+        return None
+    return {"state": FABRIC_STATES.get(info.state, str(info.state)), "ok": info.state == 3 and info.status == 0}
 NVLINK_SWITCH = 2   # NVML_NVLINK_DEVICE_TYPE_SWITCH
 
 
@@ -118,13 +132,11 @@ def _gpu(nvml, index, h, sys_root):
     words = (os.cpu_count() + 63) // 64
     affinity = _try(nvml.nvmlDeviceGetCpuAffinity, h, words)
     gen, width = _try(nvml.nvmlDeviceGetMaxPcieLinkGeneration, h), _try(nvml.nvmlDeviceGetMaxPcieLinkWidth, h)
-    fabric = _try(nvml.nvmlDeviceGetGpuFabricInfo, h) if hasattr(nvml, "nvmlDeviceGetGpuFabricInfo") else None
+    joined = fabric(nvml, h)
     remote = [_try(nvml.nvmlDeviceGetNvLinkRemoteDeviceType, h, x["link"]) for x in links if x["active"]] \
         if hasattr(nvml, "nvmlDeviceGetNvLinkRemoteDeviceType") else []
     return {"index": index, "name": _text(nvml.nvmlDeviceGetName(h)),
-            "fabric_state": FABRIC_STATES.get(getattr(fabric, "state", None)),
-            "fabric_ok": None if fabric is None or getattr(fabric, "state", 0) in (0, None) else
-            getattr(fabric, "state", None) == 3 and getattr(fabric, "status", 1) == 0,
+            "fabric_state": joined["state"] if joined else None, "fabric_ok": joined["ok"] if joined else None,
             "nvswitch": (NVLINK_SWITCH in remote) if any(r is not None for r in remote) else None,
             "memory_bytes": nvml.nvmlDeviceGetMemoryInfo(h).total,
             "pci_bus": bus, "numa_node": numa, "cpu_affinity": cpu_list(affinity) if affinity else None,

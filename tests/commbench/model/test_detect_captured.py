@@ -8,6 +8,7 @@ c4c8a463, captured 2024-11-12..14):
   l40s-x1-q.txt        1 x NVIDIA L40S, driver 550.127.05
 `nvidia-smi -q` prints no NVLink state: those calls answer NotSupported, as NVML does for what it cannot say, and
 detection must say what it did not see."""
+import ctypes
 import re
 from pathlib import Path
 
@@ -16,6 +17,10 @@ import pytest
 from commbench.model import detect, topology
 
 CAPTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia_smi"
+
+
+class c_nvmlGpuFabricInfo_t(ctypes.Structure):   # the fields of nvidia-ml-py's struct the code reads
+    _fields_ = [("state", ctypes.c_uint8), ("status", ctypes.c_uint)]
 
 
 class CapturedNVML:
@@ -76,12 +81,14 @@ class CapturedNVML:
     def nvmlDeviceGetMaxPcieLinkWidth(self, h):
         return int(h["width"])
 
-    def nvmlDeviceGetGpuFabricInfo(self, h):
+    c_nvmlGpuFabricInfo_t = c_nvmlGpuFabricInfo_t
+
+    def nvmlDeviceGetGpuFabricInfo(self, h, ref):   # nvidia-ml-py's form: it fills the struct the caller passes
         state, status = h["fabric"]
         if state == "N/A":
             self._unsupported()
-        return type("Fabric", (), {"state": {"Completed": 3, "In Progress": 2, "Not Started": 1}[state],
-                                   "status": 0 if status == "Success" else 1})()
+        ref._obj.state = {"Completed": 3, "In Progress": 2, "Not Started": 1}[state]
+        ref._obj.status = 0 if status == "Success" else 1
 
 
 def detected(tmp_path, capture, ports=0, rate="400 Gb/sec (4X NDR)"):
