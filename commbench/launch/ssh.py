@@ -131,15 +131,16 @@ def rdzv_port(run_id):
     return PORTS[0] + zlib.crc32(run_id.encode()) % PORTS[1]
 
 
-FORWARDED = ("NCCL_", "GLOO_", "TORCH_", "COMMBENCH_", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
+FORWARDED = ("NCCL_", "GLOO_", "TORCH_", "COMMBENCH_", "UCX_", "MPIR_CVAR_", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
 PER_NODE = ("COMMBENCH_STATUS_DIR", "COMMBENCH_LOCAL_ADDR", "COMMBENCH_RECORD_NODE")
 
 
 def forwarded_env(spec):
-    """What a node's agent gets of this environment (ssh starts it with its own): the NCCL/Gloo/torch settings and
-    commbench's, as srun and mpirun -x pass them, the catalogue's variables (UCX_TLS, CUDA_DEVICE_MAX_CONNECTIONS,
-    ...) and those a spec's check named (envvars.NAMED_ENV); the launch's own env on top. They travel as JSON on
-    ssh's stdin and reach torchrun as its environment: no shell reads a value on either side."""
+    """What a node's agent gets of this environment (ssh starts it with its own): the NCCL/Gloo/torch/UCX/MPICH
+    settings (the prefixes a record's env keeps) and commbench's, as srun and mpirun -x pass them, the catalogue's
+    variables (CUDA_DEVICE_MAX_CONNECTIONS, ...) and those a spec's check named (envvars.NAMED_ENV); the launch's
+    own env on top. They travel as JSON on ssh's stdin and reach torchrun as its environment: no shell reads a value
+    on either side."""
     names = envvars.launch_names(os.environ)
     env = {k: v for k, v in os.environ.items() if (k.startswith(FORWARDED) or k in names) and k not in PER_NODE}
     return {**env, **spec.env}

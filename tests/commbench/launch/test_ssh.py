@@ -78,6 +78,19 @@ def test_hosts_are_split_into_links_of_at_most_link_hosts(tmp_path):
     assert max(len(json.dumps(d)) for d in links) < 128 << 10   # one argument: Linux's MAX_ARG_STRLEN
 
 
+def test_the_env_a_host_gets_is_what_a_local_rank_would_record(monkeypatch):
+    """N13: the prefixes a record keeps, the catalogue's variables and those an accept check named reach each host;
+    the rest of this environment and this machine's per-node settings do not."""
+    for k, v in {"UCX_TLS": "tcp", "CUDA_DEVICE_MAX_CONNECTIONS": "1", "NCCL_ALGO": "Ring", "SITE_NOTE": "a b",
+                 "OTHER": "x", "COMMBENCH_STATUS_DIR": "/here", "COMMBENCH_ENV_NAMES": "SITE_NOTE,NOT_SET"}.items():
+        monkeypatch.setenv(k, v)
+    env = ssh.forwarded_env(SimpleNamespace(env={"NCCL_PROTO": "Simple"}))
+    assert {k: env.get(k) for k in ("UCX_TLS", "CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_ALGO", "SITE_NOTE", "NCCL_PROTO")}\
+        == {"UCX_TLS": "tcp", "CUDA_DEVICE_MAX_CONNECTIONS": "1", "NCCL_ALGO": "Ring", "SITE_NOTE": "a b",
+            "NCCL_PROTO": "Simple"}
+    assert "OTHER" not in env and "COMMBENCH_STATUS_DIR" not in env and "NOT_SET" not in env
+
+
 def test_a_host_file_over_the_limit_is_refused_in_one_line(tmp_path):
     hosts = tmp_path / "hosts"
     hosts.write_text("".join(f"host{i}\n" for i in range(ssh.MAX_HOSTS + 1)))
