@@ -72,7 +72,7 @@ class Reporter:
 
     def __init__(self, title, weights, expect_s=None, stream=None, every=EVERY_S, enabled=True, unit=None):
         self.title, self.weights, self.expect_s = title, [float(w) for w in weights], expect_s
-        self.unit, self._follow = unit, None
+        self.unit, self._follow, self._watches = unit, None, []
         self.stream = stream or sys.stderr
         self.every, self.index, self.text, self.extra = every, 0, title, ""
         self.started = self.first = time.monotonic()
@@ -104,6 +104,11 @@ class Reporter:
             self.mark = (time.monotonic() if at is None else at, sum(self.weights[:self.index]))
         self._refresh()
 
+    def say(self, text):
+        """What happens now, before the first step or between steps (a start-up): no step starts, none is done."""
+        self.text, self.extra = text, ""
+        self._refresh()
+
     def detail(self, text):
         self.extra = text
         self._refresh()
@@ -116,10 +121,12 @@ class Reporter:
             self.stream.write(text + "\n")
             self.stream.flush()
 
-    def resize(self, weights):
-        """The steps changed (a time budget fitted the repeats): the new weights, the steps done kept."""
+    def resize(self, weights, keep_rate=False):
+        """The steps changed (a time budget fitted the repeats): the new weights, the steps done kept. keep_rate: the
+        steps done keep their rate (steps were added, the ones done are as they were)."""
         self.weights = [float(w) for w in weights]
-        self.mark = None   # the steps from the next one on are the ones measured: their rate counts from there
+        if not keep_rate:
+            self.mark = None   # the steps from the next one on are the ones measured: their rate counts from there
         if self._bar:
             self._bar.update(self._task, total=len(self.weights))
         self._refresh()
@@ -127,6 +134,13 @@ class Reporter:
     def follow(self, path):
         """Read the steps a worker announces in path (announce) before each line or refresh."""
         self._follow = [path, 0]
+
+    def watch(self, look):
+        """look() is called once a second while the work goes on (it may call step: a file of records it reads)."""
+        self._watches.append(look)
+
+    def unwatch(self, look):
+        self._watches.remove(look)
 
     def _read_follow(self):
         if not self._follow:
@@ -187,9 +201,11 @@ class Reporter:
     def _tick(self):
         # a followed file is read every second (a step's start known to the second); a plain line every `every` s
         due = time.monotonic() + self.every
-        while not self._stop.wait(BAR_REFRESH_S if self.mode == "bar" or self._follow else
+        while not self._stop.wait(BAR_REFRESH_S if self.mode == "bar" or self._follow or self._watches else
                                   max(0.0, due - time.monotonic())):
             self._read_follow()
+            for look in list(self._watches):
+                look()
             if self.mode == "lines" and time.monotonic() >= due - BAR_REFRESH_S / 2:
                 due += self.every
                 try:

@@ -1,5 +1,7 @@
 """Overlap against physical truth (issue 24): two network-namespace nodes joined by a tc-shaped 500 Mbit/s link,
 where the link is the one critical resource and ddp and pipelined must hide their compute under it."""
+import re
+
 import pytest
 
 from tests.conftest import read_records, run_tool
@@ -23,6 +25,15 @@ def test_selftest_overlap_passes(tmp_path):
     assert proc.returncode == 0 and verdict["passed"], proc.stdout + proc.stderr
     rows = verdict["rows"]
     assert sorted((r["kind"], r["size_bytes"]) for r in rows) == [("ddp", 16 << 20), ("pipelined", 16 << 20)]
+    # while it runs (a line every 10 s on stderr): the cycle, the measurement in it, the time left (issue 49 item 1)
+    shown = [m for m in re.finditer(r"^\[(\d+)/(\d+)\] selftest ddp,pipelined on 2 namespace nodes, cycle (\d)/3"
+                                    r"(?: \(the next only if this one fails\))?: (starting both nodes|measurement "
+                                    r"(\d)/2 \(last measured: \S+ B=16 R=0.5 16M\)), \S+ elapsed, (.*)$",
+                                    proc.stderr, re.M)]
+    assert any(m[5] for m in shown) and any(m[6].endswith(" left") and "estimating" not in m[6] for m in shown), \
+        proc.stderr
+    for m in shown:
+        assert int(m[2]) == 2 * int(m[3]) and (not m[5] or int(m[1]) == 2 * (int(m[3]) - 1) + int(m[5])), m[0]
     for row in rows:
         assert 0.85 <= row["ratio"] <= 1.15 and 0.8 <= row["efficiency"] <= 1 and row["control_efficiency"] < 0.2
     measured = [r for r in records if not r.get("event")]

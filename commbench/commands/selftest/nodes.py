@@ -1,11 +1,13 @@
 """What every selftest check runs on: two private network-namespace nodes, one launch per -N cycle on both
 (each its own torchrun rendezvous across the link), the records read back, the best of the cycles judged."""
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 import click
 
@@ -14,6 +16,8 @@ from benchcore.errors import UserError
 from benchcore.processes import procs
 from benchcore.progress import Reporter
 from benchcore.results.records import RecordWriter, dumps, read_records
+from benchcore.units import format_size, parse_size, size_range
+from commbench.runner import FIXED_BYTES
 from commbench.cases.registry import CASES, record_label
 
 JUDGED = "all_reduce"      # other collectives are reported, not judged (Gloo's all_gather does not overlap
@@ -45,11 +49,25 @@ def launch(kinds, port, args, out, prefix, deadline_s, passes=None):
     every pass of 1 launch in 8, 0.95-1.00 in the others), so passes of one launch are not independent. Stops
     after a cycle when passes(every record so far) says the check already passes (more cycles could only add a
     faster one). Returns the error lines (empty when every launch succeeded)."""
-    with Reporter("selftest", [1] * args["cycles"]) as shown:
+    sizes = size_range(parse_size(args["min_bytes"]), parse_size(args["max_bytes"]), int(args["step_factor"]))
+    per = len(sizes) * len(kinds)   # a cycle's measurements, sizes in turn, each kind at each: weighed by payload
+    weights = [size + FIXED_BYTES for size in sizes for _ in kinds]
+    # the steps up to this cycle's end: a next cycle runs only where this one does not pass (the time left is this
+    # cycle's, and grows if another starts)
+    with Reporter("selftest", weights) as shown:
         for cycle in range(args["cycles"]):
-            shown.step(cycle, f"selftest {','.join(kinds)} on 2 namespace nodes, cycle {cycle + 1}")
             part = f"{out}.{cycle}"
+            where = f"selftest {','.join(kinds)} on 2 namespace nodes, cycle {cycle + 1}/{args['cycles']}" \
+                + (" (the next only if this one fails)" if cycle + 1 < args["cycles"] else "")
+            if cycle:
+                shown.resize(weights * (cycle + 1), keep_rate=True)
+                shown.step(cycle * per, f"{where}: starting both nodes")
+            else:   # the time left counts from the first measurement: the namespaces' start-up is no step's
+                shown.say(f"{where}: starting both nodes")
+            looking = Measured(part, cycle * per, per, where, shown)
+            shown.watch(looking)
             errors = launch_once(kinds, port + 2 * cycle, {**args, "cycles": 1}, part, prefix, deadline_s)
+            shown.unwatch(looking)
             if os.path.exists(part):
                 with RecordWriter(out) as writer:
                     for rec in read_records(part):
@@ -60,6 +78,42 @@ def launch(kinds, port, args, out, prefix, deadline_s, passes=None):
             if passes and cycle + 1 < args["cycles"] and passes(read_records(out)):
                 break
     return []
+
+
+class Measured:
+    """A cycle's steps from the records node 0 appends to its --out as they are measured: one step per case and
+    size (its phases' records together), read once a second by the Reporter (benchcore.progress.watch)."""
+    READ = 1 << 20   # bytes read per look
+
+    def __init__(self, path, first, per, where, shown):
+        self.path, self.first, self.per, self.where, self.shown = path, first, per, where, shown
+        self.offset, self.seen = 0, {}
+
+    def __call__(self):
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read(self.READ)
+        except OSError:   # no record yet
+            return
+        data = data[:data.rfind(b"\n") + 1]
+        self.offset += len(data)
+        for line in data.splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict) and not rec.get("event") and rec.get("size_bytes"):
+                self.seen[(record_label({**rec, "phase": None}), rec["size_bytes"])] = rec
+        if self.seen:
+            done = min(len(self.seen), self.per - 1)
+            first, last = list(self.seen.values())[0], list(self.seen.values())[-1]
+            if self.shown.mark is None:   # the rate counts from the first measurement's start: its timed iterations
+                took = (first.get("time_us") or 0) * ((first.get("iters") or 0) + (first.get("warmup") or 0)) / 1e6
+                self.shown.step(self.first, self.where, at=time.monotonic() - took)
+            self.shown.step(self.first + done, f"{self.where}: measurement {done + 1}/{self.per} (last measured: "
+                                               f"{record_label({**last, 'phase': None})} "
+                                               f"{format_size(last['size_bytes'])})")
 
 
 def cycles_run(records):
