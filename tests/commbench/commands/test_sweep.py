@@ -11,6 +11,7 @@ import pytest
 
 from commbench.cases import faults
 from commbench.commands.sweep import build_configs
+from commbench.health import boundary
 from commbench.transports.envvars import CATALOGUE
 from tests.conftest import BIN, HOOKS_ON, assert_one_line_error, read_records, run_tool
 
@@ -162,7 +163,7 @@ def test_env_lists_the_catalogue():
 
 def test_env_lists_no_test_hook_and_faults_documents_each_one_the_code_reads(tmp_path):
     """`commbench env` lists none of the COMMBENCH_TEST_* hooks (it listed all six, as variables a user may set);
-    faults.py's docstring names each one the code reads; without the tests' switch --env and a matrix refuse one."""
+    faults.py's docstring (a case's faults) or health/boundary.py's (the hardware's) names each one the code reads; without the tests' switch --env and a matrix refuse one."""
     root = Path(__file__).resolve().parents[3] / "commbench"
     hooks = {m for p in root.rglob("*.py") for m in re.findall(r"COMMBENCH_TEST_[A-Z_]+", p.read_text())}
     listed = run_tool("commbench", "env").stdout
@@ -170,7 +171,7 @@ def test_env_lists_no_test_hook_and_faults_documents_each_one_the_code_reads(tmp
     # piped, the README's 100 columns (it was 735 wide): values and meanings wrap, every name stays whole
     assert max(len(line) for line in listed.splitlines()) <= 100, listed
     assert all(f" {name} " in listed for name in CATALOGUE), listed
-    assert {h for h in hooks if h not in faults.__doc__} == set()
+    assert {h for h in hooks if h not in faults.__doc__ + boundary.__doc__} == set()   # a case's or the hardware's
     matrix = tmp_path / "m.yaml"
     matrix.write_text("configs:\n  - {COMMBENCH_TEST_EXIT_RANK: 1}\n")
     for args in (["--env", "COMMBENCH_TEST_STALL=1:1", "--allow-unknown"], ["--matrix", matrix]):
