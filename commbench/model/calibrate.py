@@ -43,6 +43,7 @@ import yaml
 
 from benchcore.errors import shown
 from benchcore.processes import procs
+from benchcore.progress import Reporter
 from benchcore.results.records import git_revision, hostname, timestamp
 from commbench.model import detect, topology
 
@@ -190,8 +191,27 @@ def measure(link=None):
     if load > cpus:
         print(f"warning: this machine is busy (load {load:.1f} on {cpus} CPUs): ceilings measured now may be low, "
               "and util above 1 later; calibrate on a quiet machine", file=sys.stderr)
+    streams = 0 if lo["shaped_bits"] else 2 * min(cpus, 4)
+    # each step's weight: its rough seconds on a 2-core VM (the whole took 18 s at load 5.7, 2026-12-06), so that
+    # a time left is told from the start
+    steps = [(2.0, "shared_memory ceiling: single-thread copies, 64 KiB-64 MiB"),
+             (0.5, "latency_us: 1-byte loopback TCP round trips"),
+             (max(0.1, streams * BIN * BINS * 1.2), f"intra_node ceiling: loopback TCP, 1-{min(cpus, 4)} concurrent "
+              "streams in processes and in threads" if streams else "intra_node ceiling: lo's tc rate (no "
+              "measurement)"),
+             *[(6.0, f"per_op_us.{b}: a 1-element all_reduce on 2 ranks of {b} (one commbench run)")
+               for b in ("gloo", "mpi")]]
+    print(f"topo --calibrate: measuring this machine's ceilings: {'; '.join(t for _, t in steps)}", file=sys.stderr)
+    with Reporter("topo --calibrate", [w for w, _ in steps], expect_s=sum(w for w, _ in steps)) as shown:
+        return _measure(found, nets, lo, cpus, lambda i: shown.step(i, steps[i][1]))
+
+
+def _measure(found, nets, lo, cpus, step):
+    step(0)
     shm, shm_size = copy_gbps()
+    step(1)
     lat = round(latency_us(), 3)
+    step(2)
     notes = [f"shared_memory: fastest single-thread copy {shm:.2f} GB/s (at {shm_size >> 10} KiB; sizes 64 KiB-64 "
              f"MiB, best of {2 * REPEATS}); its latency is left 0 (not measured)",
              f"latency_us: half the fastest 1-byte loopback TCP round trip, {lat:.1f} us"]
@@ -205,7 +225,8 @@ def measure(link=None):
                      f"any {BIN:g} s: {loop:.3f} GB/s ({streams} stream(s), ends in {how})")
     loop = round(loop, 6)
     per_op = {}
-    for backend, link_us in (("gloo", lat), ("mpi", 0.0)):   # the latency the tiers count per step: loopback, shm
+    for i, (backend, link_us) in enumerate((("gloo", lat), ("mpi", 0.0))):   # the tiers' latency: loopback, shm
+        step(3 + i)
         took, why = per_op_us(backend)
         if took is None:
             notes.append(f"per_op_us.{backend}: not measured ({why}): the model's time on {backend} is n/a")

@@ -5,6 +5,7 @@ util and model time n/a with the reason. MPI ranks on one node use the shared-me
 one machine share its loopback: 1 and 2 emulated nodes of the same world size predict the same.
 """
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -121,6 +122,19 @@ def calibrated(tmp_path_factory):
     proc = run_tool("commbench", "topo", "--calibrate", "--out", path, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return path, proc
+
+
+@pytest.mark.slow
+def test_calibrate_says_which_ceiling_it_measures(calibrated):
+    """It ran 18 s silent (issue 49 item 1): it names every ceiling it measures first, then, every 10 s, the one
+    under way with the time left."""
+    _, proc = calibrated
+    said = [ln for ln in proc.stderr.splitlines() if ln.startswith("topo --calibrate: measuring this machine's ")]
+    assert len(said) == 1 and all(f"{name}:" in said[0] for name in (
+        "shared_memory ceiling", "latency_us", "intra_node ceiling", "per_op_us.gloo", "per_op_us.mpi")), proc.stderr
+    shown = re.findall(r"^\[(\d)/5\] (shared_memory|latency_us|intra_node|per_op_us\.gloo|per_op_us\.mpi)[ :].*, "
+                       r"\S+ elapsed, (~\S+ left|estimating the time left)$", proc.stderr, re.M)
+    assert shown, proc.stderr   # the calibration takes 15 s or more here: one line at 10 s at least
 
 
 def gloo_run(path, out, *args, backend="gloo"):
