@@ -3,22 +3,53 @@ through the judge hook of benchcore.results.commands): per collective, size, ran
 algorithm, the ceiling util is over and the published references with their sources. The report's tables take
 util, model and class columns from it, its plots the model lines, the link peak and the references: the same
 figures `judge` prints for the same file. benchcore reads the rows' fields only; the tool made them."""
+import math
+
+from benchcore.errors import shown
+
 # the columns a commbench table gets where its rows were judged: (field, header, format)
 COLUMNS = [("judge_util", "util", ".2f"), ("judge_ceiling", "of ceiling", None),
            ("judge_model", "model GB/s per algorithm", None), ("judge_class", "judged", None)]
+TEXT = 200              # characters of a text from a verdict row (a file's): a label, a source, a topology
 REFERENCE = dict(marker="D", markersize=6, linestyle="none", capsize=4, color="black")
+
+
+def _count(v):
+    return isinstance(v, int) and not isinstance(v, bool) and 0 < v < 1 << 63
+
+
+def _rate(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
+def _sound(row):
+    """A verdict row (read back from any file) with every figure the plots and tables use of its type, its text
+    fields text; None where one is not (left out, never a traceback)."""
+    if not (isinstance(row, dict) and _count(row.get("size_bytes")) and _count(row.get("ranks"))
+            and _count(row.get("nodes")) and isinstance(row.get("model_gbps"), dict)):
+        return None
+    refs = row.get("references") or []
+    if not isinstance(refs, list) or not all(isinstance(r, dict) and _rate(r.get("low")) and _rate(r.get("high"))
+                                             and _count(r.get("size_bytes")) for r in refs):
+        return None
+    refs = [dict(r, **{k: shown(str(r[k]), TEXT) for k in ("label", "source", "date") if r.get(k) is not None})
+            for r in refs]
+    return dict(row, model_gbps={shown(str(a), TEXT): v for a, v in row["model_gbps"].items() if _rate(v)},
+                ceiling_gbps=row.get("ceiling_gbps") if _rate(row.get("ceiling_gbps")) else None, references=refs,
+                **{k: shown(str(row[k]), TEXT) for k in ("ceiling", "model", "class", "collective")
+                   if row.get(k) is not None},
+                link_utilization=row.get("link_utilization") if _rate(row.get("link_utilization")) else None)
 
 
 def rows_of(records):
     """{(collective, size_bytes, ranks, nodes): verdict row} of the judge's verdict events among records, each row
-    with its event's topology."""
+    with its event's topology (a row whose figures are not of their types is left out)."""
     out = {}
     for ev in records:
         if ev.get("event") == "verdict" and ev.get("check") == "judge" and isinstance(ev.get("rows"), list):
-            for row in ev["rows"]:
-                if isinstance(row, dict) and isinstance(row.get("model_gbps"), dict):
-                    out[row.get("collective"), row.get("size_bytes"), row.get("ranks"), row.get("nodes")] = \
-                        dict(row, topology=ev.get("topology") or "the topology")
+            for row in filter(None, map(_sound, ev["rows"])):
+                out[row.get("collective"), row["size_bytes"], row["ranks"], row["nodes"]] = \
+                    dict(row, topology=shown(str(ev.get("topology") or "the topology"), TEXT))
     return out
 
 

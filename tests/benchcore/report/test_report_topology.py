@@ -95,3 +95,21 @@ def test_the_report_page_in_a_browser_has_the_judges_columns_measured_precision_
            "best, 2G at 0.94 of the best): the busbw still rises: under 0.95 of the best measured, 338.1 GB/s at 8G " \
            "(judged from 321.2 GB/s)" in seen["notes"]
     assert "judge: no published reference for this topology (gcp-a3-mega): the levels are the model's" in seen["notes"]
+
+
+def test_verdict_rows_read_back_from_a_file_are_checked_before_they_are_drawn(tmp_path):
+    """A verdict file handed to report is read like any file: a row whose figures are not of their types is left
+    out, a NaN model value dropped, a text cut; the report is written, never a traceback."""
+    records = read.load(str(A3)).records
+    good = report_verdict(records, "gcp-a3-mega")[0]
+    bad = dict(good, topology="t" * 5000, rows=[dict(good["rows"][-1], model_gbps={"Ring": float("nan"), "NVLS": 1.0},
+                                                      references=[{"low": 1, "high": 2, "size_bytes": 1 << 30,
+                                                                   "source": "s" * 5000}])]
+               + [dict(good["rows"][0], size_bytes="8"), dict(good["rows"][1], references=[{"low": "x"}]), "junk"])
+    rows = judged_rows.rows_of([bad])
+    (row,) = rows.values()
+    assert row["model_gbps"] == {"NVLS": 1.0} and len(row["topology"]) == len(row["references"][0]["source"]) == 200
+    verdicts = tmp_path / "verdict.jsonl"
+    verdicts.write_text(json.dumps(bad, allow_nan=True) + "\n")
+    done = run_tool("commbench", "report", A3, verdicts, "--out", tmp_path / "rep")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
