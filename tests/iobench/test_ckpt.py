@@ -102,6 +102,10 @@ def test_odirect_fallback_on_a_mount_that_refuses_it(tool, nodirect_fuse, tmp_pa
     assert [(r["profile"], r["direct"], r["direct_requested"]) for r in recs] == [
         ("small-random-write", 0, 1), ("restore-read", 0, 1)]
     assert all(r["fs_type"] == "fuse" and r["iops"] > 0 for r in recs)
+    # buffered rows on a file system no counter knows: their MB/s unproven, said in the table and under it
+    assert {(r["served_by"], r["bytes_moved_ratio"]) for r in recs} == {("unproven", None)}
+    assert all(r["served_reason"] == "no byte counter for fuse (unknown) is known to iobench" for r in recs), recs
+    assert f"served by unproven: restore-read on {nodirect_fuse}: no byte counter for fuse" in proc.stdout
     assert leftovers(nodirect_fuse) == [] and os.listdir(nodirect_fuse) == []
 
 
