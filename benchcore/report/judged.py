@@ -10,6 +10,8 @@ from benchcore.errors import shown
 # the columns a commbench table gets where its rows were judged: (field, header, format)
 COLUMNS = [("judge_util", "util", ".2f"), ("judge_ceiling", "of ceiling", None),
            ("judge_model", "model GB/s per algorithm", None), ("judge_class", "judged", None)]
+TABLE_NOTE = ("; util, of ceiling, model and judged: commbench judge's, of each size's busbw as judge takes it "
+              "(the median of its records: out-of-place and in-place alike)")
 TEXT = 200              # characters of a text from a verdict row (a file's): a label, a source, a topology
 REFERENCE = dict(marker="D", markersize=6, linestyle="none", capsize=4, color="black")
 

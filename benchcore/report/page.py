@@ -209,6 +209,7 @@ def sections(joined, judged=None):
                                                in COLUMNS[tool] if f in TOOL[tool].shown]) \
                     + [("vs_baseline", "new/baseline", ".3f")]
             caption = f"run {runs[0]}" if len(runs) == 1 else f"{len(runs)} runs"
+            caption += judged_rows.TABLE_NOTE if any(r.get("judge_class") for r in rows) else ""
             out.append(Section(f"{tool}: {title}", tables=[(caption, columns, rows)]))
     return out
 

@@ -78,6 +78,8 @@ def test_the_report_page_in_a_browser_has_the_judges_columns_measured_precision_
     seen = render(tmp_path / "rep" / "report.html", tmp_path)
     (table,) = seen["tables"]
     assert table["headers"][-4:] == ["util", "of ceiling", "model GB/s per algorithm", "judged"]
+    assert table["caption"].endswith("util, of ceiling, model and judged: commbench judge's, of each size's busbw as "
+                                     "judge takes it (the median of its records: out-of-place and in-place alike)")
     col = {h: i for i, h in enumerate(table["headers"])}
     row = next(r for r in table["rows"] if r[col["size"]] == "8G" and r[col["place"]] == "out")
     # the log's row: 47535 us, 180.71 and 338.82 GB/s (2 decimals, as printed: not padded to 4)
