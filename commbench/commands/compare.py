@@ -46,7 +46,7 @@ def _speedup(outcome, label, baseline):
         return f"{base.time / mine.time:.2f} (no interval)"
     mark = "faster" if r.low > 1 else "slower" if r.high < 1 else "same"
     text = verdict.interval_text(r)
-    return text if "no conclusion" in text else f"{text} {mark}"
+    return text if text.endswith(verdict.NO_CONCLUSION) else f"{text} {mark}"
 
 
 def candidates(records):
@@ -128,6 +128,9 @@ def print_compare(records, baseline="ring"):
                        "it (records: timed_apart)" if apart else ""))
     for why in dict.fromkeys(r["link_peak_reason"] for r in records if r.get("link_peak_reason")):
         out.print(f"model us, link util n/a: {why}")
+    if any(row["vs"].endswith(verdict.NO_CONCLUSION) for rows in payload_rows(records, outcomes, baseline, label_of,
+                                                                             dropped).values() for row in rows):
+        out.print(verdict.NO_CONCLUSION_RULE)
     if notes:
         out.print(f"verdicts ({stats.METHOD}):")
     for line in notes:

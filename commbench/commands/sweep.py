@@ -170,6 +170,8 @@ def print_ranking(outcomes, verdicts, failed, notes, settings=None, evidence=())
                                          ("vs", "time / baseline [95% CI]", None), ("verdict", "verdict", None)],
                 title="sweep ranking (geometric mean over rounds)")
     out = console()
+    if any(row["vs"].endswith(verdict.NO_CONCLUSION) for row in ranking_rows(outcomes)):
+        out.print(verdict.NO_CONCLUSION_RULE)
     out.print(f"verdicts ({stats.METHOD}):")
     said = [v["reason"] for v in verdicts if v["event"] == "verdict"]   # not_applied events: said below
     for line in said + verdict.equivalence_lines(outcomes) + notes:

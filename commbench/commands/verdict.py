@@ -144,11 +144,16 @@ def verdicts(outcomes, run_id, check="fastest", better="is faster than"):
     return records
 
 
+NO_CONCLUSION = "no conclusion"
+NO_CONCLUSION_RULE = (f"{NO_CONCLUSION}: the 95% interval reaches under 1/{WIDE:g} or over {WIDE:g}x its ratio: the "
+                      "repeats disagree too much to say either way (more repeats, a quieter machine)")
+
+
 def interval_text(r, digits=2):
     """'1.32 [1.20, 1.45]'; an interval reaching past WIDE either side of its ratio ('1.59 [0.00, 11990.84]' reads
-    like a result) is said to be none: '1.59, no conclusion: repeats too spread (95% interval past 1/2-2x of it)'."""
+    like a result) is said to be none: '1.59, no conclusion' (NO_CONCLUSION_RULE, said once under the table)."""
     if r.low < r.ratio / WIDE or r.high > r.ratio * WIDE:
-        return f"{r.ratio:.{digits}f}, no conclusion: repeats too spread (95% interval past 1/{WIDE:g}-{WIDE:g}x of it)"
+        return f"{r.ratio:.{digits}f}, {NO_CONCLUSION}"
     return f"{r.ratio:.{digits}f} [{r.low:.{digits}f}, {r.high:.{digits}f}]"
 
 
