@@ -150,7 +150,8 @@ def run_plan(rounds, output, table_fn, label="measuring", plot_fn=None, judge=No
     if spec.dry_run:
         for part_spec, part in parts:
             execute(part_spec, part)
-        click.echo(dry_run_estimate([p for _, p in parts]), err=True)   # stdout stays the script a shell runs
+        # on stderr: stdout stays the script a shell runs
+        click.echo(dry_run_estimate([p for _, p in parts], [s for s, _ in parts]), err=True)
         return
     writer = RecordWriter(path) if path else None
     sink = Derived(writer, derive) if writer and derive else writer
@@ -215,16 +216,67 @@ def run_plan(rounds, output, table_fn, label="measuring", plot_fn=None, judge=No
     return records
 
 
-def dry_run_estimate(plans):
-    """The line a dry run ends with, on stderr: the duration a time budget sets, else what a run will do, whose
-    duration only a run tells here (no model of this machine's times)."""
+# A launch's start-up and ending on a CPU machine (a 2-core VM, Gloo, torch 2.13): the whole of `commbench run -b 4
+# -e 4 -n 1 -w 0` (imports, torchrun, rendezvous, one 4-byte measurement, the records) took 2.5-3.7 s, median 3.1,
+# in 5 runs at load 4.4 (2026-12-06); ring the same, 3.0 s. Not measured on a GPU machine (CUDA and NCCL's init).
+CPU_START_S = 3.1
+
+
+def dry_run_estimate(plans, specs=None):
+    """The line a dry run ends with, on stderr: the duration a time budget sets; else, with the launch specs, the
+    operations' time by the topology in effect (its model's time per call; its reference rate and latency where it
+    states no ceiling) plus each launch's start-up on a CPU machine (CPU_START_S), each part said; what is not known
+    said so."""
     budget = sum(p.time_budget or 0 for p in plans)
     if budget:
         return f"estimated duration: about {budget:g} s (--time-budget), start-ups included"
     steps = sum(len(p.steps()) for p in plans)
     counts = "/".join(dict.fromkeys(f"{p.warmup} warm-up + {p.iters}" for p in plans))
-    return (f"estimated duration: not known before a run: {len(plans)} launch(es), {steps} measurements of "
-            f"{counts} iterations each")
+    work = f"{len(plans)} launch{'es' * (len(plans) > 1)}, {steps} measurements of {counts} iterations each"
+    known = [operations_s(spec, plan) for spec, plan in zip(specs or (), plans)]
+    if not known or any(secs is None for secs, _ in known):
+        why = next((how for secs, how in known if secs is None), "no launch spec")
+        return f"estimated duration: not known before a run: {work} (the operations' time: {why})"
+    ops = sum(secs for secs, _ in known)
+    how = "; ".join(dict.fromkeys(h for _, h in known))
+    gpu = any(spec.may_use_nccl() for spec in specs)
+    start = None if gpu else CPU_START_S * len(plans)
+    parts = [f"the operations {ops:.1f} s by {how}"] + ([f"{len(plans)} start-up{'s' * (len(plans) > 1)} of about "
+                                                         f"{CPU_START_S:g} s (measured on a 2-core CPU VM)"]
+                                                        if start is not None else [])
+    total = f"about {ops + start:.0f} s" if start is not None else f"over {ops:.1f} s"
+    return (f"estimated duration: {total} ({work}): " + " + ".join(parts)
+            + ("; the start-up on a GPU machine is not known here (not measured): not counted" if gpu else ""))
+
+
+def operations_s(spec, plan):
+    """(seconds every timed and warm-up call of the plan takes by the topology in effect, how it was figured), or
+    (None, why not)."""
+    from commbench.cases.case import TOTAL
+    from commbench.model.alphabeta import predict
+    from commbench.model.topology import from_dict
+    topo = from_dict(plan.topology)
+    if topo is None:
+        return None, "no topology in effect"
+    backend = plan.backend if plan.backend != "auto" else "nccl" if spec.may_use_nccl() else "gloo"
+    calls = (plan.warmup + plan.iters) * plan.agg_iters + (1 if plan.check else 0)
+    stated = {f"{k}_ceiling": "datasheet" for k in ("intra", "inter", "shm") if getattr(topo, f"{k}_ceiling") == "none"}
+    total, how = 0.0, f"topology {topo.name}'s model ({calls} calls a measurement)"
+    for step in plan.steps():
+        case = CASES[step.cfg["case"]]
+        if case.model is None:
+            return None, f"{case.name} has no model"
+        pred = predict(case, step.cfg, step.run, topo, spec.world_size, spec.nodes, backend).get(TOTAL)
+        if pred is not None and pred.reason and stated:   # a reference rate, no ceiling: the time it gives
+            pred = predict(case, step.cfg, step.run, dataclasses.replace(topo, **stated), spec.world_size,
+                           spec.nodes, backend).get(TOTAL)
+            how = (f"topology {topo.name}'s reference rate and latency (it states no ceiling; {calls} calls a "
+                   "measurement)")
+        if pred is None or pred.time_us is None:
+            return None, (pred.reason or pred.time_reason) if pred and (pred.reason or pred.time_reason) else \
+                f"the model gives {record_label(step.cfg)} no time"
+        total += pred.time_us * 1e-6 * calls
+    return total, how
 
 
 def budget_lines(records, budget, took):

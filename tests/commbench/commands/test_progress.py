@@ -136,6 +136,14 @@ def test_a_dry_run_says_the_estimated_duration_on_stderr(tool):
     plain = tool("commbench", "overlap", "--patterns", "ddp,pipelined,pipelined-rs", "--compute-ratio", "0.5,1,2",
                  "-b", "4M", "-e", "64M", "-n", 7, "--dry-run")
     measurements = 3 * 3 * 5 * 3   # patterns x compute ratios x sizes 4M..64M x the 3 repeats
-    assert plain.stderr.splitlines()[-1] == (f"estimated duration: not known before a run: 1 launch(es), "
-                                             f"{measurements} measurements of 5 warm-up + 7 iterations each")
+    assert plain.stderr.splitlines()[-1].startswith(f"estimated duration: not known before a run: 1 launch, "
+                                                    f"{measurements} measurements of 5 warm-up + 7 iterations each "
+                                                    "(the operations' time: the model gives ddp "), plain.stderr
     assert "--plan-file" in plain.stdout.splitlines()[-1]   # stdout stays the script a shell runs
+    # where the work is known: the topology's time per call and the start-up, each part said (issue 49 item 1)
+    ring = tool("commbench", "ring", "-b", "1K", "-e", "1M", "-f", "4", "-n", 20, "-w", 5, "--dry-run")
+    said = re.fullmatch(r"estimated duration: about (\d+) s \(1 launch, 6 measurements of 5 warm-up \+ 20 iterations "
+                        r"each\): the operations ([\d.]+) s by topology (\S+)'s (?:model \(|reference rate and latency "
+                        r"\(it states no ceiling; )26 calls a measurement\) \+ 1 start-up of about ([\d.]+) s "
+                        r"\(measured on a 2-core CPU VM\)", ring.stderr.splitlines()[-1])
+    assert said and 0 < float(said[2]) and int(said[1]) == round(float(said[2]) + float(said[4])), ring.stderr
