@@ -47,7 +47,8 @@ def p2p_table(records):
     print_table([rows[s] for s in sorted(rows)], columns,
                 title=f"p2p: one link between {ranks_on(first)} ({', '.join(backends)}; "
                       f"latency one-way: OSU's average, p50 and p99 of the iterations; bandwidth in windows of "
-                      f"{max(r['window'] for r in recs)})")
+                      f"{max(r['window'] for r in recs)})", compact=True)   # nccl-tests' look: 2 transports x 3
+    #                                                           modes keep within 100 columns
     starved = [r for r in recs if r.get("time_budget_s") and r["iters"] == 1 and r["warmup"] == 1]
     if starved:  # the launches' start-ups took the budget: what was measured is one iteration each, say so
         click.echo(f"note: --time-budget: {len(starved)} of {len(recs)} measurements found their share of the budget "

@@ -125,7 +125,8 @@ def test_p2p_latency_and_bandwidth_on_both_transports(tmp_path):
     out = tmp_path / "p.jsonl"
     proc = run_tool("commbench", "p2p", "--mode", "latency,bw,bibw", "--backends", "gloo,mpi", "-b", "1K", "-e", "1M",
                     "-f", 32, "-n", 10, "-w", 2, "--window", 16, "--out", out,
-                    env={"OMPI_MCA_mpi_yield_when_idle": "1"})  # busy-polling ranks on a shared 2-core machine: erratic
+                    env={"OMPI_MCA_mpi_yield_when_idle": "1",  # busy-polling ranks on a shared 2-core machine: erratic
+                         "COLUMNS": "100"})
     assert proc.returncode == 0, proc.stderr
     recs = read_records(out)
     assert {(r["backend"], r["collective"], r["size_bytes"]) for r in recs} == {
@@ -142,6 +143,8 @@ def test_p2p_latency_and_bandwidth_on_both_transports(tmp_path):
     for word in ("latency", "bw", "bibw", "MB/s", "gloo", "mpi"):   # headers are wrapped to their columns' width
         assert word in proc.stdout
     assert proc.stdout.count("p50") >= 3 and proc.stdout.count("p99") >= 3   # the title's, a column per transport
+    # the docs' example (2 transports, 3 modes: 12 columns) within 100 columns in a pipe (issue 49 item 7)
+    assert max(len(line) for line in proc.stdout.splitlines()) <= 100, proc.stdout
 
 
 @pytest.mark.slow
