@@ -301,6 +301,6 @@ def print_model(records):
             out.print(f"{r['rw']}: no storage throughput: "
                       + (r["served_reason"] or f"only {r['bytes_moved_ratio']:.2f} of the payload reached storage")
                       + ("; x fio: n/a (both figures are of " + ("memory" if r["served_by"] == "memory" else "a cache")
-                         + ", not storage)" if r["ratio_to_fio"] == "n/a" else ""))
+                         + ", not storage)" if r.get("ratio_to_fio") == "n/a" else ""))
     if modes_table.mode_rows(records):
         modes_table.print_modes(records)
