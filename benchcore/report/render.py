@@ -20,6 +20,7 @@ FORMATS = ("table", "json", "csv")
 PIPE_WIDTH = 100   # columns of a table piped to a file or another program (COLUMNS overrides)
 WIDE = 1000        # a table that fits no narrower: as wide as its cells
 FOLD_MIN = 12      # a text column folds its words no narrower than this
+WHOLE = "whole"    # a column's format: a text that is one token (a timestamp), never wrapped or cut
 COMPACT = dict(box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1), show_edge=False, pad_edge=False)   # print_table(compact)
 
 
@@ -46,7 +47,7 @@ def _cell(value, fmt):
     the terminal's cursor or reset it)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
-    if fmt and isinstance(value, (int, float)):
+    if fmt and fmt != WHOLE and isinstance(value, (int, float)):
         return format(value, fmt)
     return printable(value)
 
@@ -86,13 +87,13 @@ def _table(cells, columns, title, wrap, compact=False):
     table = Table(title=title, show_lines=False, **(COMPACT if compact else {}))
     for i, (key, header, fmt) in enumerate(columns):
         widest = max([len(c[i]) for c in cells] + [1])
-        whole = dict(no_wrap=True, min_width=widest) if key == "label" else dict(no_wrap=True)   # cut, never wrapped
+        whole = dict(no_wrap=True, min_width=widest) if key == "label" or fmt == WHOLE else dict(no_wrap=True)
         if wrap and fmt is None and key != "label":   # a text (a path, a sentence) wraps at its spaces rather than
             longest = max([len(w) for c in cells for w in c[i].split()] + [1])   # widen the table; a word stays whole
             whole = dict(overflow="fold", min_width=min(widest, longest, FOLD_MIN))
         if wrap:
             header = "\n".join(textwrap.wrap(header, widest, break_long_words=False, break_on_hyphens=False)) or header
-        table.add_column(header, justify="left" if fmt is None else "right", **whole)
+        table.add_column(header, justify="left" if fmt in (None, WHOLE) else "right", **whole)
     for row in cells:
         table.add_row(*row)
     return table

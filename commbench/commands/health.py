@@ -5,15 +5,16 @@ import os
 import click
 
 from benchcore.errors import UserError
-from benchcore.report.render import console, print_table
+from benchcore.report.render import WHOLE, console, print_table
 from commbench.commands.history import (DEFAULT_WINDOW, HISTORY_ENV, MAX_DEPTH, MAX_HELD, MAX_LINE_BYTES, MAX_NODES,
                                         read)
 
 ORDER = {"fail": 0, "error": 1, "pass": 2}
 
 
-def _when(text):
-    return text[:16] if text else None   # minutes are enough to tell runs apart
+def _when(text, year=None):
+    """A recorded time to the minute (enough to tell runs apart); without its year where the title says it."""
+    return None if not text else text[5:16] if year and text.startswith(year) else text[:16]
 
 
 @click.command()
@@ -47,15 +48,21 @@ def health(history, window, nodes, fmt):
         for row in rows:
             click.echo(json.dumps(row, separators=(",", ":")))
     else:
-        shown = [{**r, "label": r["node"], "last_run": _when(r["last_run"]),
-                  "last_pass": _when(r["last_pass"]) or "never",
-                  "fails": f"{r['failures']}/{r['window']}", "drained": _when(r["drained"]),
-                  "resumed": _when(r["resumed"])} for r in rows]
-        print_table(shown, [("label", "node", None), ("last_result", "last", None), ("last_run", "at", None),
-                            ("last_pass", "last pass", None), ("fails", f"fails/{window}", None),
-                            ("flaps", "flaps", None), ("drained", "drained", None), ("resumed", "resumed", None),
+        times = [r[k] for r in rows for k in ("last_run", "last_pass", "drained", "resumed") if r[k]]
+        years = {t[:4] for t in times}
+        year = years.pop() if len(years) == 1 else None   # one year: said once in the title, not in every cell
+        shown = [{**r, "label": r["node"], "last_run": _when(r["last_run"], year),
+                  "last_pass": _when(r["last_pass"], year) or "never",
+                  "fails": f"{r['failures']}/{r['window']}", "drained": _when(r["drained"], year),
+                  "resumed": _when(r["resumed"], year)} for r in rows]
+        # a timestamp is one token: never wrapped inside (the failure's text wraps instead); compact as nccl-tests,
+        # so that it keeps within 100 columns
+        print_table(shown, [("label", "node", None), ("last_result", "last", None), ("last_run", "at", WHOLE),
+                            ("last_pass", "last pass", WHOLE), ("fails", f"fails/{window}", None),
+                            ("flaps", "flaps", None), ("drained", "drained", WHOLE), ("resumed", "resumed", WHOLE),
                             ("last_failed", "what failed (last failure)", None)],
-                    title=f"node health: {len(rows)} nodes, {sum(s['runs'] for s in rows)} verdicts")
+                    title=f"node health: {len(rows)} nodes, {sum(s['runs'] for s in rows)} verdicts"
+                    + (f" (times in {year}, to the minute, as recorded)" if year else ""), compact=True)
     if skipped:
         console(stderr=True).print(f"note: {skipped} lines of the history are not node verdicts (or are longer than "
                                    f"{MAX_LINE_BYTES} bytes or nested deeper than {MAX_DEPTH}); skipped", markup=False)

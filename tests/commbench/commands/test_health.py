@@ -56,9 +56,27 @@ def test_table_and_one_node(written):
     done = health(written, "--node", "n1")
     assert done.returncode == 0, done.stderr
     assert "n1" in done.stdout and "n2" not in done.stdout and "3/5" in done.stdout
-    assert "2026-12-01T03:00" in done.stdout and "node-all_reduce: run 4 fail" in done.stdout
+    assert "12-01T03:00" in done.stdout and "times in 2026" in done.stdout   # the year said once, in the title
+    assert "node-all_reduce: run 4 fail" in done.stdout
     env = run_tool("commbench", "health", env={history.HISTORY_ENV: str(written)})
     assert env.returncode == 0 and "n3" in env.stdout
+
+
+def test_at_100_columns_a_timestamp_is_never_wrapped_inside(written, tmp_path):
+    """A piped table at COLUMNS=100 (issue 49 item 7): within 100 columns where the times share a year (said once
+    in the title), each time whole on its row; a history over a new year shows whole times, wider (as the docs say)."""
+    done = run_tool("commbench", "health", written, timeout=60, env={"COLUMNS": "100"})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert max(len(ln) for ln in lines) <= 100 and "(times in 2026, to the minute, as recorded)" in lines[0], lines
+    rows = {ln.split()[0]: ln.split() for ln in lines if ln.split() and ln.split()[0] in RUNS}
+    assert rows["n1"][:8] == ["n1", "fail", "12-01T04:00", "12-01T02:00", "3/5", "3", "12-01T03:00", "n/a"], lines
+    assert rows["n3"][6:8] == ["12-01T02:00", "12-01T03:00"] and rows["n2"][2] == "12-02T02:00", lines
+    years = tmp_path / "years.jsonl"
+    years.write_text(written.read_text().replace('"time": "2026-12-02', '"time": "2027-01-02'))
+    wide = run_tool("commbench", "health", years, timeout=60, env={"COLUMNS": "100"})
+    n2 = next(ln.split() for ln in wide.stdout.splitlines() if ln.startswith("n2 "))
+    assert n2[2:4] == ["2027-01-02T02:00", "2027-01-02T02:00"], wide.stdout
 
 
 @pytest.mark.parametrize("args, needle", [
