@@ -61,11 +61,11 @@ def print_results(records, title="iobench"):
     if not rows:
         console().print("no measurements")
         return
-    print_table(rows, columns(rows), title=title)
+    print_table(rows, columns(rows), title=title, compact=True)   # fio's and nccl-tests' look: within 100 columns
     durable = [r for r in rows if in_use([r], DURABLE_COLUMNS, (None,))]
     if durable:
         print_table(durable, RESULT_COLUMNS[:2] + in_use(durable, DURABLE_COLUMNS, (None,)),
-                    title="time to durable: per file, per fsync() call, end fsync")
+                    title="time to durable: per file, per fsync() call, end fsync", compact=True)
     out = console()
     for mount, fs_type, storage, device in dict.fromkeys(
             (r["mount"], r.get("fs_type"), r.get("storage_class"), r.get("device")) for r in rows):

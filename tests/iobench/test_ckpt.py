@@ -2,6 +2,7 @@
 import errno
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -25,7 +26,8 @@ def side_by_side(tmp_path_factory, loop_xfs):
     before = [snapshot(local_root), snapshot(xfs_root)]
     results = tmp_path_factory.mktemp("results")
     out, plot = results / "results.jsonl", results / "ckpt.png"
-    proc = run_tool("iobench", "ckpt", *paths, *SMALL, "--out", out, "--plot", plot, timeout=300)
+    proc = run_tool("iobench", "ckpt", *paths, *SMALL, "--out", out, "--plot", plot, timeout=300,
+                    env={"COLUMNS": "100"})
     after = [snapshot(local_root), snapshot(xfs_root)]
     yield {"proc": proc, "paths": paths, "before": before, "after": after, "out": out, "plot": plot,
            "records": read_records(out, tool="iobench")}
@@ -38,6 +40,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.root, pytest.mark.host_mount]
 def test_every_profile_on_both_mounts(side_by_side):
     proc = side_by_side["proc"]
     assert proc.returncode == 0, proc.stderr
+    # the tables within 100 columns in a pipe, long mount paths included (issue 49 item 7; the notes under them
+    # are lines of text, never wrapped)
+    tables = [ln for ln in proc.stdout.splitlines() if ": " not in ln]
+    assert len(tables) >= 20 and max(len(ln) for ln in tables) <= 100, proc.stdout
+    assert sum(1 for ln in tables if re.match(r"/\S+ +(small-random-write|shard-write|restore-read|metadata) ", ln)) \
+        == 12, proc.stdout   # each row's mount and profile on its first line (a long mount folds below)
     local, xfs = map(str, side_by_side["paths"])
     recs = side_by_side["records"]
     assert [(r["mount"], r["profile"]) for r in recs] == [(m, p) for m in (local, xfs) for p in PROFILES]
