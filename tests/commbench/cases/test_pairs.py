@@ -147,9 +147,18 @@ def test_the_simulation_at_10000_nodes_takes_seconds():
 
 
 def test_pairs_simulate_prints_its_table_and_launches_nothing():
-    proc = run_tool("commbench", "pairs", "--simulate", "64", "--noise", "0.1", "--trials", 20, timeout=60)
+    proc = run_tool("commbench", "pairs", "--simulate", "64", "--noise", "0.1", "--trials", 20, timeout=60,
+                    env={"COLUMNS": "100"})
     assert proc.returncode == 0, proc.stderr
     assert "64" in proc.stdout and "bad node" in proc.stdout and "100.0%" in proc.stdout, proc.stdout
+    # within 100 columns in a pipe, a two-line header (it was 105 wide with 8), the columns said below (issue 49)
+    lines = proc.stdout.splitlines()
+    rule = next(i for i, ln in enumerate(lines) if ln.startswith("\u2500"))
+    table = lines[:rule + 4]   # the title, the header, the rule, the 3 scenarios
+    assert max(len(ln) for ln in table) <= 100 and rule <= 4, proc.stdout   # the title (2 lines at most), header (2)
+    assert lines[rule - 1].split() == ["nodes", "noise", "scenario", "runs", "detected", "met", "per", "run", "per",
+                                       "node", "mean", "max", "per", "run"], proc.stdout
+    assert any(ln.startswith("bad link met: the runs whose random rounds paired") for ln in lines[rule:]), proc.stdout
     assert_one_line_error(run_tool("commbench", "pairs", "--simulate", "64", "--size", "1M", timeout=60),
                           "--simulate launches nothing")
     assert_one_line_error(run_tool("commbench", "pairs", "--simulate", "1,x", timeout=60), "comma list")
