@@ -160,7 +160,10 @@ def test_run_says_when_a_cache_served_the_bytes(tool, tmp_path):
     cached, out = seen[0]
     assert cached["served_by"] == "cache" and cached["bytes_moved_ratio"] < 0.5, cached
     assert cached["byte_counter"] == "block device (sysfs diskstats)" and cached["bw_mbps"] > 0
-    assert f"cache ({cached['bytes_moved_ratio']:.2f} moved)" in out and "┃ served by" in out
+    lines = out.splitlines()
+    assert any(line.split()[-2:] == ["served", "by"] for line in lines), out          # the column's header
+    assert any(line.startswith(f"{data}  seqread ") and line.endswith(f"cache ({cached['bytes_moved_ratio']:.2f} "
+                                                                       "moved)") for line in lines), out
     assert (f"served by cache: seqread on {data}: {cached['bytes_moved_ratio']:.2f} of its read bytes reached "
             "storage by block device (sysfs diskstats) (below 0.9: a cache served it): the MB/s is a cache's (the "
             "page cache's), not the storage's") in out
