@@ -17,7 +17,8 @@ def test_selftest_overlap_passes(tmp_path):
     own phases, efficiency >= 0.8 and never above its reference 1, the sequential control below 0.2, every record
     exact."""
     out = tmp_path / "overlap.jsonl"
-    proc = run_tool("commbench", "selftest", "overlap", "-b", "16M", "-e", "16M", "--out", out, timeout=600)
+    proc = run_tool("commbench", "selftest", "overlap", "-b", "16M", "-e", "16M", "--out", out, timeout=600,
+                    env={"COLUMNS": "100"})
     print(proc.stdout[-3000:])
     records = read_records(out)
     verdict = records[-1]
@@ -25,6 +26,11 @@ def test_selftest_overlap_passes(tmp_path):
     assert proc.returncode == 0 and verdict["passed"], proc.stdout + proc.stderr
     rows = verdict["rows"]
     assert sorted((r["kind"], r["size_bytes"]) for r in rows) == [("ddp", 16 << 20), ("pipelined", 16 << 20)]
+    # the table within 100 columns in a pipe, its columns said below it (issue 49 item 7); the legend is a line
+    table = [ln for ln in proc.stdout.splitlines() if not ln.startswith(("comm, kernel:", "selftest overlap:"))]
+    assert max(len(ln) for ln in table) <= 100 and any(ln.split()[:2] == ["ddp", "16M"] for ln in table), proc.stdout
+    assert any(ln.startswith("comm, kernel: the communication and the compute each alone;") for ln in
+               proc.stdout.splitlines())
     # while it runs (a line every 10 s on stderr): the cycle, the measurement in it, the time left (issue 49 item 1)
     shown = [m for m in re.finditer(r"^\[(\d+)/(\d+)\] selftest ddp,pipelined on 2 namespace nodes, cycle (\d)/3"
                                     r"(?: \(the next only if this one fails\))?: (starting both nodes|measurement "
