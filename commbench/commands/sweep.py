@@ -121,15 +121,34 @@ def read_config(rec, by_key):
     return {k: v for k, v in by_key[rec["sweep_config"]].items() if rec["backend"] in read_by(k)}
 
 
-def judge_sweep(records, configs, label_of=lambda rec: rec["sweep_config"]):
+def judge_sweep(records, configs, label_of=lambda rec: rec["sweep_config"], stand_ins=None):
     """Outcomes per measured item and size; configs whose env the backend reads identically are one group;
-    label_of names a config's rows (verdict.on_evidence marks the unproven)."""
+    label_of names a config's rows (verdict.on_evidence marks the unproven); stand_ins: {a config not launched: the
+    one measured for it} (same_operations), named in the group of the one that stood for it."""
     by_key = {config_key(c): c for c in configs}
 
     def work(rec):
         return verdict.record_work(rec), config_key(read_config(rec, by_key))
     mine = [r for r in records if r.get("sweep_config") in by_key]
-    return verdict.judge(mine, label_of, record_label, work)
+    outcomes = verdict.judge(mine, label_of, record_label, work)
+    for out in outcomes:
+        for group in out.groups:
+            group.labels += [key for label in list(group.labels) for key, by in (stand_ins or {}).items()
+                             if by == label.removesuffix(verdict.UNPROVEN)]
+    return outcomes
+
+
+def same_operations(configs, backend):
+    """{config key: the earlier config's key that runs the same operations for it}: configs whose env differs only
+    in variables the backend does not read (NCCL_* on Gloo) run the same operations (the equivalence judge_sweep
+    groups them by): only the first of them is launched."""
+    first, stand_ins = {}, {}
+    for config in configs:
+        read = config_key({k: v for k, v in config.items() if backend in read_by(k)})
+        by = first.setdefault(read, config_key(config))
+        if by != config_key(config):
+            stand_ins[config_key(config)] = by
+    return stand_ins
 
 
 def on_evidence(records, configs):
@@ -156,7 +175,8 @@ def ranking_rows(outcomes):
         win = out.winner
         rows.append({"item": out.item, "size": format_size(out.size), "best": best.name, "time_us": best.time,
                      "vs": verdict.interval_text(r, 3) if r else ("baseline" if base is best else ""),
-                     "verdict": f"{win.name} fastest" if win else "no significant difference"})
+                     "verdict": f"{win.name} fastest" if win else "no significant difference"
+                     if len(out.groups) > 1 else "nothing to rank: one group"})
     return rows
 
 
@@ -249,29 +269,34 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
         console(stderr=True).print(f"note: {text}")   # once what the user gave is known to be usable
     backend = backend_of(spec)
     ignored = sorted(name for name in swept if backend not in read_by(name))
+    stand_ins = same_operations(configs, backend)   # configs the backend runs alike: one launched for them all
     if ignored:
-        console(stderr=True).print(f"warning: {', '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} not read "
-                                   f"by {backend}, which this sweep runs on: configs differing only there run the "
-                                   "same operations and are reported as one group")
+        alike = len(stand_ins) + len(set(stand_ins.values()))
+        console(stderr=True).print(
+            f"note: {', '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} not read by {backend}, which this "
+            f"sweep runs on: " + (f"{alike} configs run the same operations; each set measured once "
+                                  f"({len(stand_ins) * repeats} launches saved)" if stand_ins else
+                                  "the configs differ in what it reads too"))
     if out is None and not spec.dry_run:
         console(stderr=True).print(f"note: records go to {DEFAULT_OUT} (append; --out FILE to choose, --out /dev/null "
                                    "for none); --resume reads them back")
     failed_keys = {r["sweep_config"] for r in previous if r.get("event") == "failed"}
-    todo = [(config, rnd) for rnd in range(repeats) for config in rotated(configs, rnd)
+    launched = [c for c in configs if config_key(c) not in stand_ins]
+    todo = [(config, rnd) for rnd in range(repeats) for config in rotated(launched, rnd)
             if (config_key(config), rnd) not in settled and config_key(config) not in failed_keys]
     budget = parse_budget(time_budget)
     if budget and todo:   # each run's share; the fingerprint above holds what is measured, not the share
         plan = dataclasses.replace(plan, time_budget=budget / len(todo))
     if spec.dry_run:
-        click.echo(dry_run_estimate([plan] * len(todo)) + (f" ({len(todo)} config runs of {budget / len(todo):.1f} s "
-                                                            "each)" if budget else ""), err=True)
-        for config, _ in todo[:len(configs)]:
+        click.echo(dry_run_estimate([plan] * len(todo), [spec] * len(todo))
+                   + (f" ({len(todo)} config runs of {budget / len(todo):.1f} s each)" if budget else ""), err=True)
+        for config, _ in todo[:len(launched)]:
             for part_spec, part in launches(dataclasses.replace(spec, env=dict(config)), plan):
                 execute(part_spec, part)
         return
     if resume:
-        console(stderr=True).print(f"resuming: {len(settled)} of {len(configs) * repeats} config runs "
-                                   f"({len(configs)} configs x {repeats} rounds) done, {len(todo)} to run{discarded}")
+        console(stderr=True).print(f"resuming: {len(settled)} of {len(launched) * repeats} config runs "
+                                   f"({len(launched)} configs x {repeats} rounds) done, {len(todo)} to run{discarded}")
     started = time.monotonic()
     ran, stopped = run_configs(spec, plan, todo, out_file, options, per_config_timeout)
     for line in budget_lines(ran, budget, time.monotonic() - started):
@@ -283,7 +308,7 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
     good = [r for r in records if not r.get("event") and r["sweep_config"] not in failed and r["run_id"] not in cut]
     ranked, label_of, dropped, unproven, settings = on_evidence(good, configs)   # not applied: never ranked
     evidence = verdict.evidence_lines(dropped, unproven)
-    outcomes = judge_sweep(ranked, configs, label_of)
+    outcomes = judge_sweep(ranked, configs, label_of, stand_ins)
     found = verdict.verdicts(outcomes, plan.run_id) + [
         schema.event("commbench", "not_applied", f"{key}: {why}", run_id=plan.run_id, sweep_config=key,
                      applied=settings[key]) for key, why in dropped.items()]

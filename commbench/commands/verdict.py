@@ -39,7 +39,12 @@ class Group:
 
     @property
     def name(self):
-        return self.labels[0] if len(self.labels) == 1 else f"{self.labels[0]} (= {len(self.labels) - 1} more)"
+        """'baseline', or 'baseline, also standing for plain and ring-x1 (the same operations)'."""
+        if len(self.labels) == 1:
+            return self.labels[0]
+        rest = self.labels[1:]
+        named = rest[0] if len(rest) == 1 else f"{', '.join(rest[:-1])} and {rest[-1]}"
+        return f"{self.labels[0]}, also standing for {named} (the same operations)"
 
     @property
     def time(self):
