@@ -168,8 +168,8 @@ def busbw_figure(title, recs, base_recs, marks=(), judged=()):
         tops.append(top)
     for field, text, points in marks:
         for f in (field, LARGE) if field == "busbw_gbps" else (field,):
-            mine = [p for p in points if shown(f, p[0])]
-            if f in axes and mine:
+            mine = [p for p in points if f in axes and shown(f, p[0])]   # no linear panel: no large messages
+            if mine:
                 figures.threshold(axes[f], text, points=mine)
                 tops += [p[1] for p in mine] if f == LARGE else []
     bars = ("median, bars: min-max of repeats" if _repeated(list(recs) + list(base_recs), several) else

@@ -85,8 +85,8 @@ def test_an_existing_non_empty_out_directory_is_refused(tmp_path):
 
 @pytest.mark.parametrize("spec", sorted(SPECS.glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_example_spec_is_valid(spec):
-    loaded = accept_spec.load_spec(spec)
-    assert loaded.checks and all(c.thresholds for c in loaded.checks)
+    loaded = accept_spec.load_spec(spec)   # a kind that judges its own verdict (node) needs no thresholds
+    assert loaded.checks and all(c.thresholds or KINDS[c.kind].verdict for c in loaded.checks)
 
 
 def test_init_writes_a_valid_spec_with_the_topologys_numbers(tmp_path):
@@ -94,7 +94,7 @@ def test_init_writes_a_valid_spec_with_the_topologys_numbers(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "inter-node tier: its ceiling" in proc.stdout and "is 750.0 GB/s busbw" in proc.stdout   # NVLSTree's
     spec = accept_spec.load_spec(write_spec(tmp_path, proc.stdout))
-    assert {c.kind for c in spec.checks} == {"commbench", "iobench", "checkpoint", "expected"}
+    assert {c.kind for c in spec.checks} == {"commbench", "iobench", "checkpoint", "expected", "node"}
     assert all(c.values.get("topology") == "dgx-h100" for c in spec.checks if c.kind in ("commbench", "expected"))
 
 
@@ -114,7 +114,8 @@ COMMANDS = {"commbench": [({"collective": "all_reduce"}, ("commbench", "run"), {
             "selftest-model": [({}, ("commbench", "selftest", "model"), set())],
             "overlap": [({"pattern": "ddp"}, ("commbench", "overlap"), set())],
             "pairs": [({"nodes": 2}, ("commbench", "pairs"), set())],
-            "expected": [({"collective": "all_reduce"}, ("commbench", "run"), set())]}
+            "expected": [({"collective": "all_reduce"}, ("commbench", "run"), set())],
+            "node": [({"level": "quick"}, ("commbench", "node"), set())]}
 
 
 def test_every_option_a_check_kind_uses_is_one_its_command_has():
