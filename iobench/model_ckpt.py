@@ -248,8 +248,8 @@ def run(path, layout, processes, writes, reads, timeout, keep, writer, run_id, s
                                f" (--timeout {timeout} s for each of {saves + reads} checkpoints"
                                + (" and fio's run beside each)" if jobs else ")"), nodes)
             if modes and modes.restart_ranks:
-                shown.step(len(shown.weights) - 1, f"restart: {modes.restart_ranks} fresh ranks load the latest "
-                                                   "checkpoint and take a step")
+                shown.step(len(shown.weights) - 1, f"restart: the latest checkpoint loaded by {modes.restart_ranks} "
+                                                   f"fresh rank{'s' * (modes.restart_ranks != 1)}, then a step")
             restarted = restart(here, data, layout, modes, writes, timeout) if modes and modes.restart_ranks else None
     if not first:
         bench.say(f"model-ckpt: node {nodes[1]}'s ranks finished; node 0 makes the records")

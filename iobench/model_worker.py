@@ -212,12 +212,13 @@ def step_texts(args):
     """What each step of the schedule is, as the progress line says it: 'write 2/10 (save mode async)', 'read 3/10';
     each save mode's first save (untimed) before its writes."""
     modes = [m for m in args.save_modes.split(",") if m]
-    texts = []
+    texts, reads = [], 0
     for kind, index, mode in schedule(args):
         if kind == "write" and mode and index == 0:
             texts.append(f"save mode {mode}: its first save (untimed: a save's first call is slow)")
-        texts.append(f"{kind} {index + 1}/{args.writes if kind == 'write' else args.reads}"
-                     + (f" (save mode {mode})" if mode and (kind == "write" or len(modes) > 1) else ""))
+        reads += kind == "read"   # the reads go through the modes' checkpoints in turn: counted as they run
+        texts.append(f"write {index + 1}/{args.writes}" if kind == "write" else f"read {reads}/{args.reads}")
+        texts[-1] += f" (save mode {mode})" if mode and (kind == "write" or len(modes) > 1) else ""
     return texts
 
 
@@ -295,8 +296,9 @@ def main():
             save = lambda directory, mine: feel.save(directory, flat(mine))  # noqa: E731
         reader = functools.partial(load, direct=args.direct_read and not args.no_drop)
         synced = []
+        staged = kind == "write" and feel and mode not in (None, "sync")   # an async save mode
         say(f": {'saving' if kind == 'write' else 'loading'} ({args.format}"
-            f"{', the state staged, then persisted in the background' if feel and mode not in (None, 'sync') else ''})")
+            f"{', the state staged, then persisted in the background' if staged else ''})")
         start, end, result, counters = phase(save if kind == "write" else reader, directory, mine, counter,
                                              then=(lambda d: (fsync_dir(d), synced.append(time.time())))
                                              if kind == "write" else None)

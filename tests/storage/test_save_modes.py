@@ -47,6 +47,21 @@ def test_every_mode_saves_what_loads_back_exactly(saved):
     assert "save modes on" in done.stdout and "checkpoint interval" in done.stdout and "PyTorch blog" in done.stdout
 
 
+def test_its_progress_names_each_modes_step_and_the_restart(saved):
+    """While it runs (a line every 10 s on stderr, issue 49 item 1): each mode's first save and write, the reads
+    counted through the modes' checkpoints, the restart, each as the step of 10 it is."""
+    done, _, _ = saved
+    steps = [t for m in MODES for t in (f"save mode {m}: its first save (untimed: a save's first call is slow)",
+                                        f"write 1/1 (save mode {m})")]
+    steps += [f"read {k + 1}/3 (save mode {m})" for k, m in enumerate(MODES)]
+    steps.append("restart: the latest checkpoint loaded by 1 fresh rank, then a step")
+    shown = [line for line in done.stderr.splitlines() if line.startswith("[") and " elapsed, " in line]
+    assert shown, done.stderr
+    for line in shown:
+        index, text = line[1:].split("/10] ", 1)
+        assert text.startswith(steps[int(index) - 1]), line
+
+
 def test_what_training_felt_is_there_and_consistent(saved):
     _, recs, plot = saved
     for rec in (r for r in recs if r.get("save_mode")):
