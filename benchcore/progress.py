@@ -11,6 +11,8 @@ import sys
 import threading
 import time
 
+from benchcore.files import open_append
+
 EVERY_S = 10.0      # a plain line this often, no more, no less
 BAR_REFRESH_S = 1.0
 _state = {"quiet": False}
@@ -60,7 +62,7 @@ def announce(path, index, total, text):
     """A worker's side of Reporter.follow (a process the launcher runs, e.g. under torchrun): step index (from 0)
     of total is under way, said in one line appended to path; nothing where path is empty."""
     if path:
-        with open(path, "a") as f:
+        with open_append(path, "progress file") as f:
             f.write(f"{index} {total} {time.time():.3f} {' '.join(text.split())}\n")
 
 
