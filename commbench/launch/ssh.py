@@ -36,7 +36,7 @@ from types import SimpleNamespace
 from benchcore.errors import UserError
 from benchcore.files import open_append, replace_text
 from benchcore.inputs import read_text, shown
-from commbench.launch.liveness import CHANNEL, REMOTE_STATUS
+from commbench.launch.liveness import CHANNEL, EXIT_HANG, REMOTE_STATUS
 from commbench.transports import envvars
 
 DEFAULT_SSH = "ssh -o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=5 -o ServerAliveCountMax=3 {host}"
@@ -237,7 +237,8 @@ class Link:
 
     def run(self):
         """Until every started ssh ended: this link's exit status (1 where a host's ssh failed, here or at another
-        link: the run failed; 143 on SIGTERM; else the first failing host's)."""
+        link: the run failed; 143 on SIGTERM; EXIT_HANG where a host's rank reported a hang, whichever host ended
+        first; else the first failing host's in the host list's order)."""
         signal.signal(signal.SIGTERM, lambda *_: self.stop(128 + signal.SIGTERM))
         while self.live or (self.waiting and self.stopped is None):
             while self.waiting and self.stopped is None and sum(s.connecting for s in self.live.values()) < FANOUT:
@@ -252,7 +253,8 @@ class Link:
                     self.ended(ssh)
             if self.stopped is None and self.logdir and (self.logdir / FAILED_MARK).exists():
                 self.stop(1)   # another host's ssh failed: this launch cannot go on
-        return self.stopped or next((c for c in self.codes.values() if c), 0)
+        codes = [self.codes[host] for host in self.desc["hosts"] if host in self.codes]
+        return self.stopped or (EXIT_HANG if EXIT_HANG in codes else next((c for c in codes if c), 0))
 
     def event(self, key):
         """A stream of a host's ssh is ready: write its stdin, or read its stdout or stderr up to whole lines."""
@@ -330,7 +332,7 @@ def node():
     """One host's agent: orders and plan from stdin, torchrun until it ends or stdin does; its exit status."""
     from benchcore.files import write_new
     from benchcore.processes import procs
-    from commbench.launch.liveness import EXIT_HANG, STATUS_ENV
+    from commbench.launch.liveness import STATUS_ENV
     from commbench.launch.torchrun import agent_argv, node_env, split_endpoint
 
     stdin = sys.stdin.buffer

@@ -141,6 +141,27 @@ def test_150_hosts_that_refuse_ssh_hold_one_link_and_fanout_ssh_at_once(tmp_path
     assert not launch_processes(str(tmp_path))
 
 
+@pytest.mark.parametrize("codes, expected", [({"h0": 4, "h1": 1}, 4), ({"h0": 1, "h1": 4}, 4),
+                                             ({"h0": 3, "h1": 1}, 3)])
+def test_a_links_exit_status_is_a_hang_first_then_the_first_failing_host_in_list_order(tmp_path, codes, expected):
+    """A link's exit status as execute reads it: EXIT_HANG where any host's node agent reported one (rank 0's
+    watchdog; its host ends after the others, whose torchrun failed with 1), else the first failing host's in the
+    host list's order, whichever ended first (here the last host ends 0.5 s before the first)."""
+    fake = tmp_path / "fakessh"   # host h0 ends last; each host's exit status is in the file code.HOST
+    fake.write_text(f'#!/bin/sh\n[ "$1" = h0 ] && sleep 0.5\nexit "$(cat {tmp_path}/code.$1)"\n')
+    fake.chmod(0o755)
+    for host, code in codes.items():
+        (tmp_path / f"code.{host}").write_text(str(code))
+    plan = tmp_path / "plan.json"
+    plan.write_text("{}")
+    desc = {"hosts": list(codes), "first": True, "ssh": [str(fake), "{host}"], "remote": "node", "orders": {},
+            "plan_file": str(plan)}
+    env = {k: v for k, v in os.environ.items() if k != "COMMBENCH_STATUS_DIR"}   # no launch directory
+    done = subprocess.run([BIN / "python", "-m", "commbench.launch.ssh", "link", json.dumps(desc)],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == expected, done.stderr
+
+
 @pytest.mark.parametrize("args, needle", [
     (["--launcher", "ssh"], "--launcher ssh needs --hosts"),
     (["--hosts", "a,b", "--launcher", "local"], "not with --launcher local"),
