@@ -12,6 +12,7 @@ LINE = re.compile(r"\[(\d+)/(\d+)\] (write|read) (\d+)/(\d+): (fio's reference r
 
 
 @pytest.mark.slow
+@pytest.mark.host_mount   # iobench on /tmp's file system: one such test at a time
 def test_model_ckpt_says_its_phase_and_time_left(tmp_path):
     """4 writes and 4 reads of 22 MB with fio's reference beside each (about 3 s a checkpoint here): the lines in
     the checkpoints' window name the step, the phase and k/N, the time per checkpoint and the time left."""
@@ -33,6 +34,7 @@ TORCH = re.compile(r"\[(\d)/4\] (warm-up \(untimed: fio and each format once\)|r
 
 
 @pytest.mark.slow
+@pytest.mark.host_mount
 def test_torch_ckpt_says_its_repeat_and_phase(tmp_path):
     """3 repeats of 48 MiB after the warm-up (about 6 s a repeat here): the repeat, fio's reference or the format
     under way, the time a repeat took and the time left."""
