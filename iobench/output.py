@@ -3,7 +3,7 @@ import os
 
 from benchcore.importers.fio_json import TIME_FIGURES
 from benchcore.report import figures
-from benchcore.report.render import console, print_table
+from benchcore.report.render import WHOLE, console, print_table
 from benchcore.units import format_size
 from iobench import moved
 
@@ -16,7 +16,7 @@ def figure(field):
 
 # Per-I/O latency, per-file time and end-fsync time each have their own column (headers say which); the
 # times to durable get a table of their own, for the rows that have them.
-RESULT_COLUMNS = [("mount", "mount", None), ("label", "profile", None), ("bw_mbps", "MB/s", ".1f"),
+RESULT_COLUMNS = [("shown_mount", "mount", WHOLE), ("label", "profile", None), ("bw_mbps", "MB/s", ".1f"),
                   ("iops", "IOPS", ".0f")] + [figure(f) for f in ("lat_mean_us", "lat_p99_us", "lat_p999_us",
                                                                     "lat_samples")]
 MIXED = {"rw", "readwrite", "randrw", "trimwrite", "randtrimwrite"}
@@ -25,6 +25,7 @@ EXTRA_COLUMNS = [("direct", "direct", "d"), ("clat", "I/O lat is", None), ("conc
 NOT_STORAGE = {"cache": "the MB/s is a cache's (the page cache's), not the storage's",
                "memory": "the MB/s is memory's, not storage's",
                "unproven": "nothing says whether storage or a cache served it"}
+MOUNT_WIDTH = 20   # a mount path up to this long is shown whole in the tables (the rest within 100 columns)
 DURABLE_COLUMNS = [figure(f) for f in ("file_lat_mean_us", "files_per_s", "fsync_lat_mean_us", "fsync_lat_p99_us",
                                        "fsync_samples", "end_fsync_s")]
 
@@ -55,8 +56,24 @@ def side_by_side(records):
     return sorted(rows, key=lambda r: (profiles.index(r["profile"]), mounts.index(r["mount"])))
 
 
+def mount_names(mounts):
+    """{mount: its name in the tables}: the path where it is at most MOUNT_WIDTH characters, else '…/' and its last
+    components that no other mount ends with ('…/xfs0/data'), else 'mount N' (its place): a mount is one whole
+    token in its cell, never folded, and the lines under the tables give each one's full path."""
+    tails = {m: m.rstrip("/").split("/") for m in mounts}
+    names = {}
+    for i, (mount, parts) in enumerate(tails.items()):
+        k = next((k for k in range(1, len(parts) + 1)
+                  if all(other[-k:] != parts[-k:] for m, other in tails.items() if m != mount)), len(parts))
+        short = mount if k >= len(parts) - 1 else "…/" + "/".join(parts[-k:])
+        names[mount] = mount if len(mount) <= MOUNT_WIDTH else short if len(short) <= MOUNT_WIDTH else f"mount {i + 1}"
+    return names
+
+
 def print_results(records, title="iobench"):
-    rows = [dict(r, label=r["profile"], clat="clat" if r.get("lat_kind") == "clat" else None, served=served(r))
+    names = mount_names(list(dict.fromkeys(r["mount"] for r in side_by_side(records))))
+    rows = [dict(r, label=r["profile"], clat="clat" if r.get("lat_kind") == "clat" else None, served=served(r),
+                 shown_mount=names[r["mount"]])
             for r in side_by_side(records)]  # label: benchcore.report.render never cuts it
     if not rows:
         console().print("no measurements")
@@ -69,7 +86,8 @@ def print_results(records, title="iobench"):
     out = console()
     for mount, fs_type, storage, device in dict.fromkeys(
             (r["mount"], r.get("fs_type"), r.get("storage_class"), r.get("device")) for r in rows):
-        out.print(f"{mount}: {fs_type}, storage class {storage}, device {device or 'n/a'}")
+        shown = "" if names[mount] == mount else f"{names[mount]} is "
+        out.print(f"{shown}{mount}: {fs_type}, storage class {storage}, device {device or 'n/a'}")
     for line in served_lines(rows):
         out.print(line)
     for r in rows:

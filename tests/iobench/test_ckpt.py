@@ -2,7 +2,6 @@
 import errno
 import json
 import os
-import re
 import shutil
 
 import pytest
@@ -11,6 +10,7 @@ from benchcore.results.schema import DESIGN, problems
 from iobench.profiles import PROFILES
 from tests.conftest import read_records
 from tests.iobench.conftest import leftovers, plant_sentinels, snapshot
+from tests.iobench.tables import compact_tables, shown_mounts
 
 SMALL = ["--quick", "--runtime", "2", "--size", "16M", "--ranks", "2"]
 
@@ -40,12 +40,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.root, pytest.mark.host_mount]
 def test_every_profile_on_both_mounts(side_by_side):
     proc = side_by_side["proc"]
     assert proc.returncode == 0, proc.stderr
-    # the tables within 100 columns in a pipe, long mount paths included (issue 49 item 7; the notes under them
-    # are lines of text, never wrapped)
+    # the tables within 100 columns in a pipe, long mount paths included: each named in one line of its cell
+    # (issue 49 item 7; the notes under them are lines of text, never wrapped)
     tables = [ln for ln in proc.stdout.splitlines() if ": " not in ln]
-    assert len(tables) >= 20 and max(len(ln) for ln in tables) <= 100, proc.stdout
-    assert sum(1 for ln in tables if re.match(r"/\S+ +(small-random-write|shard-write|restore-read|metadata) ", ln)) \
-        == 12, proc.stdout   # each row's mount and profile on its first line (a long mount folds below)
+    assert max(len(ln) for ln in tables) <= 100, proc.stdout
+    names = shown_mounts(proc.stdout, side_by_side["paths"])
+    assert [len(t.rows) for t in compact_tables(proc.stdout)] == [8, 4], proc.stdout
+    assert all(row[0] in names.values() and row[1] in PROFILES
+               for t in compact_tables(proc.stdout) for row in t.rows), proc.stdout
     local, xfs = map(str, side_by_side["paths"])
     recs = side_by_side["records"]
     assert [(r["mount"], r["profile"]) for r in recs] == [(m, p) for m in (local, xfs) for p in PROFILES]
@@ -74,17 +76,19 @@ def test_every_profile_on_both_mounts(side_by_side):
 
 
 def test_table_puts_mounts_side_by_side(side_by_side):
-    lines = side_by_side["proc"].stdout.splitlines()
-    header = next(ln for ln in lines if "profile" in ln)
+    stdout = side_by_side["proc"].stdout
+    main, durable = compact_tables(stdout)
     for column in ("mount", "profile", "MB/s", "IOPS", "I/Os", "direct"):
-        assert column in header
-    rows = [ln for ln in lines if ln.startswith("│") and any(p in ln for p in PROFILES)]
-    # every profile's per-I/O row, then the time-to-durable table's rows (shard-write's end fsync, metadata's files)
-    assert [next(p for p in PROFILES if p in ln) for ln in rows] == [p for p in PROFILES for _ in range(2)] + \
-        [p for p in ("shard-write", "metadata") for _ in range(2)]
-    assert f"{side_by_side['paths'][1]}: xfs, storage class loop, device loop" in " ".join(" ".join(lines).split())
-    restore = next(ln for ln in rows if "restore-read" in ln)
-    assert restore.count(" n/a ") >= 2  # 16 reads: P99 and P99.9 mean nothing
+        assert column in main.header
+    # every profile's per-I/O row on both mounts, in the order given, then the time-to-durable table's rows
+    # (shard-write's end fsync, metadata's files)
+    names = shown_mounts(stdout, side_by_side["paths"])
+    mounts = [names[str(p)] for p in side_by_side["paths"]]
+    assert [tuple(row[:2]) for row in main.rows] == [(m, p) for p in PROFILES for m in mounts], stdout
+    assert [tuple(row[:2]) for row in durable.rows] == [(m, p) for p in ("shard-write", "metadata") for m in mounts]
+    assert f"{side_by_side['paths'][1]}: xfs, storage class loop, device loop" in stdout
+    restore = dict(zip(main.header, next(row for row in main.rows if row[1] == "restore-read")))
+    assert restore["I/O lat P99 us"] == restore["I/O lat P99.9 us"] == "n/a"  # 16 reads: they mean nothing
 
 
 def test_user_files_untouched_and_nothing_left(side_by_side):

@@ -9,6 +9,7 @@ import pytest
 from benchcore.importers.fio_json import TIME_FIGURES
 from benchcore.results import thresholds
 from tests.conftest import host_mount_lock, read_records, run_tool
+from tests.iobench.tables import compact_tables
 
 pytestmark = pytest.mark.host_mount   # runs iobench on a host file system (its lock: one at a time)
 
@@ -25,20 +26,6 @@ def run(tmp_path_factory):
     assert proc.returncode == 0, proc.stderr
     recs = read_records(d / "r.jsonl")
     return proc.stdout, {r["profile"]: r for r in recs}, recs, d / "r.jsonl"
-
-
-def tables(stdout):
-    """{header cells: [[cells] per row]} of each table printed (a header rich wrapped over lines joined again)."""
-    out, parts, header = {}, [], None
-    for line in stdout.splitlines():
-        if line.startswith("┃"):
-            parts.append([c.strip() for c in line.strip("┃").split("┃")])
-        elif line.startswith("│"):
-            if parts:
-                header = tuple(" ".join(p for p in col if p) for col in zip(*parts))
-                out[header], parts = [], []
-            out[header].append([c.strip() for c in line.strip("│").split("│")])
-    return out
 
 
 def test_metadata_lat_threshold_judges_per_io_latency_and_says_so(run):
@@ -60,13 +47,14 @@ def test_metadata_lat_threshold_judges_per_io_latency_and_says_so(run):
 
 def test_table_headers_say_what_each_time_is(run):
     stdout, by, _, _ = run
-    found = tables(stdout)
-    main = next(h for h in found if "MB/s" in h)
+    found = compact_tables(stdout)   # headers over several lines joined again
+    main = next(t.header for t in found if "MB/s" in t.header)
     assert main == ("mount", "profile", "MB/s", "IOPS", "I/O lat avg us", "I/O lat P99 us", "I/O lat P99.9 us",
                     "I/Os")
-    durable = next(h for h in found if "per-file us" in h)
+    durable = next(t.header for t in found if "per-file us" in t.header)
     assert durable == ("mount", "profile", "per-file us", "files/s", "fsync avg us", "fsync P99 us", "fsyncs",
                        "end fsync s")
+    found = {t.header: t.rows for t in found}
     cells = {row[1]: dict(zip(main, row)) for row in found[main]}
     assert cells["metadata"]["I/O lat avg us"] == f"{by['metadata']['lat_mean_us']:.1f}"
     assert cells["shard-write"]["I/O lat avg us"] == f"{by['shard-write']['lat_mean_us']:.1f}"

@@ -7,6 +7,7 @@ import pytest
 
 from tests.conftest import assert_one_line_error, read_records
 from tests.iobench.conftest import assert_failed_run, leftovers
+from tests.iobench.tables import compact_tables, shown_mounts
 
 pytestmark = pytest.mark.host_mount   # runs iobench on a host file system (its lock: one at a time)
 
@@ -162,8 +163,9 @@ def test_run_says_when_a_cache_served_the_bytes(tool, tmp_path):
     assert cached["byte_counter"] == "block device (sysfs diskstats)" and cached["bw_mbps"] > 0
     lines = out.splitlines()
     assert any(line.split()[-2:] == ["served", "by"] for line in lines), out          # the column's header
-    assert any(line.startswith(f"{data}  seqread ") and line.endswith(f"cache ({cached['bytes_moved_ratio']:.2f} "
-                                                                       "moved)") for line in lines), out
+    (table,) = compact_tables(out)
+    assert [(row[0], row[1], row[-1]) for row in table.rows] == [
+        (shown_mounts(out, [data])[str(data)], "seqread", f"cache ({cached['bytes_moved_ratio']:.2f} moved)")], out
     assert (f"served by cache: seqread on {data}: {cached['bytes_moved_ratio']:.2f} of its read bytes reached "
             "storage by block device (sysfs diskstats) (below 0.9: a cache served it): the MB/s is a cache's (the "
             "page cache's), not the storage's") in out
