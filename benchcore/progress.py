@@ -1,19 +1,23 @@
 """Where a long command is and when it will end, on stderr (stdout stays a table, JSON or CSV): one mechanism for
 both tools. On a terminal a rich bar (the step, how many, elapsed, time left); without one (a Slurm log, a pipe) one
-plain line every EVERY_S seconds while the work goes on, e.g.
-`[7/24] overlap ddp R=1 16M repeat 2/3, 3m10s elapsed, ~5m left`; --quiet: nothing.
+plain line every EVERY_S seconds (PROGRESS_EVERY_S in the environment: another interval, 1 s or more) while the
+work goes on, e.g. `[7/24] overlap ddp R=1 16M repeat 2/3, 3m10s elapsed, ~5m left`; --quiet: nothing.
 
 The time left is read from what was measured so far: the time the steps done took over their weight (a step's
 expected share of the work: its payload, or 1 where each step gets an equal share), times the weight left; before
 the first step ends, an estimate given up front (a time budget), else 'estimating'. rich is imported only for a bar.
 """
+import math
+import os
 import sys
 import threading
 import time
 
+from benchcore.errors import UserError
 from benchcore.files import open_append
 
-EVERY_S = 10.0      # a plain line this often, no more, no less
+EVERY_S = 10.0      # a plain line this often, no more, no less (PROGRESS_EVERY_S: every_s())
+MAX_EVERY_S = 86400.0
 BAR_REFRESH_S = 1.0
 _state = {"quiet": False}
 
@@ -26,11 +30,26 @@ def quiet():
     return _state["quiet"]
 
 
+def every_s():
+    """Seconds between two plain lines: PROGRESS_EVERY_S where set (1 to a day), else EVERY_S."""
+    text = os.environ.get("PROGRESS_EVERY_S", "").strip()
+    if not text:
+        return EVERY_S
+    try:
+        value = float(text) if len(text) <= 12 else math.nan
+    except ValueError:
+        value = math.nan
+    if not 1 <= value <= MAX_EVERY_S:   # NaN and inf fail too
+        raise UserError(f"PROGRESS_EVERY_S is {text[:20]!r}: give the seconds between two progress lines, "
+                        f"from 1 to {MAX_EVERY_S:.0f}")
+    return value
+
+
 def quiet_option(fn):
     """--quiet on a command: no progress on stderr (records, tables and errors are unchanged)."""
     import click
     return click.option("--quiet", is_flag=True, expose_value=False, is_eager=True,
-                        callback=lambda ctx, param, value: set_quiet(value),
+                        callback=lambda ctx, param, value: set_quiet(value) or every_s(),   # checked up front
                         help="No progress lines or bar on stderr.")(fn)
 
 
@@ -72,11 +91,11 @@ class Reporter:
     unit: what a step is ('checkpoint'): the line then says the time one took; follow(path): the steps a worker
     announces (announce) in that file."""
 
-    def __init__(self, title, weights, expect_s=None, stream=None, every=EVERY_S, enabled=True, unit=None):
+    def __init__(self, title, weights, expect_s=None, stream=None, every=None, enabled=True, unit=None):
         self.title, self.weights, self.expect_s = title, [float(w) for w in weights], expect_s
         self.unit, self._follow, self._watches = unit, None, []
         self.stream = stream or sys.stderr
-        self.every, self.index, self.text, self.extra = every, 0, title, ""
+        self.every, self.index, self.text, self.extra = every or every_s(), 0, title, ""
         self.started = self.first = time.monotonic()
         self.mark = None    # (when, weight done then): the rate counts from the first step, or a resize
         self.mode = None if _state["quiet"] or not enabled else "bar" if _isatty(self.stream) else "lines"

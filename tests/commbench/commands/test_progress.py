@@ -3,6 +3,7 @@ at least every 10 s, which step it is at, how long it has run and when it will e
 --time-budget ends a compare near its budget and says what it scaled, and refuses in one line a budget that holds no
 measurement. The two-at-a-time set runs a compare of 40 s beside its --quiet twin and a budget too small (what they
 print); the alone one a compare of 30 s (the lines' gaps, the budget held)."""
+import os
 import re
 import subprocess
 import threading
@@ -10,7 +11,7 @@ import time
 
 import pytest
 
-from tests.conftest import BIN
+from tests.conftest import BIN, assert_one_line_error
 
 ALONE_S, LOADED_S = 30, 40   # beside other tests a run's start-up and calibration take longer: more room to measure
 
@@ -147,3 +148,12 @@ def test_a_dry_run_says_the_estimated_duration_on_stderr(tool):
                         r"\(it states no ceiling; )26 calls a measurement\) \+ 1 start-up of about ([\d.]+) s "
                         r"\(measured on a 2-core CPU VM\)", ring.stderr.splitlines()[-1])
     assert said and 0 < float(said[2]) and int(said[1]) == round(float(said[2]) + float(said[4])), ring.stderr
+
+
+@pytest.mark.parametrize("tool_name, value", [("commbench", "abc"), ("iobench", "0.5")])
+def test_a_progress_interval_that_is_not_1_s_to_a_day_is_one_line(tool, tool_name, value, tmp_path):
+    """PROGRESS_EVERY_S (seconds between two plain lines) is checked before anything runs."""
+    args = ["compare", "--out", tmp_path / "r.jsonl"] if tool_name == "commbench" else ["ckpt", tmp_path, "--quick"]
+    done = tool(tool_name, *args, env={"PROGRESS_EVERY_S": value})
+    assert_one_line_error(done, f"PROGRESS_EVERY_S is {value!r}: give the seconds between two progress lines")
+    assert done.returncode == 2 and os.listdir(tmp_path) == []
