@@ -215,7 +215,8 @@ def test_iobench_and_accept_templates_exit_codes_and_drain(cluster, tmp_path, ca
         cluster.resume()
     logs = {name: (cluster.work / f"{'iobench' if name == 'iobench' else 'accept'}-{j}.log").read_text()
             for name, j in {"iobench": iob, **acc}.items()}
-    assert ends == {"iobench": 0, "pass": 0, "fail": 1, "bad": 2}, logs
+    assert ends == {"iobench": 0, "pass": 0, "fail": 1, "bad": 2}, \
+        "".join(f"\n[{name} job log, exit {ends[name]}]\n{log[-3000:]}" for name, log in logs.items())
     merged = records(cluster.work / f"iobench-{iob}.jsonl")
     assert sorted(h for r in merged for h in r["hosts"]) == cluster.job_nodes(iob), merged
     assert f"iobench: every node (2) measured {mounts[0]}" in logs["iobench"]
