@@ -43,12 +43,14 @@ def spread_line(recs):
 
 
 def spread(rec):
-    """'' (steady), or '~', '!', 'b' together as SPREAD_RULE says; None where the record has no per-iteration statistics."""
+    """'' (steady), or '~', '!', 'b' together as SPREAD_RULE says; None where the record has no per-iteration
+    statistics."""
     cv, p50, p99 = rec.get("time_cv"), rec.get("time_us_p50"), rec.get("time_us_p99")
     others = rec.get("others_cpu_fraction")
     if cv is None and (p50 is None or p99 is None) and others is None:
         return None
-    return ("~" if cv is not None and cv > STEADY_CV else "") + ("!" if p50 and p99 and p99 > TAIL_RATIO * p50 else "") \
+    return ("~" if cv is not None and cv > STEADY_CV else "") \
+        + ("!" if p50 and p99 and p99 > TAIL_RATIO * p50 else "") \
         + ("b" if others is not None and others > OTHERS_BUSY else "")
 
 
