@@ -39,7 +39,11 @@ class Beside:
             return run()
         before = self._counters()
         t0 = time.monotonic()
+        if self.sampler:   # a sample at each end (outside run's timed loops): a measurement shorter than the
+            self.sampler.poll()   # poll interval has its own samples too
         recs = run()
+        if self.sampler:
+            self.sampler.poll()
         t1 = time.monotonic()
         mine = None
         if self.sampler:

@@ -21,21 +21,22 @@ class Sampler:
         self._thread = threading.Thread(target=self._run, name="commbench-nvml-sampler", daemon=True)
 
     def start(self):
-        self._poll()
+        self.poll()
         self._thread.start()
         return self
 
     def stop(self):
         self._stop.set()
         self._thread.join(timeout=10 + self.interval * 2)
-        self._poll()
+        self.poll()
         if self.events is not None:
             try:
                 self.session.nvml.nvmlEventSetFree(self.events)
             except Exception:   # already gone with the driver: nothing to free
                 pass
 
-    def _poll(self):
+    def poll(self):
+        """One sample of every GPU now (the thread's, and the ends of each measurement: commbench/health/beside.py)."""
         now = time.monotonic()
         for i, samples in enumerate(self.samples):
             samples.append((now, *self.session.sample(i)))
@@ -50,7 +51,7 @@ class Sampler:
             remaining = self.interval - (time.monotonic() - t)
             if remaining > 0 and self._stop.wait(remaining):
                 break
-            self._poll()
+            self.poll()
 
     def window(self, i, t0=None, t1=None):
         """GPU i's samples within [t0, t1] as (bits, temp, power)."""

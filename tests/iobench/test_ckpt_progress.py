@@ -1,10 +1,12 @@
 """What a long storage run says while it runs (issue 49 item 1): its phase, write or read k/N, the time one
-checkpoint took and the time left, read from a real run's stderr in a pipe (one line every 10 s)."""
+checkpoint took and the time left, read from a real run's stderr in a pipe (a line a second here: PROGRESS_EVERY_S)."""
 import re
 
 import pytest
 
 from tests.conftest import run_tool
+
+EVERY_S = {"PROGRESS_EVERY_S": "1"}   # a line a second: a quick run on a quiet machine ends before 10 s
 
 LINE = re.compile(r"\[(\d+)/(\d+)\] (write|read) (\d+)/(\d+): (fio's reference run of the same files|saving "
                   r"\(torch-save\)|loading \(torch-save\)), (\S+) elapsed, (\d+s|\d+m\d\ds) per checkpoint and its "
@@ -17,7 +19,7 @@ def test_model_ckpt_says_its_phase_and_time_left(tmp_path):
     """4 writes and 4 reads of 22 MB with fio's reference beside each (about 3 s a checkpoint here): the lines in
     the checkpoints' window name the step, the phase and k/N, the time per checkpoint and the time left."""
     done = run_tool("iobench", "model-ckpt", tmp_path, "--model", "llama3-8b", "--scale", "0.0002", "--ranks", "2",
-                    "--writes", "4", "--reads", "4", "--out", tmp_path / "r.jsonl", timeout=300)
+                    "--writes", "4", "--reads", "4", "--out", tmp_path / "r.jsonl", timeout=300, env=EVERY_S)
     assert done.returncode == 0, done.stderr
     shown = [m for line in done.stderr.splitlines() for m in [LINE.fullmatch(line)] if m]
     assert shown, done.stderr
@@ -39,7 +41,7 @@ def test_torch_ckpt_says_its_repeat_and_phase(tmp_path):
     """3 repeats of 48 MiB after the warm-up (about 6 s a repeat here): the repeat, fio's reference or the format
     under way, the time a repeat took and the time left."""
     done = run_tool("iobench", "torch-ckpt", tmp_path, "--size", "48M", "--repeats", "3", "--format", "json",
-                    timeout=300)
+                    timeout=300, env=EVERY_S)
     assert done.returncode == 0, done.stderr
     shown = [m for line in done.stderr.splitlines() for m in [TORCH.fullmatch(line)] if m]
     assert shown, done.stderr
