@@ -25,10 +25,12 @@ from commbench.runner import measure
 
 HIDDEN = 0.01   # exposed communication below this share of the communication alone counts as hidden (verdicts
 #                 compare logarithms, and an exposure of 0 +- noise has none)
-COLUMNS = [("label", "pattern", None), ("comm_us", "comm us", ".1f"), ("compute_us", "compute us", ".1f"),
-           ("sequential_us", "sequential us", ".1f"), ("overlapped_us", "overlapped us", ".1f"),
-           ("exposed_comm_us", "exposed us", ".1f"), ("predicted_exposed_comm_us", "model exposed us", ".1f"),
-           ("overlap_efficiency", "efficiency", ".2f"), ("compute_slowdown", "compute x", ".2f"),
+# times in whole microseconds: a step takes hundreds of us to seconds here, and a tenth of a us was noise that
+# pushed the tables past 100 columns
+COLUMNS = [("label", "pattern", None), ("comm_us", "comm us", ".0f"), ("compute_us", "compute us", ".0f"),
+           ("sequential_us", "sequential us", ".0f"), ("overlapped_us", "overlapped us", ".0f"),
+           ("exposed_comm_us", "exposed us", ".0f"), ("predicted_exposed_comm_us", "model exposed us", ".0f"),
+           ("overlap_efficiency", "effic.", ".2f"), ("compute_slowdown", "compute x", ".2f"),
            ("comm_slowdown", "comm x", ".2f"), ("ratio", "ratio", None), ("compute_tflops", "TFLOP/s", ".3f"),
            ("repeats", "n", None), ("wrong", "#wrong", "d")]
 FIGURES = [key for key, _, fmt in COLUMNS if fmt and fmt.startswith(".")] + ["compute_ratio_measured"]
@@ -170,7 +172,7 @@ def print_overlap(records):
                     "exposed = overlapped - compute alone (median of n repeats)"
                     + ("; cores shared: see below" if shared else ""))
         print_table(table, overlap, title=f"payload {format_size(size)}: the model's exposed time; efficiency 1 = "
-                    "the shorter part hidden, 0 = none; x = slowdown inside the overlap over alone; ratio = compute "
+                    "the shorter part hidden, 0 = none (effic.); x = slowdown inside the overlap over alone; ratio = compute "
                     f"alone / comm alone ({OFF}: off the asked); n = repeats (figured/measured where some were not)")
     whole = [f"{WHOLE} = a chunk as large as -e: every payload in one operation, nothing pipelined (chunked "
              "--overlap adds it as its one-all_gather baseline)"] \
