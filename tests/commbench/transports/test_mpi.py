@@ -247,12 +247,24 @@ def test_ranks_of_another_mpis_launcher_are_told_in_one_line(tmp_path):
     assert "mpi4py sees 1 rank(s) but the launcher started 2" in proc.stderr.splitlines()[0]
 
 
-def _mpi_rank_pid(rank, timeout=60):
-    """The pid of the commbench worker mpirun started as `rank` (from its environment)."""
+def _descends_from(pid, ancestor):
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        st = procs.proc_stat(pid)
+        if st is None:
+            return False
+        pid = st.ppid
+    return False
+
+
+def _mpi_rank_pid(rank, ancestor, timeout=60):
+    """The pid of the commbench worker that ancestor's mpirun started as `rank` (from its environment): another
+    test's MPI run may be on the machine at the same time."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for pid in procs.pids():
-            if "commbench.worker" not in (procs.proc_cmdline(pid) or []):
+            if "commbench.worker" not in (procs.proc_cmdline(pid) or []) or not _descends_from(pid, ancestor):
                 continue
             try:
                 environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
@@ -274,7 +286,7 @@ def test_a_rank_killed_mid_run_is_named_and_the_records_before_are_kept(tmp_path
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not (out.exists() and out.read_text().count("\n") >= 1):
             time.sleep(0.1)
-        victim = _mpi_rank_pid(1)
+        victim = _mpi_rank_pid(1, run.pid)
         os.kill(victim, 9)
         _, err = run.communicate(timeout=60)   # a hang: past the timeout
     finally:
