@@ -1,14 +1,22 @@
 """The acceptance report (report.md and report.html say the same, benchcore.report.page.Doc): the verdict first, a
 banner with PASS / FAIL, the spec, the cluster's hosts, the date and the suite's version; a table of the checks,
 failures first (status, measured vs expected, at which size, a link to its section); then one section per check
-with its thresholds, its measurements and its plots, each threshold drawn on the axis of the field it bounds."""
+with its thresholds, its measurements and its plots, each threshold drawn on the axis of the field it bounds. A
+commbench check with a topology (its own or the spec's) is judged as `commbench report --topology` judges a file
+(commbench judge's verdict, through the same report code: benchcore.report.judged): the model per algorithm, the
+link peak util is over and the published references with their sources in its plots, util, ceiling, model and
+class in its tables, the judge's verdict and why sizes were not judged in its lines. The judge's verdict is not
+one of the check's thresholds (an `expected` check makes it one)."""
 import shlex
 from importlib import metadata
 from pathlib import Path
 
+from benchcore.errors import UserError
+from benchcore.report import judged as judged_rows
 from benchcore.report import page
 from benchcore.report.plots import plots, slug
 from benchcore.results import thresholds
+from benchcore.results import usable
 from benchcore.results.read import measurements
 from benchcore.results.records import git_revision, timestamp
 from benchcore.units import format_size
@@ -85,6 +93,26 @@ def history_section(path, nodes):
                         [("each node of this run in the history", HISTORY, rows)])
 
 
+def judged_of(result, records):
+    """(the judge's verdict rows, lines for the check's section) of a commbench check's records on its topology,
+    as `commbench report --topology` makes them (commbench.commands.judge.report_verdict): ({}, []) for a check
+    that measured no busbw; a check of no topology says what one would draw."""
+    recs = [r for r in measurements(records) if r["tool"] == "commbench" and usable.usable(r.get("busbw_gbps"))]
+    if not recs:
+        return {}, []
+    topology = result.check.values.get("topology")
+    if not topology:
+        return {}, ["no topology (the spec's or the check's): no model, link peak or published reference drawn"]
+    from commbench.commands.judge import report_verdict
+    try:
+        events = report_verdict(records, topology)
+    except UserError as e:      # a topology file gone since the check ran: the report is still written
+        return {}, [f"not judged against {topology}: {e}"]
+    lines = [f"{ev['event']}: {ev['reason']}" for ev in events]
+    return judged_rows.rows_of(events), [f"commbench judge on {topology} (as report --topology; drawn and tabled, "
+                                         f"not a threshold of this check): {lines[0]}"] + lines[1:]
+
+
 def _suite():
     try:
         version = metadata.version("commbench-iobench")
@@ -109,15 +137,16 @@ def document(directory, spec, results, records, baseline, verdict, lead, summary
         rows.append({"check": page.Link(name, anchor), "status": status(result), "kind": result.check.kind,
                      "versus": _versus(result, o), "size": _size(o.size_bytes) if o else "n/a"})
         joined, mine, base = page.compared([r for r in recs if r.get("accept_check") == name], baseline)
+        judged, said = judged_of(result, [r for r in records if r.get("accept_check") == name])
         outcomes = [{"threshold": x.threshold.text, "status": _outcome_status(x),
                      "measured": x.shown(x.measured) if x.measured is not None else None,
                      "expected": _expected(x),
                      "size": _size(x.size_bytes), "message": x.message} for x in result.outcomes]
         tables = [("thresholds", OUTCOMES, outcomes)] if outcomes else []
-        tables += [(f"{sec.title}; {caption}", columns, data) for sec in page.sections(joined)
+        tables += [(f"{sec.title}; {caption}", columns, data) for sec in page.sections(joined, judged)
                    for caption, columns, data in sec.tables]
-        images, left_out = plots(directory, mine, base, thresholds.plot_marks(result.outcomes), taken)
-        lines = [summary(result)] + ([left_out] if left_out else [])
+        images, left_out = plots(directory, mine, base, thresholds.plot_marks(result.outcomes), taken, judged)
+        lines = [summary(result)] + said + ([left_out] if left_out else [])
         sections.append(page.Section(f"{status(result)} {name} ({result.check.kind})", anchor, lines, tables,
                                            images))
     if nodes_seen:
