@@ -43,6 +43,13 @@ def format_size(n, approx=False):
     return str(n)
 
 
+def readable_size(n):
+    """A size in a message: '16M' where it is a whole unit, else '21.4M (22,484,704 B)' (never a bare 8-digit byte
+    count, still exact)."""
+    exact = format_size(n)
+    return f"{format_size(n, approx=True)} ({n:,} B)" if exact.isdigit() and n >= 1024 else exact
+
+
 def size_list(text, what="size"):
     """'512K,1M,2M' -> [524288, 1048576, 2097152]."""
     return [parse_size(part, what) for part in str(text).split(",") if part.strip()]

@@ -11,6 +11,7 @@ from benchcore.inputs import name
 from benchcore.units import format_size
 
 THRESHOLD = dict(color="tab:red", linestyle="--", linewidth=1.2)
+LABEL = "threshold-label"          # the gid of a threshold's label on the plot (labels_inside moves it)
 MAX_SIZE_TICKS = 12
 
 
@@ -73,8 +74,26 @@ def threshold(ax, text, value=None, points=()):
         xs, ys = (xs[0] / 1.5, xs[0] * 1.5), ys * 2
     (line,) = ax.plot(xs, ys, label=label, drawstyle="steps-mid", **THRESHOLD)
     ax.annotate(label, xy=(xs[-1], ys[-1]), xytext=(-4, 3), textcoords="offset points", ha="right", va="bottom",
-                fontsize="x-small", color="tab:red")
+                fontsize="x-small", color="tab:red", gid=LABEL)
     return line
+
+
+def labels_inside(fig):
+    """Each threshold's label (ending at its line's right end) that would cross its axes' left edge, cut there by
+    the figure's edge or drawn over the tick labels (a threshold at the smallest sizes), starts at its line's left
+    end instead; the figure is drawn once to know where its texts fall (only where it has such labels)."""
+    labels = [t for ax in fig.axes for t in ax.texts if t.get_gid() == LABEL]
+    if not labels:
+        return fig
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for text in labels:
+        if text.get_window_extent(renderer).x0 < text.axes.get_window_extent(renderer).x0:
+            xs = next((ln.get_xdata() for ln in text.axes.get_lines() if ln.get_label() == text.get_text()), None)
+            text.xy = (min(xs), text.xy[1]) if xs is not None and len(xs) else text.xy
+            text.set_horizontalalignment("left")
+            text.xyann = (4, 3)
+    return fig
 
 
 def legend_beside(ax, **kw):
@@ -140,7 +159,7 @@ def save(fig, path, dpi=110):
     """fig as a new file at path (a --plot), in the format its suffix names, legends beside the axes kept whole;
     nothing there is replaced or followed (benchcore.files)."""
     import os
-    printable_texts(fig)
+    labels_inside(printable_texts(fig))
     fmt = os.path.splitext(str(path))[1].lstrip(".").lower() or "png"
     try:
         write_new(path, lambda f: fig.savefig(f, format=fmt, dpi=dpi, bbox_inches="tight"), "--plot", binary=True)

@@ -255,7 +255,7 @@ def _save(figure, f):
     about."""
     import numpy
     with numpy.errstate(over="ignore"):
-        fig = figures.printable_texts(figure())
+        fig = figures.labels_inside(figures.printable_texts(figure()))
         fig.savefig(f, format="png", dpi=100)
     figures.pyplot().close(fig)
 

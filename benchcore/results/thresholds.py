@@ -27,7 +27,7 @@ from benchcore.importers import fio_json as fiojson
 from benchcore.inputs import finite, shown
 from benchcore.results import diff, schema, stats, usable
 from benchcore.results.read import group_of, identity, label, measurements
-from benchcore.units import format_size, human, number, parse_size, unit_of
+from benchcore.units import human, number, parse_size, readable_size, unit_of
 from benchcore.vocabulary import ALIASES
 
 # A field's unit from its name's ending; the units a value may be written in, as factors to that unit.
@@ -238,7 +238,7 @@ def judge(threshold, records, baseline=None):
         rec, why = unusable[0]
         size = rec.get("size_bytes")
         return Outcome(t, False, size_bytes=size, judged=len(rows) + len(unusable),
-                       message=f"measured {t.field} is {why}{f' at {format_size(size)}' if size else ''} "
+                       message=f"measured {t.field} is {why}{f' at {readable_size(size)}' if size else ''} "
                                f"({label(rec)}): not a usable measurement; {len(unusable)} of "
                                f"{len(rows) + len(unusable) + lacking} have none")
     why = next((w for r, _, _ in things for w in (r.get("link_peak_reason"), t.reference == "model" and
@@ -254,7 +254,7 @@ def judge(threshold, records, baseline=None):
         (lambda row: -(row[1] / row[2]) if row[2] else -row[1])
     rec, measured, expected = min(pick, key=key)
     size = rec.get("size_bytes")
-    where = f" at {format_size(size)}" if size else ""
+    where = f" at {readable_size(size)}" if size else ""
     what = _what(t.field)
     factor = f" ({number(t.value)} x {t.reference})" if t.reference else ""
     message = f"{what} {t.shown(measured)} {'' if bad else 'meets '}{t.op} {t.shown(expected)}{factor}{where} " \

@@ -19,7 +19,7 @@ from benchcore.results import thresholds
 from benchcore.results import usable
 from benchcore.results.read import measurements
 from benchcore.results.records import git_revision, timestamp
-from benchcore.units import format_size
+from benchcore.units import readable_size
 from commbench.commands.history import TAIL_BYTES
 
 ORDER = {"FAIL": 0, "NOT RUN": 1, "PASS": 2}
@@ -68,10 +68,7 @@ def _expected(o):
 
 def _size(v):
     """'16M' where the size is a whole unit, else '21.4M (22,484,704 B)': never a bare 8-digit byte count."""
-    if not v:
-        return "n/a"
-    exact = format_size(v)
-    return f"{format_size(v, approx=True)} ({v:,} B)" if exact.isdigit() and v >= 1024 else exact
+    return readable_size(v) if v else "n/a"
 
 
 HISTORY = [("node", "node", None), ("last_result", "this run", None), ("fails", "fails in its last runs", None),
