@@ -11,6 +11,7 @@ from benchcore.units import format_size
 from benchcore.vocabulary import TYPES
 from commbench.cases.registry import record_label
 from commbench.evidence import nccl as nccl_evidence
+from commbench.model.gap import gap_lines
 
 # nccl-tests' columns (src/util.cu), in its order, then the suite's two: the same in every table of every backend
 ROW_COLUMNS = [("size", "size\n(B)", "d"), ("count", "count\n(elements)", "d"), ("type", "\ntype", None),
@@ -117,10 +118,17 @@ def place_columns(side):
     return ROW_COLUMNS + [(f"{side}_{key}", head, fmt) for key, head, fmt in PLACE_COLUMNS]
 
 
-def print_collective_tables(records, out=None):
+def table_title(name, label, first):
+    """A collective table's title: the collective, the placement's label, how the run measured (its first record)."""
+    return (f"{name} {label}  ({first['backend']}, {ranks_on(first)}, util = busbw / {first.get('topology')} "
+            f"ceiling, {'blocking' if first['blocking'] else 'non-blocking'}, agg {first.get('agg', 'avg')})")
+
+
+def print_collective_tables(records, out=None, streamed=None):
     """One table per collective and placement, every one with the same columns (nccl-tests', then util and the
     model's time; n/a where a value is missing); a table the console is too narrow for is printed wider than it
-    rather than with a number cut short."""
+    rather than with a number cut short. streamed: the TableStream (commbench/tablestream.py) that printed the first
+    table's head and rows as they were measured: that table's other rows only."""
     out = out or table_console()
     recs = measurements(records)
     rows = collective_rows(recs)
@@ -128,14 +136,13 @@ def print_collective_tables(records, out=None):
         out.print("no measurements")
         return
     wide = Console(file=out.file, width=1000, highlight=False, markup=False, soft_wrap=False)
-    first = recs[0]
-    about = (f"{first['backend']}, {ranks_on(first)}, util = busbw / {first.get('topology')} ceiling, "
-             f"{'blocking' if first['blocking'] else 'non-blocking'}, agg {first.get('agg', 'avg')}")
     for name in dict.fromkeys(r["collective"] for r in rows):
         mine = [r for r in rows if r["collective"] == name]
         for side, label in SIDES:
-            if any(r.get(f"{side}_time_us") is not None for r in mine):
-                columns, title = place_columns(side), f"{name} {label}  ({about})"
+            if streamed and streamed.table == (name, side):
+                streamed.finish(mine, recs, out)
+            elif any(r.get(f"{side}_time_us") is not None for r in mine):
+                columns, title = place_columns(side), table_title(name, label, recs[0])
                 print_table(mine, columns, title=title, out=out if _fits(mine, columns, title, out.width) else wide,
                             compact=True)
     line, unsteady = spread_line(recs)
@@ -151,6 +158,8 @@ def print_collective_tables(records, out=None):
     out.print(f"# Avg bus bandwidth    : {sum(busbws) / len(busbws):.4f} GB/s"
               + (f" (over {unsteady} unsteady of {len(recs)}: see Spread)" if unsteady else "") if busbws else
               "# Avg bus bandwidth    : n/a")
+    for line in gap_lines(recs):
+        out.print(line)
     evidence = nccl_evidence.run_summary([r.get("effective") for r in recs])
     if evidence:
         out.print(f"# NCCL evidence       : {evidence}")
