@@ -30,6 +30,7 @@ window.addEventListener("load", function () {
               rows: Array.from(t.querySelectorAll("tbody tr")).map(function (tr) {
                 return Array.from(tr.cells).map(text); })}; }),
     figcaptions: Array.from(document.querySelectorAll("figcaption")).map(text),
+    paragraphs: Array.from(document.querySelectorAll("section p")).map(text),
     notes: Array.from(document.querySelectorAll("body > ul > li")).map(text)
   });
   document.body.appendChild(out);
