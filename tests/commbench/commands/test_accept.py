@@ -202,6 +202,9 @@ def test_localhost_spec_passes_end_to_end(localhost):
         assert f"({png.name})" in (out / "report.md").read_text()
     verdict = json.loads((out / "verdict.json").read_text())
     assert verdict["passed"] and verdict["exit_code"] == 0 and len(verdict["checks"]) == len(spec.checks)
+    # judge knows GPU systems, not Gloo: the section says why no model line is drawn (as report --topology)
+    assert ("commbench judge on localhost (as report --topology; drawn and tabled, not a threshold of this check): "
+            "judge: nothing judged against localhost: ") in (out / "report.md").read_text()
     recs = read_records(out / "results.jsonl")           # every record follows benchcore.results.schema
     measured = {r["accept_check"] for r in recs if not r.get("event")}
     assert measured == {c.name for c in spec.checks}
