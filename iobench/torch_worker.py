@@ -9,8 +9,9 @@ back is compared exactly with a regenerated copy. Each format is written and rea
 each repeat's files removed before the next (unless --keep), after one untimed warm-up of each (a format's first
 save and load pay one-time costs: dcp's first write ran at a tenth of its later ones). With --fio-jobs, rank 0 runs
 fio's reference (job files the parent wrote) at the start of every repeat, and once untimed before the warm-up,
-while the other ranks wait: fio and the checkpoints take turns. Rank 0 counts the bytes the mount's disks move in
-each timed run (--disks) and writes the results as JSON to --result.
+while the other ranks wait: fio and the checkpoints take turns. Rank 0 reads the mount's byte counter
+(iobench.moved: block device, NFS, ceph-fuse or Lustre client) around each timed run and writes the results as JSON
+to --result.
 """
 import argparse
 import datetime
@@ -30,13 +31,12 @@ from benchcore.errors import UserError
 from benchcore.files import write_new_text
 from benchcore.processes.torchrun import rank_sum
 from benchcore.progress import announce
-from iobench import savemodes, torchckpt
+from iobench import moved, savemodes, torchckpt
 from iobench.fio import run_fio
-from iobench.mounts import disk_bytes
 from iobench.profiles import fio_directory
 
 DTYPES = (torch.float32, torch.bfloat16)
-LISTS = ("write_s", "read_s", "device_write_bytes", "device_read_bytes", "blocked_s")   # per timed repeat
+LISTS = ("write_s", "read_s", "moved_write_bytes", "moved_read_bytes", "blocked_s")   # per timed repeat
 COLS = 1024
 
 
@@ -133,10 +133,10 @@ for _mode in savemodes.MODES:
     FORMATS[f"dcp-{_mode}"] = (save_mode(_mode), dcp_target, load_dcp)
 
 
-def timed(fn, *args, then=None, disks=()):
+def timed(fn, *args, then=None, counter=None):
     """(seconds from a barrier until every rank has finished fn and rank 0 then() (barriers between), fn's
-    result, (bytes read, written) by the disks meanwhile as rank 0 saw them, None without disks)."""
-    before = disk_bytes(disks)  # before the barrier: once past it, another rank may start reading before rank 0 looks
+    result, (bytes read, written) the mount's counter saw meanwhile (rank 0's), None without one)."""
+    before = sample(counter)   # before the barrier: once past it, another rank may start reading before rank 0 looks
     dist.barrier()
     start = time.perf_counter()
     result = fn(*args)
@@ -145,9 +145,9 @@ def timed(fn, *args, then=None, disks=()):
         if dist.get_rank() == 0:
             then()
         dist.barrier()
-    seconds, after = time.perf_counter() - start, disk_bytes(disks)
-    moved = None if before is None or after is None else (after[0] - before[0], after[1] - before[1])
-    return seconds, result, moved
+    seconds, after = time.perf_counter() - start, sample(counter)
+    seen = None if before is None or after is None else (after[0] - before[0], after[1] - before[1])
+    return seconds, result, seen
 
 
 def wrong_tensors(loaded, rank, plan):
@@ -160,7 +160,11 @@ def wrong_tensors(loaded, rank, plan):
     return wrong
 
 
-def checkpoint(res, fmt, directory, state, plan, mesh, disks, keep):
+def sample(counter):
+    return counter.sample() if counter else None
+
+
+def checkpoint(res, fmt, directory, state, plan, mesh, counter, keep):
     """One repeat of one format into res: a durable write (every file fsynced by its rank, then the directory by
     rank 0, inside the clock), the cache dropped, the read, the check."""
     save, prepare, load = fmt
@@ -168,38 +172,36 @@ def checkpoint(res, fmt, directory, state, plan, mesh, disks, keep):
     if rank == 0:
         directory.mkdir(parents=True)
     dist.barrier()
-    write_s, blocked, wrote = timed(save, state, directory, rank, mesh, then=lambda: fsync_dir(directory), disks=disks)
+    write_s, blocked, wrote = timed(save, state, directory, rank, mesh, then=lambda: fsync_dir(directory), counter=counter)
     if blocked is not None:   # a --save-mode's: the slowest rank's seconds until training could resume
         res["blocked_s"].append(max(all_ranks(blocked)))
     drop_cache(directory)
-    read_s, loaded, read = timed(load, prepare(plan, mesh), directory, rank, disks=disks)
+    read_s, loaded, read = timed(load, prepare(plan, mesh), directory, rank, counter=counter)
     res["wrong"] += rank_sum(wrong_tensors(loaded, rank, plan))
     del loaded
     res["file_bytes"] = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
     res["write_s"].append(write_s)
     res["read_s"].append(read_s)
-    if wrote and read:  # what the device moved in each direction during the timed phase
-        res["device_write_bytes"].append(wrote[1])
-        res["device_read_bytes"].append(read[0])
+    if wrote and read:  # what the counter saw move in each direction during the timed phase
+        res["moved_write_bytes"].append(wrote[1])
+        res["moved_read_bytes"].append(read[0])
     dist.barrier()
     if rank == 0 and not keep:
         shutil.rmtree(directory)  # the next repeat or format finds the room it needs
 
 
-def reference(jobs, args, repeat, disks, runs):
+def reference(jobs, args, repeat, counter, runs):
     """Rank 0: fio's job files (the parent wrote them into --fio-dir) one after another, each run's JSON and the
-    bytes the disks moved appended to runs; the error text of a failed run, else None."""
+    mount counter's samples around it appended to runs; the error text of a failed run, else None."""
     for job in jobs:
-        before = disk_bytes(disks)
+        before = sample(counter)
         try:
             data = run_fio([fio_directory(args.fio_dir), job], args.timeout, cwd=args.fio_dir,
                            what=f"{job.removesuffix('.fio')} on {args.fio_dir}")
         except UserError as exc:
             return str(exc)
-        after = disk_bytes(disks)
-        moved = None if before is None or after is None else [a - b for a, b in zip(after, before)]
         if repeat >= 0:
-            runs.append({"job": job, "repeat": repeat, "data": data, "device_bytes": moved})
+            runs.append({"job": job, "repeat": repeat, "data": data, "counted": [before, sample(counter)]})
     return None
 
 
@@ -225,7 +227,6 @@ def main():
     parser.add_argument("--keep", action="store_true", help="keep every repeat's files (else each is removed)")
     parser.add_argument("--fio-dir", default="", help="where fio's reference runs (its job files are there)")
     parser.add_argument("--fio-jobs", default="", help="fio job files in --fio-dir, run in this order each repeat")
-    parser.add_argument("--disks", default="", help="the mount's whole disks (sysfs names), whose bytes are counted")
     parser.add_argument("--no-plan-cache", action="store_true", help="--save-mode formats: DCP's plan caching off")
     parser.add_argument("--progress", default="", help="rank 0 announces each repeat here (benchcore.progress)")
     args = parser.parse_args()
@@ -235,7 +236,7 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     mesh = init_device_mesh("cpu", (world,))
     plan = tensor_plan(args.per_rank_bytes)
-    disks = [d for d in args.disks.split(",") if d] if rank == 0 else []
+    counter = moved.counter_for(args.dir) if rank == 0 else None
     state = local_state(rank, plan)
     payload = rank_sum(sum(t.numel() * t.element_size() for t in state.values()))
     formats = args.formats.split(",")
@@ -247,7 +248,7 @@ def main():
         where = f"repeat {repeat + 1}/{args.repeats}" if repeat >= 0 else "warm-up (untimed: fio and each format once)"
         if rank == 0 and jobs:
             announce(args.progress, repeat + 1, args.repeats + 1, f"{where}: fio's reference run")
-        failed = reference(jobs, args, repeat, disks, fio_runs) if rank == 0 else None
+        failed = reference(jobs, args, repeat, counter, fio_runs) if rank == 0 else None
         failed, = broadcast([failed])
         if failed:
             if rank == 0:
@@ -260,7 +261,7 @@ def main():
             counted = repeat >= 0
             res = results[fmt] if counted else {**results[fmt], **{k: [] for k in LISTS}}
             checkpoint(res, FORMATS[fmt], Path(args.dir) / fmt / (str(repeat) if counted else "warm-up"), state, plan,
-                       mesh, disks, args.keep and counted)
+                       mesh, counter, args.keep and counted)
             results[fmt]["wrong"] = res["wrong"]   # the warm-up's tensors are checked too
     if rank == 0:
         write_new_text(args.result, json.dumps({"results": list(results.values()), "fio": fio_runs,

@@ -6,7 +6,8 @@ from contextlib import nullcontext
 from benchcore.errors import UserError
 from benchcore.files import write_new_text
 from benchcore.report.render import console, print_table
-from iobench import bench, fio, savemodes
+from iobench import bench, fio, moved, savemodes
+from iobench.output import served as served_cell, served_lines
 from iobench.profiles import PROFILES, build_job, job_file
 from iobench.ranks import run_ranks
 from iobench.safety import ScratchDir, sigterm_as_interrupt
@@ -67,15 +68,14 @@ def parse_formats(text):
     return names
 
 
-def launch(scratch, formats, size, ranks, timeout, repeats=1, keep=False, disks=(), fio_dir=None, fio_jobs=(),
-           plan_cache=True):
-    """Start the worker on `ranks` local ranks with torchrun; return its result JSON (disks: whose bytes it counts;
-    fio_jobs: job files in fio_dir that rank 0 runs before each repeat's checkpoints, and once before them all)."""
+def launch(scratch, formats, size, ranks, timeout, repeats=1, keep=False, fio_dir=None, fio_jobs=(), plan_cache=True):
+    """Start the worker on `ranks` local ranks with torchrun; return its result JSON (fio_jobs: job files in fio_dir
+    that rank 0 runs before each repeat's checkpoints, and once before them all)."""
     result = scratch / "result.json"
     runs = 1 + len(fio_jobs) * (repeats + 1)  # the checkpoints and every fio run, --timeout each
     args = ["--dir", scratch, "--formats", ",".join(formats), "--per-rank-bytes", size // ranks,
             "--result", result, "--timeout", timeout * (1 + len(fio_jobs)), "--repeats", repeats,
-            "--disks", ",".join(disks), "--fio-dir", fio_dir or "", "--fio-jobs", ",".join(fio_jobs),
+            "--fio-dir", fio_dir or "", "--fio-jobs", ",".join(fio_jobs),
             "--progress", scratch / "progress"] + \
         (["--keep"] if keep else []) + ([] if plan_cache else ["--no-plan-cache"])
     each = f" for the checkpoints and each of {runs - 1} fio runs" if runs > 1 else ""
@@ -83,9 +83,10 @@ def launch(scratch, formats, size, ranks, timeout, repeats=1, keep=False, disks=
                      f" (--timeout {timeout} s{each})")
 
 
-def records_from(result, target, run_id, ranks, fio_records):
+def records_from(result, target, run_id, ranks, fio_records, counter):
     """One record per format and direction: median MB/s over the repeats, and its ratio to fio's median on
-    the same mount; ratio_min/max: the lowest and highest ratio of one repeat to fio's run in that repeat."""
+    the same mount; ratio_min/max: the lowest and highest ratio of one repeat to fio's run in that repeat; served_by
+    from the median of the bytes the mount's counter saw move in that direction over the payload (iobench.moved)."""
     fio_bw = {}
     for r in fio_records:
         fio_bw.setdefault(r["profile"], {})[r["repeat"]] = r["bw_mbps"]
@@ -108,8 +109,16 @@ def records_from(result, target, run_id, ranks, fio_records):
                 cache_drop="posix_fadvise DONTNEED", torch_version=result["torch_version"],
                 **({"save_mode": res["ckpt_format"].removeprefix("dcp-"), "blocked_s": median(res["blocked_s"])}
                    if direction == "write" and res.get("blocked_s") else {}),
-                **{k: median(res[k]) for k in [f"device_{direction}_bytes"] if res.get(k)}))
+                **served(counter, res[f"moved_{direction}_bytes"], res["payload_bytes"])))
     return records
+
+
+def served(counter, seen, payload):
+    """served_by, bytes_moved_ratio, byte_counter and served_reason of a direction's repeats (seen: the bytes the
+    counter saw in each)."""
+    by, ratio = moved.verdict(median(seen) if seen else None, payload, memory=counter.memory)
+    return {"served_by": by, "bytes_moved_ratio": ratio, "byte_counter": counter.describe(),
+            "served_reason": counter.reason if seen == [] or counter.memory else None}
 
 
 def run(path, size, ranks, formats, fio_ceiling, timeout, keep, writer, run_id, sharing=bench.Sharing(), keeper=None,
@@ -133,35 +142,34 @@ def run(path, size, ranks, formats, fio_ceiling, timeout, keep, writer, run_id, 
                             + (", fio's reference before each" if jobs else ""), steps=repeats + 1,
                             unit="repeat", follow=scratch.path / "progress"):
             try:
-                result = launch(scratch.path, formats, size, ranks, timeout, repeats, keep, target.mount.disks,
-                                fio_dir and fio_dir.path, [f"{j.profile}.fio" for j in jobs], plan_cache)
+                result = launch(scratch.path, formats, size, ranks, timeout, repeats, keep, fio_dir and fio_dir.path,
+                                [f"{j.profile}.fio" for j in jobs], plan_cache)
             except UserError as exc:
                 if writer:
                     writer.write(bench.event(run_id, target.path, "failed", str(exc)))
                 raise
         if keep:
             bench.say(f"kept {' and '.join(str(d.shown) for d in (fio_dir, scratch) if d)}")
+    counter = moved.counter_for(target.path)   # the one rank 0 read: what it is, or why there is none
     fio_records = []
     for run_ in result.get("fio", []):
-        moved = run_["device_bytes"]
         fio_records += bench.fio_records(
             target, run_["data"], run_id, version, writer, run_["job"].removesuffix(".fio"), 0, busy, keeper,
-            moved and {"device_read_bytes": moved[0], "device_write_bytes": moved[1]}, repeat=run_["repeat"])
-    records = records_from(result, target, run_id, ranks, fio_records)
+            served=(counter, *run_["counted"]), repeat=run_["repeat"])
+    records = records_from(result, target, run_id, ranks, fio_records, counter)
     for rec in records:
         if writer:
             writer.write(rec)
     return fio_records + records
 
 
-DEVICE_COLUMN = ("from_device", "device x", ".2f")
+SERVED_COLUMNS = [("moved", "moved x", None), ("served", "served by", None)]
 
 
-def from_device(rec):
-    """Bytes the mount's device moved in the record's direction during its timed run over the bytes it moved
-    (about 1 when it reached storage; well below 1: the page cache served it); None without a block device."""
-    moved = rec.get("device_read_bytes" if rec.get("rw") in ("read", "randread") else "device_write_bytes")
-    return moved / rec["size_bytes"] if moved is not None and rec.get("size_bytes") else None
+def proven(rec):
+    """The row's proof cells: bytes the mount's counter saw move over the payload, and who served them."""
+    ratio = rec.get("bytes_moved_ratio")
+    return {"moved": "n/a" if ratio is None else f"{ratio:.2f}", "served": served_cell(rec) or rec.get("served_by")}
 
 
 def print_torch(records):
@@ -169,26 +177,32 @@ def print_torch(records):
     torch_rows = [r for r in records if r.get("ckpt_format")]
     fio_rows = [r for r in records if not r.get("ckpt_format") and not r.get("event")]
     if fio_rows:
-        bench_out = [dict(r, label=r["profile"], from_device=from_device(r)) for r in fio_rows]
+        bench_out = [dict(r, label=r["profile"], **proven(r)) for r in fio_rows]
         print_table(bench_out, [("label", "fio reference", None), ("repeat", "repeat", "d"), ("numjobs", "jobs", "d"),
-                                ("bw_mbps", "MB/s", ".1f"), ("lat_p99_us", "I/O lat P99 us", ".1f"), DEVICE_COLUMN],
+                                ("bw_mbps", "MB/s", ".1f"), ("lat_p99_us", "I/O lat P99 us", ".1f"),
+                                *SERVED_COLUMNS],
                     title="fio reference (same bytes, buffered, durable write, read after a cache drop)")
-    torch_rows = [dict(r, label=f"{r['ckpt_format']} {r['rw']}", from_device=from_device(r),
+    torch_rows = [dict(r, label=f"{r['ckpt_format']} {r['rw']}", **proven(r),
                        spread=f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f}" if r.get("ratio_min") else None)
                   for r in torch_rows]
     print_table(torch_rows, [("label", "checkpoint", None), ("numjobs", "ranks", "d"), ("repeats", "reps", "d"),
                              ("bw_mbps", "MB/s median", ".1f"), ("ratio_to_fio", "ratio to fio", ".2f"),
-                             ("spread", "ratio range", None), DEVICE_COLUMN, ("blocked_s", "save blocked s", ".3f"),
-                             ("tensors", "tensors", "d"),
+                             ("spread", "ratio range", None), *SERVED_COLUMNS,
+                             ("blocked_s", "save blocked s", ".3f"), ("tensors", "tensors", "d"),
                              ("wrong", "wrong", "d")],
                 title="torch checkpoint (durable write incl. directory fsync; buffered read after a cache drop)")
     out = console()
     for mount in dict.fromkeys(r["mount"] for r in torch_rows + fio_rows):
+        counter = next(r.get("byte_counter") for r in fio_rows + torch_rows if r["mount"] == mount)
         out.print(f"{mount}: ratio = median MB/s over fio's median (write: shard-write, read: restore-read-buffered); "
-                  f"range: lowest..highest ratio of one repeat to fio's run just before it; device x: bytes the "
-                  f"mount's device moved in that direction during the timed run / the payload (sysfs)")
+                  f"range: lowest..highest ratio of one repeat to fio's run just before it; moved x: bytes the "
+                  f"mount's counter ({counter}) saw move in that direction "
+                  f"during the timed run / the payload (the median over repeats; below {moved.MIN_MOVED}: a cache "
+                  f"served it)")
         short = [r["runtime_s"] for r in torch_rows + fio_rows if r["mount"] == mount and r.get("runtime_s")]
         if short and min(short) < SHORT_RUN_S:
             out.print(f"{mount}: the shortest timed run took {min(short):.2f} s: runs under {SHORT_RUN_S:.0f} s "
                       f"are dominated by the storage's moment-to-moment noise, which widens the ratio range "
                       f"(a larger --size narrows it)")
+    for line in served_lines(fio_rows + torch_rows):
+        out.print(line)
