@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from benchcore.files import write_new_text
-from commbench.cases.case import fit
+from commbench.cases.case import fit, work_key
 from commbench.cases.collectives import DTYPES
 from commbench.cases.registry import CASES
 
@@ -61,24 +61,43 @@ class Plan:
         nccl-tests does (0: skipped)."""
         return fit(CASES[cfg["case"]], size, DTYPES[cfg["dtype"]].bytes, self.world_size)
 
+    def stand_ins(self):
+        """{(size, config index): the index of the config measured for it}: configs that run the same operations at
+        a size (commbench.cases.case.work_key: chunked at or below its threshold is plain's one all_gather) are
+        measured once, as the first of them; the verdicts would never rank them against each other anyway."""
+        out = {}
+        for size in self.sizes:
+            first = {}
+            for i, cfg in enumerate(self.configs):
+                run = self.size_run(cfg, size)
+                if run and CASES[cfg["case"]].work:   # a case that says what it runs (others: every config differs)
+                    elt = DTYPES[cfg["dtype"]].bytes
+                    by = first.setdefault((run,) + work_key(CASES[cfg["case"]], cfg, run, self.world_size, elt), i)
+                    if by != i:
+                        out[size, i] = by
+        return out
+
     def steps(self):
         """[Step] in the order every rank measures them (commbench/worker.py): every size, then --repeats rounds of
         every config, each round starting one config later (drift hits every config alike); sizes a config cannot
-        take are left out. The launcher names the step a rank announces from the same list."""
-        out = []
+        take are left out, and configs another one stands for (stand_ins). The launcher names the step a rank
+        announces from the same list."""
+        out, skip, every = [], self.stand_ins(), list(range(len(self.configs)))
         for cycle in range(self.cycles):
             for size in self.sizes:
                 for repeat in range(self.repeats):
                     turn = repeat % len(self.configs)
-                    for cfg in self.configs[turn:] + self.configs[:turn]:
-                        run = self.size_run(cfg, size)
-                        if run:
-                            out.append(Step(cycle, size, repeat, cfg, run))
+                    for i in every[turn:] + every[:turn]:
+                        run = self.size_run(self.configs[i], size)
+                        if run and (size, i) not in skip:
+                            out.append(Step(cycle, size, repeat, self.configs[i], run))
         return out
 
     def records_expected(self):
-        return self.cycles * self.repeats * sum(len(CASES[c["case"]].phases) for c in self.configs
-                                                for size in self.sizes if self.size_run(c, size))
+        skip = self.stand_ins()
+        return self.cycles * self.repeats * sum(len(CASES[c["case"]].phases) for i, c in enumerate(self.configs)
+                                                for size in self.sizes
+                                                if self.size_run(c, size) and (size, i) not in skip)
 
     def largest(self, world_size):
         """(bytes, config, size) of the measurement whose buffers are largest on one rank."""

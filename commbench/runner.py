@@ -11,18 +11,20 @@ from benchcore.errors import UserError
 from benchcore.processes import procs
 from benchcore.progress import Reporter
 from benchcore.report.render import console
-from benchcore.results import metrics
+from benchcore.results import metrics, schema
 from benchcore.results.records import RecordWriter, hostname, output_file
 from benchcore.units import format_size
 from commbench import rankstats
 from commbench.cases import compute
 from commbench.cases.case import ReadOptions, refuse_unread
+from commbench.cases.collectives import DTYPES
 from commbench.cases.registry import CASES, record_label
 from commbench.launch.execute import execute
 from commbench.launch.spec import gpu_memories
 from commbench.launch.torchrun import check_endpoint
 from commbench.output import NcclStream, print_collective_tables, render
 from commbench.planning import build_plan
+from commbench.tablestream import table_stream
 
 
 def launches(spec, plan):
@@ -40,6 +42,38 @@ def launches(spec, plan):
         parts = [(env, dataclasses.replace(p, time_budget=plan.time_budget * len(p.steps()) / every))
                  for env, p in parts]
     return [(dataclasses.replace(spec, env={**spec.env, **env}), part) for env, part in parts]
+
+
+def measured_once(parts):
+    """What the launches' plans measure once for several configs (Plan.stand_ins): ([the line to say, one per config
+    stood for, with the measurements saved], [its same_operations event, for the records: the tables show the config
+    as the one measured for it])."""
+    found, backends = {}, {s.backend for s, _ in parts}
+    for spec, plan in parts:
+        backend = spec.backend if spec.backend != "auto" else "nccl" if spec.may_use_nccl() else "gloo"
+        for (size, i), j in plan.stand_ins().items():
+            cfg, by = plan.configs[i], plan.configs[j]
+            key = (backend, record_label(cfg), record_label(by))
+            run = plan.size_run(cfg, size)
+            mine = found.setdefault(key, {"sizes": set(), "saved": 0, "cfg": cfg, "by": by, "plan": plan,
+                                          "what": CASES[cfg["case"]].work(cfg, run // DTYPES[cfg["dtype"]].bytes,
+                                                                          plan.world_size,
+                                                                          DTYPES[cfg["dtype"]].bytes)[0]})
+            mine["sizes"].add(run)
+            mine["saved"] += plan.cycles * (1 if plan.fit_repeats else plan.repeats)
+    lines, events = [], []
+    for (backend, label, by), f in found.items():
+        sizes = sorted(f["sizes"])
+        where = format_size(sizes[0]) + (f"-{format_size(sizes[-1])}" if len(sizes) > 1 else "")
+        on = f" on {backend}" if len(backends) > 1 else ""
+        saved = f"{f['saved']} measurement{'s' * (f['saved'] != 1)} saved" + (" a repeat" if f["plan"].fit_repeats
+                                                                              else "")
+        lines.append(f"{label} at {where}{on} runs the same operations as {by} ({f['what']}): measured once, as "
+                     f"{by} ({saved})")
+        events.append(schema.event("commbench", "same_operations", lines[-1], run_id=f["plan"].run_id, sizes=sizes,
+                                   config={**f["cfg"], "backend": backend},
+                                   measured_by={**f["by"], "backend": backend}))
+    return lines, events
 
 
 # Per rank beyond the case's own buffers (measured on this 2-core VM with Gloo, torch 2.13): ~300 MiB of
@@ -133,11 +167,11 @@ class Derived:
             self.writer.write(out)
 
 
-def run_plan(rounds, output, table_fn, label="measuring", plot_fn=None, judge=None, derive=None):
+def run_plan(rounds, output, table_fn, label="measuring", plot_fn=None, judge=None, derive=None, rows=None):
     """Launch rounds ([(spec, plan)], one after another: several with compare --backends), judge (verdict records,
     written after the measurements), render (and plot) as output (Output) says, and exit non-zero on failure or
     wrong results; the records, where it returns. derive: record -> the records written and shown in its place
-    (pairs)."""
+    (pairs); rows: a writer that prints the table's rows as they are measured (tablestream.TableStream)."""
     spec = rounds[0][0]
     parts = [part for s, p in rounds for part in launches(s, p)]
     path = None if spec.dry_run else output_file(output.out)
@@ -146,6 +180,9 @@ def run_plan(rounds, output, table_fn, label="measuring", plot_fn=None, judge=No
             check_memory(s, p)
             check_endpoint(s)
     for text in dict.fromkeys(n for s, _ in rounds for n in s.notes):  # on stderr: stdout stays a table, JSON or CSV
+        click.echo(f"note: {text}", err=True)
+    alike, stood = measured_once(parts)
+    for text in alike:
         click.echo(f"note: {text}", err=True)
     if spec.dry_run:
         for part_spec, part in parts:
@@ -161,8 +198,10 @@ def run_plan(rounds, output, table_fn, label="measuring", plot_fn=None, judge=No
         for cfg in part.configs:
             places.setdefault(cfg["case"], set()).add(bool(cfg.get("in_place")))
     stream = NcclStream(places) if output.fmt == "nccl-tests" and not derive and not sys.stdout.isatty() else None
-    sink = Tee(sink, stream) if stream else sink
-    records, errors, code, raw, started = [], [], 0, 0, time.monotonic()
+    sink = Tee(sink, stream, rows) if stream or rows else sink
+    records, errors, code, raw, started = list(stood), [], 0, 0, time.monotonic()
+    for rec in stood if writer else ():
+        writer.write(rec)
     followed = Followed(label, [p for _, p in parts], enabled=not spec.verbose)
     expected = sum(p.records_expected() for _, p in rounds)
     try:
@@ -316,5 +355,6 @@ def measure(names, opts, table_fn=print_collective_tables, label="measuring", pl
                   for s, p in rounds]
     if reshape:  # the command splits or adjusts the launches (p2p: OSU's iteration counts per size class)
         rounds = reshape(rounds)
-    table_fn = rankstats.with_stats(table_fn, opts.output.show_stats, opts.output.fmt)
-    run_plan(rounds, opts.output, table_fn, label, plot_fn, judge)
+    rows = table_stream(rounds, opts.output) if table_fn is print_collective_tables else None   # in a pipe
+    table_fn = rankstats.with_stats(rows.close if rows else table_fn, opts.output.show_stats, opts.output.fmt)
+    run_plan(rounds, opts.output, table_fn, label, plot_fn, judge, rows=rows)

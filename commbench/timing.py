@@ -208,7 +208,7 @@ def fit_budget(ctx, run_once, blocking, phases):
     agree on every step (the least share, the slowest rank's time), so each runs the same iterations."""
     plan = ctx.plan
     left = plan.launched_at + plan.time_budget - time.time()
-    todo = plan.cycles * plan.repeats * len(plan.sizes) * len(plan.configs) - ctx.measured
+    todo = len(plan.steps()) - ctx.measured   # the measurements still to come (sizes skipped or stood for: none)
     left -= todo * ctx.overhead_s   # what each measurement costs beside its loops (fit_repeats measured it)
     share = ctx.comm.reduce_int(int(max(left, 0) / max(todo, 1) / phases * 1e9), "min") / 1e9
     n, warm, spent = 1, 0, 0.0

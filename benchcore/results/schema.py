@@ -200,8 +200,11 @@ EVENT_EXTENSIONS = {
                   "winner": "verdict: the faster config (null: no significant difference)",
                   "versus": "verdict: what the winner beat", "ratio": "verdict: winner's time / the other's",
                   "ratio_low": "verdict: 95% interval, low end", "ratio_high": "verdict: 95% interval, high end",
-                  "sizes": "verdict: payloads it holds for", "method": "verdict: the statistics used",
+                  "sizes": "verdict, same_operations: payloads it holds for", "method": "verdict: the statistics used",
                   "equivalent": "verdict: configs that ran the same operations (never ranked)",
+                  "config": "same_operations: a config not measured at sizes, since it runs the same operations as "
+                            "measured_by (with its backend)",
+                  "measured_by": "same_operations: the config measured for it (its rows stand for both)",
                   "tied": "verdict: configs with no significant difference",
                   "beats_from_bytes": "chunked verdict: payload from which chunking beats ring and plain",
                   "no_difference_sizes": "chunked verdict: payloads where nothing is significantly better",

@@ -107,8 +107,9 @@ def _gather_work(cfg, count, n, elt):
     """What plain and chunked execute: the chunk layout and the overlap it allows (k > chunks is k = chunks)."""
     layout = chunk_layout(count, n, elt, cfg.get("chunk_bytes", 1), cfg.get("threshold_bytes", float("inf")))
     if len(layout) == 1:
-        return ("all_gather", layout[0][1], cfg["in_place"])
-    return ("chunked all_gather", layout[0][1], len(layout), min(cfg["inflight"], len(layout)), cfg["in_place"])
+        return ("one all_gather of the payload, not chunked", layout[0][1], cfg["in_place"])
+    return ("the same chunk all_gathers, as many in flight", layout[0][1], len(layout),
+            min(cfg["inflight"], len(layout)), cfg["in_place"])
 
 
 def _gather_footprint(cfg, count, n, elt):

@@ -66,10 +66,36 @@ def on_evidence(records):
     return kept, marked, work_of, verdict.evidence_lines(dropped, unproven), dropped
 
 
-def payload_rows(records, outcomes, baseline, label_of=None, dropped=()):
+def stood_for(records, label_of, outcomes):
+    """{size: {a config not measured: the one measured for it}} from the records' same_operations events (the runner
+    measures configs that run the same operations once: commbench/plan.py, stand_ins), each named in the group of
+    the one that stood for it, as sweep names its configs a backend runs alike."""
+    out = {}
+    for ev in records:
+        if ev.get("event") == "same_operations":
+            label, by = (label_of({**ev[k], "phase": TOTAL}) for k in ("config", "measured_by"))
+            for size in ev["sizes"]:
+                out.setdefault(size, {})[label] = by
+    for o in outcomes:
+        for label, by in out.get(o.size, {}).items():
+            group = next((g for g in o.groups if by in g.labels or by + verdict.UNPROVEN in g.labels), None)
+            if group and label not in group.labels:
+                group.labels.append(label)
+    return out
+
+
+def judged(records):
+    """(outcomes, label_of, dropped, the evidence lines, stood_for) of compare's records: verdict.judge on evidence,
+    each config measured once for others named in its group."""
+    kept, label_of, work_of, evidence, dropped = on_evidence(records)
+    outcomes = verdict.judge(kept, candidate_of=label_of, work_of=work_of)
+    return outcomes, label_of, dropped, evidence, stood_for(records, candidates(records)[0], outcomes)
+
+
+def payload_rows(records, outcomes, baseline, label_of=None, dropped=(), stood=None):
     """{size: [row per config and phase]}: medians over repeats, the spread (None from one repeat: n/a, not 0),
     speed-up vs baseline ('not ranked' for a config in dropped: a setting not applied); label_of: the rows' names
-    (default: candidates')."""
+    (default: candidates'); stood: stood_for's, each config not measured a row '= the one measured' after it."""
     by = {}
     label_of = label_of or candidates(records)[0]
     for rec in records:
@@ -90,6 +116,13 @@ def payload_rows(records, outcomes, baseline, label_of=None, dropped=()):
                          if label in dropped else _speedup(found.get(size), label, baseline),
                          "wrong": sum(r["wrong"] or 0 for r in recs) if recs[0].get("wrong") is not None else None,
                          **{k: recs[0].get(k) for k in ("wire_bytes", "max_abs_error", "max_rel_error")}})
+            if recs[0].get("phase") == TOTAL:
+                rows += [{"label": other, "time_us": f"= {label}", "vs": _speedup(found.get(size), other, baseline)
+                          or f"= {label} (same work)", **dict.fromkeys(("spread", "repeats", "busbw_gbps",
+                                                                         "link_utilization", "predicted_time_us",
+                                                                         "wrong"), "")}
+                         for other, by in (stood or {}).get(size, {}).items()
+                         if by == label.removesuffix(verdict.UNPROVEN)]
         table[size] = rows
     return table
 
@@ -97,8 +130,7 @@ def payload_rows(records, outcomes, baseline, label_of=None, dropped=()):
 def print_compare(records, baseline="ring"):
     """One table per payload, then the verdict records' sentences (none when the run failed or was wrong)."""
     out = console()
-    kept, label_of, work_of, evidence, dropped = on_evidence(records)
-    outcomes = verdict.judge(kept, candidate_of=label_of, work_of=work_of)
+    outcomes, label_of, dropped, evidence, stood = judged(records)
     first = next(r for r in records if not r.get("event"))
     backends = "/".join(dict.fromkeys(r["backend"] for r in records if not r.get("event")))
     if candidates(records)[0] is not record_label:  # several backends: the baseline on the first one
@@ -119,7 +151,7 @@ def print_compare(records, baseline="ring"):
     if any(r.get("max_abs_error") is not None for r in records):
         columns += [("wire", "wire bytes", None), ("max_abs_error", "max abs err", ".2e"),
                     ("max_rel_error", "max rel err", ".2e")]
-    for size, rows in payload_rows(records, outcomes, baseline, label_of, dropped).items():
+    for size, rows in payload_rows(records, outcomes, baseline, label_of, dropped, stood).items():
         for row in rows:
             row["wire"] = format_size(row["wire_bytes"]) if row.get("wire_bytes") else ""
         print_table(rows, columns, title=f"payload {format_size(size)}: time to the same final tensor on every rank "
@@ -151,8 +183,7 @@ def plot(records, path, command="compare"):
 
 def judge(records, answer=None):
     """The verdict records of a compare; answer(outcomes, run_id): one more, the command's answer (chunked's)."""
-    kept, label_of, work_of, *_ = on_evidence(records)
-    outcomes = verdict.judge(kept, candidate_of=label_of, work_of=work_of)
+    outcomes = judged(records)[0]
     run_id = next((r["run_id"] for r in records if r.get("run_id")), None)
     found = verdict.verdicts(outcomes, run_id)
     if answer:

@@ -27,7 +27,7 @@ from commbench.commands.sweep_resume import backend_of, fingerprint, measured_op
 from commbench.launch.execute import EXIT_TERM, Terminated, execute, on_sigterm
 from commbench.output import render
 from commbench.planning import build_plan
-from commbench.runner import budget_lines, dry_run_estimate, launches, step_text
+from commbench.runner import budget_lines, dry_run_estimate, launches, measured_once, step_text
 from commbench.evidence.applied import judge_settings
 from commbench.transports.envvars import read_by, split_values, validate
 
@@ -284,6 +284,8 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
     launched = [c for c in configs if config_key(c) not in stand_ins]
     todo = [(config, rnd) for rnd in range(repeats) for config in rotated(launched, rnd)
             if (config_key(config), rnd) not in settled and config_key(config) not in failed_keys]
+    for text in measured_once([(spec, plan)] * len(todo))[0]:   # strategies a plan measures once for others
+        console(stderr=True).print(f"note: {text}", markup=False)
     budget = parse_budget(time_budget)
     if budget and todo:   # each run's share; the fingerprint above holds what is measured, not the share
         plan = dataclasses.replace(plan, time_budget=budget / len(todo))
