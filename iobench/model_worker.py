@@ -292,11 +292,13 @@ def main():
         if kind == "read" and local and not args.no_drop and not args.direct_read:
             drop_cache(directory)
         save, load = FORMATS[args.format]
-        if feel:
-            save = lambda directory, mine: feel.save(directory, flat(mine))  # noqa: E731
+        staged = kind == "write" and feel and mode not in (None, "sync")   # an async save mode
+        if feel:   # an async mode's save returns once staged: the background part is said when it starts
+            resumed = (lambda: say(": staged; training steps run while the save persists in the background")) \
+                if staged else None
+            save = lambda directory, mine: feel.save(directory, flat(mine), resumed)  # noqa: E731
         reader = functools.partial(load, direct=args.direct_read and not args.no_drop)
         synced = []
-        staged = kind == "write" and feel and mode not in (None, "sync")   # an async save mode
         say(f": {'saving' if kind == 'write' else 'loading'} ({args.format}"
             f"{', the state staged, then persisted in the background' if staged else ''})")
         start, end, result, counters = phase(save if kind == "write" else reader, directory, mine, counter,

@@ -135,16 +135,19 @@ class Steps:
         return 2 * self.n ** 3
 
 
-def checkpoint(saver, steps, state, directory, timeout):
+def checkpoint(saver, steps, state, directory, timeout, resumed=None):
     """One checkpoint as training feels it: undisturbed steps, the save, steps while it runs in the background,
     undisturbed steps again; figures() of it, the step trace (seconds from the save call, step seconds, phase),
-    and the perf_counter() of the save call and of its last byte."""
+    and the perf_counter() of the save call and of its last byte. resumed(): called once the save call returned
+    (training resumes; the save goes on in the background), before the first step beside it."""
     before = [steps.one() for _ in range(STEPS_AROUND)]
     done_at = []
     call = time.perf_counter()
     future = saver.save(state, directory)
-    resumed = time.perf_counter()
+    resumed_at = time.perf_counter()
     future.add_done_callback(lambda _: done_at.append(time.perf_counter()))
+    if resumed:
+        resumed()
     during = []
     while not future.done():
         if time.perf_counter() - call > timeout:
@@ -156,7 +159,7 @@ def checkpoint(saver, steps, state, directory, timeout):
     after = [steps.one() for _ in range(STEPS_AROUND)]
     trace = [(end - call, s, phase) for phase, run in (("before", before), ("during", during), ("after", after))
              for end, s in run]
-    return figures(call, resumed, done_at[0], [s for _, s in before + after], during, saver.stager), trace, call, \
+    return figures(call, resumed_at, done_at[0], [s for _, s in before + after], during, saver.stager), trace, call, \
         done_at[0]
 
 
@@ -204,10 +207,11 @@ class Feel:
         if rank == 0:
             shutil.rmtree(warm_up)
 
-    def save(self, directory, state):
-        """One checkpoint: (figures, the step trace, the save call's and the last byte's time.time())."""
+    def save(self, directory, state, resumed=None):
+        """One checkpoint: (figures, the step trace, the save call's and the last byte's time.time()); resumed: as
+        checkpoint()'s."""
         wall = time.time() - time.perf_counter()
-        figs, trace, call, done = checkpoint(self.saver, self.steps, state, directory, self.timeout)
+        figs, trace, call, done = checkpoint(self.saver, self.steps, state, directory, self.timeout, resumed)
         return {**figs, "call_wall": wall + call, "done_wall": wall + done, "trace": trace}
 
     def describe(self):

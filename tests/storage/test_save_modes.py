@@ -63,6 +63,18 @@ def test_its_progress_names_each_modes_step_and_the_restart(saved):
         assert text.startswith(steps[int(index) - 1]), line
 
 
+def test_an_async_saves_background_part_is_said_when_it_starts(saved):
+    """The progress file the workers announce into (kept by --keep): an async mode's write says when training
+    resumed and the save went on in the background (the save's longest part, with nothing said for it before);
+    sync's has no background part."""
+    _, recs, _ = saved
+    progress = (Path(recs[0]["mount"]) / f"iobench-{recs[0]['run_id']}" / "progress").read_text().splitlines()
+    for mode in MODES:
+        said = [ln for ln in progress if f"write 1/1 (save mode {mode}): staged; training steps run while the save "
+                                         f"persists in the background" in ln]
+        assert len(said) == (mode != "sync"), (mode, progress)
+
+
 def test_what_training_felt_is_there_and_consistent(saved):
     _, recs, plot = saved
     for rec in (r for r in recs if r.get("save_mode")):
