@@ -205,6 +205,15 @@ def nvmlDeviceGetPciInfo(h):
     return _Pci(_get(h, "PCI", "Bus Id"))
 
 
+class _Memory:
+    def __init__(self, total):
+        self.total = total
+
+
+def nvmlDeviceGetMemoryInfo(h):
+    return _Memory(int(_number(_get(h, "FB Memory Usage", "Total"))) << 20)   # nvidia-smi prints MiB
+
+
 def nvmlDeviceGetPersistenceMode(h):
     return int(_get(h, "Persistence Mode") == "Enabled")
 
@@ -319,3 +328,6 @@ def _unsupported(*args):
 
 
 nvmlDeviceGetNvLinkErrorCounter = _unsupported
+# `commbench topo`'s topology calls (commbench/model/detect.py): nvidia-smi -q prints none of them
+nvmlDeviceGetCpuAffinity = nvmlDeviceGetP2PStatus = nvmlDeviceGetTopologyCommonAncestor = _unsupported
+nvmlDeviceGetNumaNodeId = nvmlDeviceGetNvLinkRemoteDeviceType = _unsupported

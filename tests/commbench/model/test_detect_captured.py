@@ -1,6 +1,6 @@
 """`commbench topo` detection on real systems' NVML answers (issue 40 item 6). This machine has no GPU: NVML is faked
-at the pynvml boundary by CapturedNVML, which answers each call from a real `nvidia-smi -q` capture (the same NVML
-queries, printed): tests/fixtures/nvidia_smi/, taken from github.com/thamada/nvidia-smi (gls/*_smi.py, commit
+at the pynvml boundary by tests/commbench/health/captured_pynvml.py (node health's too), which answers each call from
+a real `nvidia-smi -q` capture (the same NVML queries, printed): tests/fixtures/nvidia_smi/, taken from github.com/thamada/nvidia-smi (gls/*_smi.py, commit
 c4c8a463, captured 2024-11-12..14):
   h100-sxm-x8-q.txt    8 x NVIDIA H100 80GB HBM3 (SXM5), driver 565.57.01, Fabric State Completed / Success
   a100-sxm4-x4-q.txt   4 x NVIDIA A100-SXM4-80GB, driver 555.42.02, Fabric N/A (Ampere reports none)
@@ -8,101 +8,39 @@ c4c8a463, captured 2024-11-12..14):
   l40s-x1-q.txt        1 x NVIDIA L40S, driver 550.127.05
 `nvidia-smi -q` prints no NVLink state: those calls answer NotSupported, as NVML does for what it cannot say, and
 detection must say what it did not see."""
-import ctypes
 import re
 from pathlib import Path
 
 import pytest
 
 from commbench.model import detect, topology
+from tests.commbench.health import captured_pynvml
 
 CAPTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia_smi"
 
 
-class c_nvmlGpuFabricInfo_t(ctypes.Structure):   # the fields of nvidia-ml-py's struct the code reads
-    _fields_ = [("state", ctypes.c_uint8), ("status", ctypes.c_uint)]
+@pytest.fixture
+def nvml(monkeypatch):
+    """pynvml answered from a capture (tests/commbench/health/captured_pynvml.py, the one stand-in for NVML):
+    nvml(name) names the capture nvmlInit will read."""
+    def answering(capture):
+        monkeypatch.setenv("CAPTURED_NVML", str(capture))
+        return captured_pynvml
+    return answering
 
 
-class CapturedNVML:
-    """The pynvml calls detect.gpus makes, answered from one `nvidia-smi -q` capture."""
-
-    class NVMLError(Exception):
-        pass
-
-    NVML_NVLINK_MAX_LINKS = 18
-
-    def __init__(self, path):
-        sections = re.split(r"\n(?=GPU [0-9A-Fa-f]{8}:)", Path(path).read_text())[1:]
-        self.gpus = [self._parse(s) for s in sections]
-
-    @staticmethod
-    def _parse(section):
-        def value(*path):
-            at = 0
-            for key in path:
-                at = section.index(key, at)
-            return section[at:].split(":", 1)[1].split("\n", 1)[0].strip()
-        return {"name": value("Product Name"), "bus": value("Bus Id"),
-                "memory": int(value("FB Memory Usage", "Total").split()[0]) << 20,
-                "gen": value("PCIe Generation", "Max"), "width": value("Link Width", "Max").rstrip("x"),
-                "fabric": (value("Fabric", "State"), value("Fabric", "Status"))}
-
-    def _unsupported(self, *args):
-        raise self.NVMLError("Not Supported")
-
-    nvmlDeviceGetNvLinkState = nvmlDeviceGetNvLinkVersion = nvmlDeviceGetP2PStatus = _unsupported
-    nvmlDeviceGetTopologyCommonAncestor = nvmlDeviceGetNumaNodeId = nvmlDeviceGetCpuAffinity = _unsupported
-    nvmlDeviceGetNvLinkRemoteDeviceType = _unsupported
-
-    def nvmlInit(self):
-        pass
-
-    def nvmlShutdown(self):
-        pass
-
-    def nvmlDeviceGetCount(self):
-        return len(self.gpus)
-
-    def nvmlDeviceGetHandleByIndex(self, i):
-        return self.gpus[i]
-
-    def nvmlDeviceGetName(self, h):
-        return h["name"]
-
-    def nvmlDeviceGetMemoryInfo(self, h):
-        return type("Memory", (), {"total": h["memory"]})()
-
-    def nvmlDeviceGetPciInfo(self, h):
-        return type("Pci", (), {"busId": h["bus"].encode()})()
-
-    def nvmlDeviceGetMaxPcieLinkGeneration(self, h):
-        return int(h["gen"])
-
-    def nvmlDeviceGetMaxPcieLinkWidth(self, h):
-        return int(h["width"])
-
-    c_nvmlGpuFabricInfo_t = c_nvmlGpuFabricInfo_t
-
-    def nvmlDeviceGetGpuFabricInfo(self, h, ref):   # nvidia-ml-py's form: it fills the struct the caller passes
-        state, status = h["fabric"]
-        if state == "N/A":
-            self._unsupported()
-        ref._obj.state = {"Completed": 3, "In Progress": 2, "Not Started": 1}[state]
-        ref._obj.status = 0 if status == "Success" else 1
-
-
-def detected(tmp_path, capture, ports=0, rate="400 Gb/sec (4X NDR)"):
+def detected(nvml, tmp_path, capture, ports=0, rate="400 Gb/sec (4X NDR)"):
     for i in range(ports):          # InfiniBand sysfs, as a DGX's CX-7 ports read
         port = tmp_path / f"class/infiniband/mlx5_{i}/ports/1"
         port.mkdir(parents=True)
         for name, text in (("rate", rate), ("state", "4: ACTIVE"), ("link_layer", "InfiniBand")):
             (port / name).write_text(text + "\n")
     (tmp_path / "class/net").mkdir(parents=True, exist_ok=True)
-    return detect.detect(nvml=CapturedNVML(CAPTURES / capture), sys_root=tmp_path, tc=lambda name: None)
+    return detect.detect(nvml=nvml(CAPTURES / capture), sys_root=tmp_path, tc=lambda name: None)
 
 
-def test_an_h100_sxm_node_names_dgx_h100_and_not_its_h200_twin(tmp_path):
-    found = detected(tmp_path, "h100-sxm-x8-q.txt", ports=8)
+def test_an_h100_sxm_node_names_dgx_h100_and_not_its_h200_twin(nvml, tmp_path):
+    found = detected(nvml, tmp_path, "h100-sxm-x8-q.txt", ports=8)
     fields = found["fields"]
     assert fields["gpu"] == "H100-SXM" and fields["gpus_per_node"] == 8 and fields["intra_node.fabric"] == "nvswitch"
     assert found["gpus"]["gpus"][0]["pcie"] == "Gen5 x16" and found["gpus"]["gpus"][0]["fabric_ok"] is True
@@ -114,11 +52,13 @@ def test_an_h100_sxm_node_names_dgx_h100_and_not_its_h200_twin(tmp_path):
     assert "intra_node.per_gpu_gbps" in detect.unreported(fields)        # what it did not see, it says
 
 
-def test_a_fabric_manager_that_did_not_finish_is_named(tmp_path):
-    nvml = CapturedNVML(CAPTURES / "h100-sxm-x8-q.txt")
-    for gpu in nvml.gpus:
-        gpu["fabric"] = ("In Progress", "N/A")
-    found = detect.detect(nvml=nvml, sys_root=tmp_path, tc=lambda name: None)
+def test_a_fabric_manager_that_did_not_finish_is_named(nvml, tmp_path):
+    edited = tmp_path / "h100-fabric-in-progress.txt"   # the H100 capture, every GPU's fabric state edited
+    text = (CAPTURES / "h100-sxm-x8-q.txt").read_text()
+    edited.write_text(re.sub(r"(\n {4}Fabric\n {8}State +:) Completed\n( {8}Status +:) Success", r"\1 In Progress\n\2 N/A",
+                             text))
+    assert edited.read_text() != text
+    found = detect.detect(nvml=nvml(edited), sys_root=tmp_path, tc=lambda name: None)
     (note,) = [n for n in found["notes"] if n.startswith("fabric manager")]
     assert "in progress" in note and "nvidia-fabricmanager" in note and "NVLS" in note
 
@@ -127,8 +67,8 @@ def test_a_fabric_manager_that_did_not_finish_is_named(tmp_path):
     ("a100-sxm4-x4-q.txt", "A100-SXM", "nvswitch", "dgx-a100"),
     ("h100-nvl-x2-q.txt", "H100-PCIe", "pcie", None),
     ("l40s-x1-q.txt", "L40S", "pcie", "pcie-l40s-8")])
-def test_other_real_nodes_say_what_they_are_and_what_differs(tmp_path, capture, model, fabric, closest):
-    found = detected(tmp_path, capture)
+def test_other_real_nodes_say_what_they_are_and_what_differs(nvml, tmp_path, capture, model, fabric, closest):
+    found = detected(nvml, tmp_path, capture)
     fields = found["fields"]
     assert fields["gpu"] == model and fields["intra_node.fabric"] == fabric
     matched, near, diffs = detect.match(fields)
