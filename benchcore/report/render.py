@@ -75,6 +75,27 @@ def print_table(rows, columns, title=None, out=None, compact=False):
     out.print(table, soft_wrap=False)
 
 
+def print_piece(rows, columns, widths, out, title=None):
+    """A compact table (print_table's look) a piece at a time, for rows printed as they are measured: with title,
+    its title and head; then each row as a table of its own without a head. Every column is widths' wide (at least
+    its header's), or a row's cell's where that is wider (that row alone), so that the pieces line up as one table."""
+    heads = [("\n".join(printable(line) for line in header.split("\n")), fmt) for _, header, fmt in columns]
+
+    def piece(cells, head):
+        table = Table(title=printable(title) if head and title else None, show_header=head, show_lines=False,
+                      **COMPACT)
+        for (header, fmt), width, cell in zip(heads, widths, cells):
+            table.add_column(header, justify="left" if fmt in (None, WHOLE) else "right", no_wrap=True,
+                             width=max([width, len(cell)] + [len(line) for line in header.split("\n")]))
+        if not head:
+            table.add_row(*cells)
+        return table
+    if title is not None:
+        out.print(piece([""] * len(columns), True), soft_wrap=False)
+    for row in rows:
+        out.print(piece([_cell(row.get(key), fmt) for key, _, fmt in columns], False), soft_wrap=False)
+
+
 def fits(text, cells, width):
     """Whether a table printed as text shows every cell and header: none cut short (rich's mark), no line past the
     width (rich crops a table whose least widths do not fit), and every word whole, or its first FOLD_MIN characters
