@@ -15,6 +15,7 @@ from benchcore.results.read import measurements
 from benchcore.results.records import hostname, timestamp
 from benchcore.units import format_size
 from commbench.commands.accept import drain, report
+from commbench.commands.verdict import settings_of
 
 EXIT_PASS, EXIT_FAIL = 0, 1
 NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")   # what XML 1.0 cannot hold
@@ -135,6 +136,7 @@ def write_outputs(written, spec, results, records, baseline_path, baseline, run_
                            "passed": r.passed, "status": drain.status(r), "reason": r.reason or None,
                            "seconds": round(r.seconds, 1),
                            "records": len(r.records), "commands": r.commands, "env": r.check.env,
+                           "applied": settings_of(r.records, lambda rec: 0, lambda rec: rec.get("applied")).get(0, {}),
                            "allow_unknown_env": r.check.allow_unknown_env, "allow_paths": r.check.allow_paths,
                            "thresholds": [{**o.as_dict(), "line": line}
                                           for o, line in zip(r.outcomes, _lines(r.check))]}

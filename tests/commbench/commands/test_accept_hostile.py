@@ -328,6 +328,11 @@ def test_a_cluster_exec_prefix_with_a_clean_environment_still_gets_the_checks_en
     recs = [r for r in read_records(tmp_path / "out" / "results.jsonl") if not r.get("event")]
     assert verdict["checks"][0]["env"] == {"NCCL_DEBUG": "WARN"} and len(recs) == 3
     assert all(r["env"]["NCCL_DEBUG"] == "WARN" and r["nodes"] == 2 for r in recs), [r["env"] for r in recs]
+    # beside what was asked, what the records prove took effect (the launcher's Gloo interface here), at its worst
+    applied = verdict["checks"][0]["applied"]
+    assert applied == {var: st for r in recs for var, st in r["applied"].items()}, applied
+    assert applied["GLOO_SOCKET_IFNAME"]["status"] == "applied" and "Gloo connections" in \
+        applied["GLOO_SOCKET_IFNAME"]["evidence"], applied
 
 
 def mount_tmpfs(where, *options):
