@@ -51,7 +51,8 @@ out, back = comm.p2p_calls(comm.buffer(torch.zeros(8, dtype=torch.uint8)),
 
 def ctx(iters, started):   # 4 measurements to share a budget of 2 s
     plan = SimpleNamespace(agg_iters=1, cuda_graph=0, cpu_time=False, iters=iters, time_budget=2.0,
-                           launched_at=started, cycles=1, repeats=1, sizes=[1, 2, 3, 4], configs=[{}])
+                           launched_at=started, cycles=1, repeats=1, sizes=[1, 2, 3, 4], configs=[{}],
+                           steps=lambda: [None] * 4)
     return SimpleNamespace(plan=plan, device=torch.device("cpu"), barrier=comm.barrier, position=Position(), rank=0,
                            comm=comm, measured=0, overhead_s=0.0)
 
