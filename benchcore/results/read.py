@@ -19,7 +19,7 @@ from benchcore.importers import nccl_text as nccltests
 from benchcore.inputs import MAX_RECORD_BYTES, clipped, name, read_bytes, regular_file, shown, text_blocks
 from benchcore.results import schema
 from benchcore.results.records import read_records
-from benchcore.units import format_size
+from benchcore.units import format_size, readable_size
 
 TOOLS = ("commbench", "iobench")
 
@@ -263,7 +263,7 @@ def label(rec, leave=()):
     phase, size, place; iobench: profile, direction, bs)."""
     if rec["tool"] == "commbench":
         parts = [("group", group_of(rec)), ("phase", rec.get("phase")),
-                 ("size", format_size(rec["size_bytes"]) if rec.get("size_bytes") else "0"),
+                 ("size", readable_size(rec["size_bytes"]) if rec.get("size_bytes") else "0"),
                  ("dtype", rec.get("dtype")), ("op", rec.get("op")),
                  ("root", f"root {rec['root']}" if rec.get("root") is not None else None),
                  ("place", {True: "in-place", False: "out-of-place"}.get(rec.get("in_place"))),

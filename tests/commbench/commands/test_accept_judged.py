@@ -111,4 +111,5 @@ def test_a_size_that_is_no_whole_unit_reads_as_a_person_reads_it_in_a_thresholds
                              dtype="float32", op="sum", in_place=False, time_us=100.0, world_size=2, nodes=1,
                              algbw_gbps=0.2, busbw_gbps=0.2, wrong=0)
     outcome = thresholds.judge(thresholds.parse("busbw >= 1 GB/s", "commbench"), [rec])
-    assert "expected >= 1 GB/s at 21.4M (22,484,704 B) (" in outcome.message
+    assert "expected >= 1 GB/s at 21.4M (22,484,704 B) (all_reduce 21.4M (22,484,704 B) float32" in outcome.message
+    assert "22484704" not in outcome.message
