@@ -4,13 +4,13 @@ import sys
 
 from benchcore.report.render import print_piece
 from commbench.cases.registry import CASES
-from commbench.output import (PLACE_COLUMNS, ROW_COLUMNS, SIDES, place_columns, print_collective_tables, row_key,
-                              row_order, table_console, table_title, collective_rows)
+from commbench.output import (PLACE_COLUMNS, ROW_COLUMNS, SIDES, collective_rows, place_columns,
+                              print_collective_tables, row_key, row_order, table_console, table_title)
 
 GAP = 2               # characters between two columns of a compact table (benchcore/report/render.py COMPACT)
 BW_WIDTH = 7          # algbw, busbw: up to 999.999 GB/s
-FLOAT_WIDTH = 7       # time, model (us): at least 99999.9; up to what the largest size takes at 1 GB/s where it fits
-SLOW_US, BYTES_PER_US = 99999.9, 1e3
+FLOAT_WIDTH = 7       # time, model (us): at least SLOW_US's 7 characters; up to what the largest size takes at
+SLOW_US, BYTES_PER_US = 99999.9, 1e3   # 1 GB/s (BYTES_PER_US) where the console's width leaves room
 FIXED = {"algbw_gbps": BW_WIDTH, "busbw_gbps": BW_WIDTH, "link_utilization": 4, "spread": 3}   # util: 0.00-9.99
 
 

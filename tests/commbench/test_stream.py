@@ -3,6 +3,7 @@ in the default table: read line by line from a real run's stdout while it runs."
 import io
 import os
 import subprocess
+import sys
 import time
 from types import SimpleNamespace
 
@@ -10,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from commbench.output import nccl_tests_text, print_collective_tables
-from commbench.tablestream import TableStream
+from commbench.tablestream import TableStream, table_stream
 from tests.commbench.test_output import HEAD, table_heads
 from tests.conftest import BIN, read_records
 
@@ -98,3 +99,17 @@ def test_table_rows_reach_a_pipe_while_the_run_goes_on(tmp_path):
     first = printed.getvalue().split(" out-of-place")[0].splitlines()
     widths = {len(line) for line in first if line.split()[:1] and line.split()[0].isdigit()}
     assert "3600000000.0" in printed.getvalue() and "\u2026" not in printed.getvalue() and len(widths) == 2, first
+
+
+@pytest.mark.parametrize("fmt, rounds, repeats, budget, streams", [
+    ("table", 1, 1, None, True), ("json", 1, 1, None, False), ("nccl-tests", 1, 1, None, False),
+    ("table", 2, 1, None, False), ("table", 1, 3, None, False), ("table", 1, 1, 60.0, False)])
+def test_the_table_streams_only_where_each_row_is_measured_once(fmt, rounds, repeats, budget, streams, monkeypatch):
+    """In a pipe (stdout not a terminal), --format table alone; not with --backends (several launch specs),
+    --repeats or a time budget (a table shows a row's last repeat): those print at the end, as a terminal does."""
+    plan = SimpleNamespace(sizes=[8], configs=[{"case": "all_reduce", "dtype": "float32", "op": "sum", "root": None}],
+                           repeats=repeats, time_budget=budget)
+    spec = SimpleNamespace(dry_run=False)
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    found = table_stream([(spec, plan)] * rounds, SimpleNamespace(fmt=fmt))
+    assert isinstance(found, TableStream) if streams else found is None
