@@ -199,7 +199,7 @@ def run_plan(rounds, output, table_fn, label="measuring", plot_fn=None, judge=No
             places.setdefault(cfg["case"], set()).add(bool(cfg.get("in_place")))
     stream = NcclStream(places) if output.fmt == "nccl-tests" and not derive and not sys.stdout.isatty() else None
     sink = Tee(sink, stream, rows) if stream or rows else sink
-    records, errors, code, raw, started = list(stood), [], 0, 0, time.monotonic()
+    records, errors, code, raw, started = [], [], 0, 0, time.monotonic()
     for rec in stood if writer else ():
         writer.write(rec)
     followed = Followed(label, [p for _, p in parts], enabled=not spec.verbose)
@@ -218,6 +218,7 @@ def run_plan(rounds, output, table_fn, label="measuring", plot_fn=None, judge=No
                 if result.returncode:
                     code, errors = result.returncode, result.errors
                     break
+        records = stood + records if records else records   # what was measured once for others, where any was
         if judge and records and not code:
             for rec in judge(records):
                 records.append(rec)

@@ -165,11 +165,13 @@ def measure_case(ctx, case, cfg, size, shared):
         samples = [] if plan.iter_stats else None
         run_once = faults.timed_run(ctx, case, timed.phases[phase], samples)
         pos.at("refill", f"{label(case, {**cfg, 'phase': phase})} at {size} B")
+        filled = time.perf_counter()
         timed.refill()
+        filled = time.perf_counter() - filled
         warmup, iters = plan.warmup, plan.iters
         if plan.time_budget:
             pos.at("calibrating")
-            warmup, iters = fit_budget(ctx, run_once, blocking, len(case.phases))
+            warmup, iters = fit_budget(ctx, run_once, blocking, len(case.phases), size, filled)
         elif warmup:
             pos.at("warm-up")
             time_loop(ctx, run_once, warmup, blocking)
@@ -200,25 +202,38 @@ def measure_case(ctx, case, cfg, size, shared):
     return records
 
 
-def fit_budget(ctx, run_once, blocking, phases):
-    """(warm-up, iterations) of a measurement under plan.time_budget: its share of the time the launch has left
-    (every measurement still to come gets as much), calibrated as pyperf calibrates loops: runs of 1, 2, 4, ...
-    iterations (the warm-up; at most half the plan's iterations in all) until one takes a tenth of the share, then
-    the iterations that fill what the share has left: at most the plan's (OSU's counts), at least 1. The ranks
-    agree on every step (the least share, the slowest rank's time), so each runs the same iterations."""
+# What a measurement costs beside its loops, in payload fills (commbench/timing.py measure_case and check): the fill
+# before the loops, then the check's poison, fill and comparison of the result
+FILLS_BESIDE = 4
+FLOOR = 16
+
+
+def fit_budget(ctx, run_once, blocking, phases, size, fill_s=0.0):
+    """(warm-up, iterations) of a measurement of size bytes under plan.time_budget: its share of the time the launch
+    has left, calibrated as pyperf calibrates loops: runs of 1, 2, 4, ... iterations (the warm-up; at most half the
+    plan's iterations in all) until one takes a tenth of the share, then the iterations that fill what the share has
+    left: at most the plan's (OSU's counts), at least 1. The share is what is left once the least of this measurement
+    and of every one still to come is set aside (the largest sizes: 1 warm-up, 1 iteration and the check's operation
+    each, and FILLS_BESIDE fills of the payload, both scaled from this one's: fill_s took to fill it), divided among
+    them all (at least a FLOOR-th of an equal share of what is left): a budget whose sizes grow keeps room for the
+    largest. The ranks agree on every step (the least share, the slowest rank's time), so each runs the same
+    iterations."""
     plan = ctx.plan
-    left = plan.launched_at + plan.time_budget - time.time()
-    todo = len(plan.steps()) - ctx.measured   # the measurements still to come (sizes skipped or stood for: none)
-    left -= todo * ctx.overhead_s   # what each measurement costs beside its loops (fit_repeats measured it)
-    share = ctx.comm.reduce_int(int(max(left, 0) / max(todo, 1) / phases * 1e9), "min") / 1e9
-    n, warm, spent = 1, 0, 0.0
-    while True:
-        took = time_loop(ctx, run_once, n, blocking) * n * plan.agg_iters
-        took = ctx.comm.reduce_int(int(took * 1e9), "max") / 1e9
-        warm, spent = warm + n, spent + took
-        if took >= share / 10 or 4 * n > plan.iters:
-            return warm, max(1, min(plan.iters, int((share - spent) / max(took / n, 1e-9))))
+    todo = max(len(plan.steps()) - ctx.measured, 1)   # this measurement and those still to come
+    took = _agree(ctx, time_loop(ctx, run_once, 1, blocking) * plan.agg_iters, "max")
+    per_byte = (3 * took * phases + FILLS_BESIDE * fill_s) / max(size, 1)
+    later = sum(st.run for st in plan.steps()[-todo:][1:])   # the last todo steps: the largest, as sizes grow
+    left = plan.launched_at + plan.time_budget - time.time() - took
+    spare = left - per_byte * later - (todo - 1) * ctx.overhead_s - (took + FILLS_BESIDE * fill_s)
+    # scaled from a small payload, whose time is mostly latency, the reserve is far too large: each measurement may
+    # use a FLOOR-th of an equal share of what is left whatever it says (a small payload's loops cost little)
+    share = _agree(ctx, max(spare / todo, left / todo / FLOOR, 0) / phases, "min")
+    n, warm, spent = 1, 1, took
+    while not (took >= share / 10 or 4 * n > plan.iters):
         n *= 2
+        took = _agree(ctx, time_loop(ctx, run_once, n, blocking) * n * plan.agg_iters, "max")
+        warm, spent = warm + n, spent + took
+    return warm, max(1, min(plan.iters, int((share - spent) / max(took / n, 1e-9))))
 
 
 class BudgetTooSmall(Exception):

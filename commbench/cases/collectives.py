@@ -181,7 +181,7 @@ def fill_pattern(out, values):
     """out[i] = values[i % PERIOD], a piece at a time (slices of one tile: building each piece anew took a third of
     the time of a 512M fill and check on a 2-core VM)."""
     flat = out.reshape(-1)
-    tile = pattern(values, 0, CHUNK + PERIOD, flat.dtype, flat.device)
+    tile = pattern(values, 0, min(CHUNK, flat.numel()) + PERIOD, flat.dtype, flat.device)
     for lo, hi in pieces(flat.numel()):
         flat[lo:hi] = tile[lo % PERIOD:lo % PERIOD + hi - lo]
 
@@ -199,7 +199,7 @@ def count_wrong(result, regions, dtype, device):
     flat = result.reshape(-1)
     wrong = 0
     for offset, length, values, start in regions:
-        tile = pattern(values, 0, CHUNK + PERIOD, dtype, device)
+        tile = pattern(values, 0, min(CHUNK, length) + PERIOD, dtype, device)
         for lo, hi in pieces(length):
             at = (start + lo) % PERIOD
             want = tile[at:at + hi - lo]

@@ -270,12 +270,15 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
     backend = backend_of(spec)
     ignored = sorted(name for name in swept if backend not in read_by(name))
     stand_ins = same_operations(configs, backend)   # configs the backend runs alike: one launched for them all
+    per_run = len(plan.launches(spec.may_use_nccl()))   # launches of one config run (NCCL: one per case env)
+    runs = len(configs) - len(stand_ins)
     if ignored:
         alike = len(stand_ins) + len(set(stand_ins.values()))
         console(stderr=True).print(
             f"note: {', '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} not read by {backend}, which this "
-            f"sweep runs on: " + (f"{alike} configs run the same operations; each set measured once "
-                                  f"({len(stand_ins) * repeats} launches saved)" if stand_ins else
+            f"sweep runs on: " + (f"{alike} configs run the same operations; each set is launched once: "
+                                  f"{launches_text(runs, repeats, per_run)} instead of {len(configs) * repeats * per_run}"
+                                  f" ({len(stand_ins) * repeats * per_run} saved)" if stand_ins else
                                   "the configs differ in what it reads too"))
     if out is None and not spec.dry_run:
         console(stderr=True).print(f"note: records go to {DEFAULT_OUT} (append; --out FILE to choose, --out /dev/null "
@@ -291,7 +294,7 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
         plan = dataclasses.replace(plan, time_budget=budget / len(todo))
     if spec.dry_run:
         click.echo(dry_run_estimate([plan] * len(todo), [spec] * len(todo))
-                   + (f" ({len(todo)} config runs of {budget / len(todo):.1f} s each)" if budget else ""), err=True)
+                   + (f": {runs_text(todo, repeats, per_run, budget)}" if budget else ""), err=True)
         for config, _ in todo[:len(launched)]:
             for part_spec, part in launches(dataclasses.replace(spec, env=dict(config)), plan):
                 execute(part_spec, part)
@@ -302,7 +305,7 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
     started = time.monotonic()
     ran, stopped = run_configs(spec, plan, todo, out_file, options, per_config_timeout)
     for line in budget_lines(ran, budget, time.monotonic() - started):
-        console(stderr=True).print(f"{line} ({len(todo)} config runs of {budget / len(todo):.1f} s each)",
+        console(stderr=True).print(f"{line}: {runs_text(todo, repeats, per_run, budget)}",
                                    markup=False)
     records = previous + ran
     failed = {r["sweep_config"]: r["reason"] for r in records if r.get("event") == "failed"}
@@ -335,6 +338,24 @@ def sweep(env_options, matrix, collectives, strategy, allow_unknown, resume, per
         sys.exit(EXIT_TERM)
     if failed:
         sys.exit(1)
+
+
+def launches_text(configs, repeats, per_run):
+    """'3 launches (1 config x 3 rounds)'; under NCCL a config run may be several launches ('x 2 launches')."""
+    total = configs * repeats * per_run
+    return (f"{total} launch{'es' * (total != 1)} ({configs} config{'s' * (configs != 1)} x {repeats} "
+            f"round{'s' * (repeats != 1)}" + (f" x {per_run} launches" if per_run > 1 else "") + ")")
+
+
+def runs_text(todo, repeats, per_run, budget):
+    """What the sweep will launch, its config runs (config, round) as launches_text says them, and each one's share
+    of the budget: '3 launches (1 config x 3 rounds) of 10.0 s each'."""
+    configs = len({config_key(c) for c, _ in todo})
+    total = len(todo) * per_run
+    text = launches_text(configs, repeats, per_run) if len(todo) == configs * repeats else \
+        f"{total} launch{'es' * (total != 1)} ({len(todo)} config runs left)"
+    share = budget / len(todo)
+    return f"{text} of {share:.1f} s each" if per_run == 1 else f"{text}, {share:.1f} s per config run"
 
 
 def rotated(configs, rnd):

@@ -52,21 +52,21 @@ out, back = comm.p2p_calls(comm.buffer(torch.zeros(8, dtype=torch.uint8)),
 def ctx(iters, started):   # 4 measurements to share a budget of 2 s
     plan = SimpleNamespace(agg_iters=1, cuda_graph=0, cpu_time=False, iters=iters, time_budget=2.0,
                            launched_at=started, cycles=1, repeats=1, sizes=[1, 2, 3, 4], configs=[{}],
-                           steps=lambda: [None] * 4)
+                           steps=lambda: [SimpleNamespace(run=1)] * 4)
     return SimpleNamespace(plan=plan, device=torch.device("cpu"), barrier=comm.barrier, position=Position(), rank=0,
                            comm=comm, measured=0, overhead_s=0.0)
 
 op = lambda a: time.sleep(0.002)   # an operation of 2 ms or more
 c = ctx(10000, time.time())
 t0 = time.perf_counter()
-warm, iters = fit_budget(c, op, True, 1)
+warm, iters = fit_budget(c, op, True, 1, 1)
 t1 = time.perf_counter()
 time_loop(c, op, iters, True)
 print(json.dumps({"calls": [out.func == MPI.COMM_WORLD.Send, back.func == MPI.COMM_WORLD.Recv,
                             out.args[0][1] == MPI.BYTE and back.args[0][1] == MPI.BYTE],
                   "fill": [warm, iters, t1 - t0, time.perf_counter() - t1],
-                  "cap": fit_budget(ctx(16, time.time()), op, True, 1),
-                  "gone": fit_budget(ctx(10000, time.time() - 10), op, True, 1)}))
+                  "cap": fit_budget(ctx(16, time.time()), op, True, 1, 1),
+                  "gone": fit_budget(ctx(10000, time.time() - 10), op, True, 1, 1)}))
 """
 
 

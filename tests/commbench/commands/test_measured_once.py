@@ -61,3 +61,14 @@ def test_compare_shows_the_config_measured_once_as_the_one_measured(tmp_path):
     # the chunked command's answer reads the same groups: chunked stands in plain's group at 8K
     answer = judge(recs, chunked_answer)[-1]
     assert answer["check"] == "chunked" and answer["reason"].startswith("Answer:")
+
+
+def test_a_sweeps_dry_run_says_what_it_launches_in_the_same_words():
+    """The note said '6 launches saved', the estimate '3 config runs of 10.0 s each': both now count launches."""
+    proc = run_tool("commbench", "sweep", "--env", "NCCL_ALGO=Ring,Tree", "-b", "1M", "-e", "1G", "--time-budget", 30,
+                    "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert ("note: NCCL_ALGO is not read by gloo, which this sweep runs on: 3 configs run the same operations; each "
+            "set is launched once: 3 launches (1 config x 3 rounds) instead of 9 (6 saved)") in proc.stderr
+    assert ("estimated duration: about 30 s (--time-budget), start-ups included: 3 launches (1 config x 3 rounds) of "
+            "10.0 s each") in proc.stderr

@@ -32,7 +32,8 @@ def test_two_by_two_matrix_on_gloo_is_one_launch_standing_for_five(tmp_path):
                     *SMALL, "--repeats", 2, "--out", out, env={"NCCL_ALGO": "Tree"})  # no shell value in baseline
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("note: NCCL_ALGO, NCCL_PROTO are not read by gloo, which this sweep runs on: 5 configs "
-                             "run the same operations; each set measured once (8 launches saved)") == 1, proc.stderr
+                             "run the same operations; each set is launched once: 2 launches (1 config x 2 rounds) "
+                             "instead of 10 (8 saved)") == 1, proc.stderr
     recs = read_records(out)
     (found,) = [r for r in recs if r.get("event") == "verdict"]
     assert found["winner"] is None and len(found["equivalent"]) == 1 and len(found["equivalent"][0]) == 5
@@ -291,7 +292,8 @@ def test_a_sweep_on_mpi_says_mpi_reads_no_nccl_variable():
                     "--allow-unknown", "--backend", "mpi", "--dry-run", *SMALL)
     assert proc.returncode == 0, proc.stderr
     assert "note: NCCL_ALGO is not read by mpi, which this sweep runs on: 4 configs run the same operations; each " \
-        "set measured once (6 launches saved)" in proc.stderr   # the OMPI_MCA_* values tell the others apart
+        "set is launched once: 9 launches (3 configs x 3 rounds) instead of 15 (6 saved)" in proc.stderr   # the \
+    # OMPI_MCA_* values tell the others apart
 
 
 MPI_BTL = {"baseline": False, "configs": [{"OMPI_MCA_btl": "self,tcp"}, {"OMPI_MCA_btl": "self,sm"}]}
