@@ -22,9 +22,11 @@ from commbench.cases.registry import CASES, record_label
 from commbench.launch.execute import execute
 from commbench.launch.spec import gpu_memories
 from commbench.launch.torchrun import check_endpoint
-from commbench.output import NcclStream, print_collective_tables, render
+from commbench.output import render
+from commbench.output.nccltests import NcclStream
+from commbench.output.tables import print_collective_tables
 from commbench.planning import build_plan
-from commbench.tablestream import table_stream
+from commbench.output.stream import table_stream
 
 
 def launches(spec, plan):
@@ -171,7 +173,7 @@ def run_plan(rounds, output, table_fn, label="measuring", plot_fn=None, judge=No
     """Launch rounds ([(spec, plan)], one after another: several with compare --backends), judge (verdict records,
     written after the measurements), render (and plot) as output (Output) says, and exit non-zero on failure or
     wrong results; the records, where it returns. derive: record -> the records written and shown in its place
-    (pairs); rows: a writer that prints the table's rows as they are measured (tablestream.TableStream)."""
+    (pairs); rows: a writer that prints the table's rows as they are measured (output.stream.TableStream)."""
     spec = rounds[0][0]
     parts = [part for s, p in rounds for part in launches(s, p)]
     path = None if spec.dry_run else output_file(output.out)

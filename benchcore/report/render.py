@@ -57,7 +57,7 @@ def print_table(rows, columns, title=None, out=None, compact=False):
     rows' names: never wrapped or cut (the other columns narrow first). Without out (console()), a table wider
     than the console has its headers wrapped at spaces to their values' width and its text cells (format None)
     wrapped (a number never is), and one that would still cut a cell short is printed wider than the console
-    instead; with out, as asked (commbench/output.py fits its own layouts). compact: nccl-tests' look, columns two
+    instead; with out, as asked (commbench/output/tables.py fits its own layouts). compact: nccl-tests' look, columns two
     spaces apart under a rule."""
     cells = [[_cell(row.get(key), fmt) for key, _, fmt in columns] for row in rows]
     columns = [(key, "\n".join(printable(line) for line in header.split("\n")), fmt)   # headers keep their

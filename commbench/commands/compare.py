@@ -20,7 +20,7 @@ from commbench.cases.registry import STRATEGY_NAMES, parse_names, record_label
 from commbench.commands import verdict
 from commbench.commands.options import (case_options, launch_options, measure_options, parse, parse_backends,
                                         repeats_option, time_budget_option)
-from commbench.output import ranks_on
+from commbench.output.tables import ranks_on
 from commbench.runner import measure
 
 PLOT_OPTION = click.option("--plot", default=None, callback=new_output_option("--plot", PLOT_SUFFIXES),

@@ -20,7 +20,7 @@ from commbench.cases.registry import CASES, PATTERN_NAMES, parse_names, record_l
 from commbench.commands import verdict
 from commbench.commands.options import (case_options, launch_options, measure_options, overlap_options, parse,
                                         repeats_option, time_budget_option)
-from commbench.output import ranks_on
+from commbench.output.tables import ranks_on
 from commbench.runner import measure
 
 HIDDEN = 0.01   # exposed communication below this share of the communication alone counts as hidden (verdicts

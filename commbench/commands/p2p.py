@@ -9,7 +9,7 @@ from benchcore.report.render import print_table
 from benchcore.units import format_size
 from commbench.cases.p2p import LARGE, MODES, WINDOW, case_name, osu_counts
 from commbench.commands.options import launch_options, measure_options, parse, parse_backends, parse_budget
-from commbench.output import ranks_on
+from commbench.output.tables import ranks_on
 from commbench.runner import measure
 
 # mode -> its columns: (name, header, format, the value of a record). Latency: OSU's average beside the median and

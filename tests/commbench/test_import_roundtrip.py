@@ -3,7 +3,7 @@ JSON records of the same run (one launch prints the text and writes --out)."""
 import pytest
 
 from benchcore.importers import nccl_text as nccltests
-from commbench.output import nccl_float
+from commbench.output.nccltests import nccl_float
 from tests.conftest import read_records, run_tool
 
 RUN = ("run", "--collective", "all_reduce,all_gather,sendrecv", "--nproc-per-node", 2, "-b", 8, "-e", "64K", "-f", 32,

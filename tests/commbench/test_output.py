@@ -7,7 +7,8 @@ import pytest
 from rich.console import Console
 
 from benchcore.units import format_size
-from commbench.output import nccl_float, nccl_tests_text, print_collective_tables, table_console
+from commbench.output.nccltests import nccl_float, nccl_tests_text
+from commbench.output.tables import print_collective_tables, table_console
 from tests.conftest import read_records, run_tool
 
 RUN = ("run", "--collective", "all_reduce,all_gather,sendrecv", "--nproc-per-node", 2, "-b", 8, "-e", "64K", "-f", 32,

@@ -15,7 +15,7 @@ from benchcore.processes.route import route_to
 from commbench.cases.collectives import COLLECTIVES
 from commbench.launch.liveness import CHANNEL, STATUS_ENV
 from commbench.launch.spec import LaunchSpec
-from commbench.output import print_collective_tables
+from commbench.output.tables import print_collective_tables
 from commbench.plan import Plan
 from commbench.transports.torch_dist import drops
 from tests.conftest import HOOKS_ON, assert_one_line_error, read_records, run_tool

@@ -7,7 +7,7 @@ import pytest
 
 from commbench.commands import verdict
 from commbench.commands.compare import payload_rows, print_compare
-from commbench.output import nccl_tests_text
+from commbench.output.nccltests import nccl_tests_text
 from tests.conftest import read_records, run_tool
 
 PIPE_WIDTH = 100   # issue 25: tables piped to a file fit 100 columns

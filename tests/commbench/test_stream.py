@@ -9,8 +9,9 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
-from commbench.output import nccl_tests_text, print_collective_tables
-from commbench.tablestream import TableStream, table_stream
+from commbench.output.nccltests import nccl_tests_text
+from commbench.output.tables import print_collective_tables
+from commbench.output.stream import TableStream, table_stream
 from tests.commbench.test_output import HEAD, table_heads
 from tests.conftest import BIN, read_records
 

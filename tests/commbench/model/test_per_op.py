@@ -15,7 +15,7 @@ from commbench.cases.case import TOTAL
 from commbench.cases.registry import CASES
 from commbench.model import alphabeta as model
 from commbench.model import topology
-from commbench.output import print_collective_tables
+from commbench.output.tables import print_collective_tables
 from tests.conftest import assert_one_line_error, run_tool
 
 CFG = {"dtype": "float32", "op": "sum", "root": 0, "in_place": True}

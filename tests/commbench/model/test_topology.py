@@ -22,7 +22,7 @@ from commbench.cases.registry import CASES
 from commbench.commands.model import fit
 from commbench.model import alphabeta as model
 from commbench.model import detect, nccl, topology
-from commbench.output import print_collective_tables
+from commbench.output.tables import print_collective_tables
 from tests.conftest import assert_one_line_error, run_tool
 
 FILES = sorted(topology.DIR.glob("*.yaml"))

@@ -1,10 +1,10 @@
-"""The default table (commbench/output.py print_collective_tables) in a pipe, row by row as it is measured: a sweep's
-rows reach a Slurm log or `tee` as nccl-tests' do, not all at its end (--format nccl-tests: output.NcclStream)."""
+"""The default table (tables.print_collective_tables) in a pipe, row by row as it is measured: a sweep's
+rows reach a Slurm log or `tee` as nccl-tests' do, not all at its end (--format nccl-tests: nccltests.NcclStream)."""
 import sys
 
 from benchcore.report.render import print_piece
 from commbench.cases.registry import CASES
-from commbench.output import (PLACE_COLUMNS, ROW_COLUMNS, SIDES, collective_rows, place_columns,
+from commbench.output.tables import (PLACE_COLUMNS, ROW_COLUMNS, SIDES, collective_rows, place_columns,
                               print_collective_tables, row_key, row_order, table_console, table_title)
 
 GAP = 2               # characters between two columns of a compact table (benchcore/report/render.py COMPACT)
