@@ -4,7 +4,7 @@ exact check against T, and the helpers a strategy row uses (places, size check, 
 from benchcore.errors import UserError
 from benchcore.lazy import lazy
 from commbench.cases.case import TOTAL, Timed
-from commbench.cases.collectives import COLLECTIVES, DTYPES, pieces, poison_value
+from commbench.cases.collectives import CHUNK, COLLECTIVES, DTYPES, pieces, poison_value
 from commbench.model.alphabeta import Phase
 
 torch = lazy("torch", globals())
@@ -44,19 +44,27 @@ class Payload:
         for start, stop in ranges:
             self.write_truth(buf, start, max(start, min(stop, self.count)))
 
+    def tile(self, length, like):
+        """T[0:length + period]: every piece of T up to length elements is a slice of it (T repeats every period
+        elements), so a fill or a check builds T once, not once a piece (1.5x-4x faster at 256M on a 2-core VM)."""
+        return self.truth(0, min(CHUNK, length) + self.period, like)
+
     def write_truth(self, buf, start, stop, at=None):
         """buf[at:at + stop - start] = T[start:stop] (at defaults to start), a piece at a time."""
         at = start if at is None else at
+        tile = self.tile(stop - start, buf)
         for lo, hi in pieces(stop - start):
-            buf[at + lo:at + hi] = self.truth(start + lo, hi - lo, buf)
+            off = (start + lo) % self.period
+            buf[at + lo:at + hi] = tile[off:off + hi - lo]
 
     def wrong(self, result):
-        wrong = 0
+        wrong, tile = 0, self.tile(self.count, result)
         for lo, hi in pieces(self.count):
-            got, want = result[lo:hi], self.truth(lo, hi - lo, result)
+            got, want = result[lo:hi], tile[lo % self.period:lo % self.period + hi - lo]
             if got.element_size() == 1 and got.is_floating_point():  # fp8 has no comparison kernels everywhere
                 got, want = got.float(), want.float()
-            wrong += int((got != want).sum().item())
+            if not torch.equal(got, want):   # equal pieces (nearly all) are not counted: 5x faster on a CPU
+                wrong += int((got != want).sum().item())
         return wrong
 
     def poison(self, *bufs):
