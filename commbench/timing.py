@@ -206,6 +206,9 @@ def measure_case(ctx, case, cfg, size, shared):
 # before the loops, then the check's poison, fill and comparison of the result
 FILLS_BESIDE = 4
 FLOOR = 16
+# The room a pass at 1 iteration must leave beside the calibration's time: on a 2-core VM at load 3-4 the pass after
+# the calibration took 1.0-1.3x its time (compare -b 1M -e 256M --time-budget 60: 68 s with no margin)
+MARGIN = 1.3
 
 
 def fit_budget(ctx, run_once, blocking, phases, size, fill_s=0.0):
@@ -278,8 +281,8 @@ def fit_repeats(ctx, shared, cases):
 
     def cost(iters):   # one pass at iters iterations, warm-up (fit_budget's runs of 1, 2, 4, ...) about half as many
         return fixed + (iters + max(1, iters // 2)) * loops
-    if left < (least - 1) * cost(1):
-        need = math.ceil(startup + wall + (least - 1) * cost(1))
+    if left < (least - 1) * cost(1) * MARGIN:   # a pass as slow as the calibration's would end past the budget
+        need = math.ceil(startup + wall + (least - 1) * cost(1) * MARGIN)
         raise BudgetTooSmall(f"--time-budget {plan.time_budget:g} s is too small: the start-up took {startup:.1f} s "
                              f"and a pass over the {len(steps)} measurements at 1 iteration {wall:.1f} s; "
                              f"{least} passes (the least that gives a spread) need about {need} s (or fewer sizes "
