@@ -57,8 +57,8 @@ def print_table(rows, columns, title=None, out=None, compact=False):
     rows' names: never wrapped or cut (the other columns narrow first). Without out (console()), a table wider
     than the console has its headers wrapped at spaces to their values' width and its text cells (format None)
     wrapped (a number never is), and one that would still cut a cell short is printed wider than the console
-    instead; with out, as asked (commbench/output/tables.py fits its own layouts). compact: nccl-tests' look, columns two
-    spaces apart under a rule."""
+    instead; with out, as asked (commbench/output/tables.py fits its own layouts). compact: nccl-tests' look,
+    columns two spaces apart under a rule."""
     cells = [[_cell(row.get(key), fmt) for key, _, fmt in columns] for row in rows]
     columns = [(key, "\n".join(printable(line) for line in header.split("\n")), fmt)   # headers keep their
                for key, header, fmt in columns]                                            # two lines
@@ -78,8 +78,10 @@ def print_table(rows, columns, title=None, out=None, compact=False):
 def print_piece(rows, columns, widths, out, title=None):
     """A compact table (print_table's look) a piece at a time, for rows printed as they are measured: with title,
     its title and head; then each row as a table of its own without a head. Every column is widths' wide (at least
-    its header's), or a row's cell's where that is wider (that row alone), so that the pieces line up as one table."""
+    its header's), or a row's cell's where that is wider (that row alone), so that the pieces line up as one table;
+    a piece wider than out is printed wider rather than with a cell cut short (as print_table's callers do)."""
     heads = [("\n".join(printable(line) for line in header.split("\n")), fmt) for _, header, fmt in columns]
+    out = Console(file=out.file, width=WIDE, highlight=False, markup=False, soft_wrap=False)
 
     def piece(cells, head):
         table = Table(title=printable(title) if head and title else None, show_header=head, show_lines=False,
