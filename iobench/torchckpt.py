@@ -16,7 +16,7 @@ from iobench.safety import ScratchDir, sigterm_as_interrupt
 # file per rank, buffered, one call per tensor (bs: its size); written to durable (end fsync), read after the
 # page cache is dropped (invalidate=1, as torch-ckpt's posix_fadvise DONTNEED); each repeat writes fresh files, created
 # inside the timed job (create_on_open, no fallocate) and unlinked after their read, as the ranks' are.
-# Both read every byte from the device (device_read_bytes = the payload, measured in sysfs around each run).
+# Both read every byte from storage (bytes_moved_ratio 1: the mount's counter, read around each run, saw the payload).
 # (name, base profile, overrides)
 FIO_REFERENCE = {
     "write": ("shard-write", "shard-write", {"create_on_open": 1, "fallocate": "none"}),

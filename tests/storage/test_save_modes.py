@@ -143,8 +143,8 @@ def test_torch_ckpt_saves_in_every_mode_to_storage_and_back(loop_xfs_mount, tmp_
     recs = read_records(out)
     assert [r["profile"] for r in recs if r["rw"] == "write"] == ["torch-dcp", "torch-dcp-async-thread",
                                                                   "torch-dcp-async-process"]
-    for rec in recs:
-        moved = rec["device_write_bytes" if rec["rw"] == "write" else "device_read_bytes"]
-        assert rec["wrong"] == 0 and moved >= 0.95 * rec["size_bytes"], (rec["profile"], rec["rw"])
+    for rec in recs:   # the loop device's counter saw every byte of each, both ways
+        assert rec["wrong"] == 0 and rec["served_by"] == "storage" and rec["bytes_moved_ratio"] >= 0.95, \
+            (rec["profile"], rec["rw"], rec["bytes_moved_ratio"])
         if rec["rw"] == "write" and rec["profile"] != "torch-dcp":
             assert rec["blocked_s"] > 0 and rec["save_mode"] == rec["profile"].removeprefix("torch-dcp-")
