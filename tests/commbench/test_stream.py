@@ -16,28 +16,37 @@ from tests.commbench.test_output import HEAD, table_heads
 from tests.conftest import BIN, read_records
 
 
-@pytest.mark.slow
-def test_rows_reach_a_pipe_while_the_run_goes_on(tmp_path):
-    """all_reduce and all_gather, 1K to 4M: the first row is read while the run still measures (the larger
-    sizes take seconds more); all_reduce's rows stream, all_gather's block follows whole; the text is the same
-    nccl-tests text the records make, printed once."""
-    out = tmp_path / "r.jsonl"
+def read_while_running(out, first_row, *args):
+    """Run `commbench run --nproc-per-node 2 ARGS --quiet --out out` with stdout a pipe at 100 columns, reading it line
+    by line: (its lines, whether it still ran when first_row(line) first held, the records --out had by then: --out
+    has each record as measured)."""
     proc = subprocess.Popen([BIN / "commbench", "run", "--collective", "all_reduce,all_gather", "--nproc-per-node", "2",
-                             "-b", "1K", "-e", "4M", "-f", "4", "-n", "10", "-w", "1", "--format", "nccl-tests",
-                             "--quiet", "--out", str(out)],
+                             *args, "--quiet", "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "COLUMNS": "100"})
     try:
-        lines, running_at_first_row = [], None
+        lines, running_at_first_row, recorded = [], None, None
         for line in proc.stdout:
             lines.append(line)
-            if running_at_first_row is None and line[:1] != "#":   # --out has each record as measured
+            if running_at_first_row is None and first_row(line):
                 running_at_first_row, recorded = proc.poll() is None, len(out.read_text().splitlines())
         assert proc.wait(timeout=300) == 0, proc.stderr.read()
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    return lines, running_at_first_row, recorded
+
+
+@pytest.mark.slow
+def test_rows_reach_a_pipe_while_the_run_goes_on(tmp_path):
+    """all_reduce and all_gather, 1K to 4M: the first row is read while the run still measures (the larger
+    sizes take seconds more); all_reduce's rows stream, all_gather's block follows whole; the text is the same
+    nccl-tests text the records make, printed once."""
+    out = tmp_path / "r.jsonl"
+    lines, running_at_first_row, recorded = read_while_running(
+        out, lambda line: line[:1] != "#", "-b", "1K", "-e", "4M", "-f", "4", "-n", "10", "-w", "1", "--format",
+        "nccl-tests")
     text = "".join(lines)
     # still running alone holds for text printed at the end too (the process exits after it): the records tell
     assert running_at_first_row and recorded < len(read_records(out)) // 2, ("the first row came after the run",
@@ -59,21 +68,8 @@ def test_table_rows_reach_a_pipe_while_the_run_goes_on(tmp_path):
     row is read while the run still measures; the whole text is the table the records make (the same titles, heads,
     cells and footer), within the pipe's 100 columns; a value wider than the plan's widths widens its row alone."""
     out = tmp_path / "r.jsonl"
-    proc = subprocess.Popen([BIN / "commbench", "run", "--collective", "all_reduce,all_gather", "--nproc-per-node", "2",
-                             "-b", "8", "-e", "64K", "-f", "2", "-n", "10", "-w", "1", "--quiet", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "COLUMNS": "100"})
-    try:
-        lines, running_at_first_row = [], None
-        for line in proc.stdout:
-            lines.append(line)
-            if running_at_first_row is None and line.split()[:1] == ["8"]:   # --out has each record as measured
-                running_at_first_row, recorded = proc.poll() is None, len(out.read_text().splitlines())
-        assert proc.wait(timeout=300) == 0, proc.stderr.read()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    lines, running_at_first_row, recorded = read_while_running(
+        out, lambda line: line.split()[:1] == ["8"], "-b", "8", "-e", "64K", "-f", "2", "-n", "10", "-w", "1")
     text, recs = "".join(lines), read_records(out)
     assert running_at_first_row and recorded < len(recs) // 2, ("the first row came after the run", recorded, text)
     whole = io.StringIO()
