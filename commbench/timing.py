@@ -222,10 +222,11 @@ def fit_budget(ctx, run_once, blocking, phases, size, fill_s=0.0):
     largest. The ranks agree on every step (the least share, the slowest rank's time), so each runs the same
     iterations."""
     plan = ctx.plan
-    todo = max(len(plan.steps()) - ctx.measured, 1)   # this measurement and those still to come
+    steps = plan.steps()
+    todo = max(len(steps) - ctx.measured, 1)   # this measurement and those still to come
     took = _agree(ctx, time_loop(ctx, run_once, 1, blocking) * plan.agg_iters, "max")
     per_byte = (3 * took * phases + FILLS_BESIDE * fill_s) / max(size, 1)
-    later = sum(st.run for st in plan.steps()[-todo:][1:])   # the last todo steps: the largest, as sizes grow
+    later = sum(st.run for st in steps[-todo:][1:])   # the last todo steps: the largest, as sizes grow
     left = plan.launched_at + plan.time_budget - time.time() - took
     spare = left - per_byte * later - (todo - 1) * ctx.overhead_s - (took + FILLS_BESIDE * fill_s)
     # scaled from a small payload, whose time is mostly latency, the reserve is far too large: each measurement may

@@ -5,7 +5,7 @@ import sys
 from benchcore.report.render import print_piece
 from commbench.cases.registry import CASES
 from commbench.output.tables import (PLACE_COLUMNS, ROW_COLUMNS, SIDES, collective_rows, place_columns,
-                              print_collective_tables, row_key, row_order, table_console, table_title)
+                                     print_collective_tables, row_key, row_order, table_console, table_title)
 
 GAP = 2               # characters between two columns of a compact table (benchcore/report/render.py COMPACT)
 BW_WIDTH = 7          # algbw, busbw: up to 999.999 GB/s

@@ -10,8 +10,8 @@ import pytest
 from rich.console import Console
 
 from commbench.output.nccltests import nccl_tests_text
-from commbench.output.tables import print_collective_tables
 from commbench.output.stream import TableStream, table_stream
+from commbench.output.tables import print_collective_tables
 from tests.commbench.test_output import HEAD, table_heads
 from tests.conftest import BIN, read_records
 
